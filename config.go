@@ -1,0 +1,121 @@
+package kafkaconsumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// Defaults of NewConfig.
+const (
+	// DefaultZookeeperTimeout is the ZooKeeper session timeout of NewConfig.
+	//
+	// kazoo-go's own default is 1 second: one garbage collection pause or
+	// network blip longer than that expires the session, which deletes the
+	// instance's registration and partition claims and costs the whole group
+	// a rebalance. 6 seconds (the old Kafka consumer's
+	// zookeeper.session.timeout.ms) rides out such pauses. The price is
+	// fail-over time: when an instance dies without closing (kill -9, a lost
+	// machine), its partitions are consumed again only after this timeout.
+	// The ZooKeeper servers clamp it to [2, 20] times their tickTime.
+	DefaultZookeeperTimeout = 6 * time.Second
+
+	// DefaultMaxProcessingTime is the MaxProcessingTime of NewConfig.
+	DefaultMaxProcessingTime = 60 * time.Second
+
+	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
+	DefaultMaxPendingAcks = 16384
+)
+
+// Config is the configuration of a consumer instance. Create it with
+// NewConfig and change what you need before calling Join; Join does not
+// change it, and it must not be changed while a consumer uses it.
+type Config struct {
+	// Config is sarama's configuration, used for the client, the consumer
+	// and the offset manager. NewConfig starts from sarama.NewConfig() and
+	// sets Consumer.Return.Errors, so partition and commit errors reach
+	// Errors(). Consumer.Offsets.Initial is taken from Offsets.Initial.
+	*sarama.Config
+
+	// Zookeeper is the configuration of the ZooKeeper connection. Its Chroot
+	// is taken from the connection string given to Join. Timeout is the
+	// session timeout (default DefaultZookeeperTimeout; see there for the
+	// trade-off) and also bounds how long Join waits for a first session.
+	// Logger defaults to one that writes to the package Logger.
+	Zookeeper *kazoo.Config
+
+	// MaxProcessingTime is how long a partition that is being stopped (in a
+	// rebalance or by Close) waits for the messages it handed out to be
+	// acked before it commits what was acked and lets go of the partition.
+	// Messages not acked by then are consumed again by the next owner.
+	// Default 60 s.
+	MaxProcessingTime time.Duration
+
+	// MaxPendingAcks bounds, per partition, how many messages may be handed
+	// out and not yet committable: those not acked, plus those acked after
+	// a message that is not acked yet. When a partition reaches it, it hands
+	// out nothing more until the oldest of them is acked. The bookkeeping
+	// costs 16 bytes per pending message, so at most 16 * MaxPendingAcks
+	// bytes per partition. Default 16384.
+	MaxPendingAcks int
+
+	// Offsets configures where consumption starts.
+	Offsets struct {
+		// Initial is the offset to start at when the group has no committed
+		// offset for a partition, or when the committed one is no longer
+		// available (it fell out of retention): sarama.OffsetOldest (the
+		// default) or sarama.OffsetNewest. Kafka's auto.offset.reset.
+		Initial int64
+	}
+}
+
+// NewConfig returns a Config with the defaults described on its fields.
+func NewConfig() *Config {
+	c := &Config{
+		Config:            sarama.NewConfig(),
+		Zookeeper:         kazoo.NewConfig(),
+		MaxProcessingTime: DefaultMaxProcessingTime,
+		MaxPendingAcks:    DefaultMaxPendingAcks,
+	}
+	c.Config.Consumer.Return.Errors = true
+	c.Zookeeper.Timeout = DefaultZookeeperTimeout
+	c.Zookeeper.Logger = zookeeperLogger{}
+	c.Offsets.Initial = sarama.OffsetOldest
+	return c
+}
+
+// Validate checks the configuration and returns an error wrapping
+// ErrInvalidConfig that names the first setting out of range.
+func (c *Config) Validate() error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: config is nil", ErrInvalidConfig)
+	case c.Config == nil:
+		return fmt.Errorf("%w: the sarama Config is nil", ErrInvalidConfig)
+	case c.Zookeeper == nil:
+		return fmt.Errorf("%w: Zookeeper config is nil", ErrInvalidConfig)
+	case c.Zookeeper.Timeout <= 0:
+		return fmt.Errorf("%w: Zookeeper.Timeout must be positive, got %s", ErrInvalidConfig, c.Zookeeper.Timeout)
+	case c.MaxProcessingTime <= 0:
+		return fmt.Errorf("%w: MaxProcessingTime must be positive, got %s", ErrInvalidConfig, c.MaxProcessingTime)
+	case c.MaxPendingAcks <= 0:
+		return fmt.Errorf("%w: MaxPendingAcks must be positive, got %d", ErrInvalidConfig, c.MaxPendingAcks)
+	case c.Offsets.Initial != sarama.OffsetOldest && c.Offsets.Initial != sarama.OffsetNewest:
+		return fmt.Errorf("%w: Offsets.Initial must be sarama.OffsetOldest (%d) or sarama.OffsetNewest (%d), got %d",
+			ErrInvalidConfig, sarama.OffsetOldest, sarama.OffsetNewest, c.Offsets.Initial)
+	}
+	if err := c.Config.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// saramaConfig returns a copy of the sarama configuration with the settings
+// that this package derives from its own.
+func (c *Config) saramaConfig() *sarama.Config {
+	sc := *c.Config
+	sc.Consumer.Offsets.Initial = c.Offsets.Initial
+	return &sc
+}

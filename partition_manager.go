@@ -1,0 +1,448 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/wvanbergen/kazoo-go"
+	"gopkg.in/tomb.v1"
+)
+
+// topicPartition identifies a partition. It is the key of the maps on the
+// Ack path, so that a lookup neither formats nor allocates.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partitionManager consumes one partition that its consumer manager assigned
+// to this instance, in its own goroutine (run), owned by the consumer
+// manager: it kills the tomb and waits for it.
+//
+// run claims the partition in ZooKeeper, starts its offset manager and
+// partition consumer, and hands messages out on the shared Messages channel
+// until it is killed. It then stops consuming, waits until every message it
+// handed out is acked (or withdrawn at Close) or MaxProcessingTime passes,
+// commits the acked prefix, closes the offset manager and releases the claim.
+type partitionManager struct {
+	parent    *consumerManager
+	partition *kazoo.Partition
+	tp        topicPartition
+	prefix    string // log prefix naming instance and partition
+
+	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
+
+	// wake receives a token, without blocking the sender, when waiting is set
+	// and an ack or withdrawal resolves a pending message.
+	wake chan struct{}
+
+	mu sync.Mutex // guards the fields below, shared with Ack's goroutines
+	// pending is the ack bookkeeping of the handed-out messages.
+	pending *pendingAcks
+	// pom is the partition's offset manager; nil until run started it, and
+	// after run closed it. Marks go to it under mu, so none is lost to Close.
+	pom sarama.PartitionOffsetManager
+	// pc is the running partition consumer, for its high-water mark; nil
+	// when none runs.
+	pc sarama.PartitionConsumer
+	// waiting tells ack and withdraw to send a token on wake.
+	waiting bool
+	// lastHandedOut is the offset of the last message handed out, or -1.
+	lastHandedOut int64
+	// claimed is set while this instance holds the partition's owner node.
+	claimed bool
+}
+
+func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *partitionManager {
+	tp := topicPartition{topic: partition.Topic().Name, partition: partition.ID}
+	return &partitionManager{
+		parent:        parent,
+		partition:     partition,
+		tp:            tp,
+		prefix:        fmt.Sprintf("[instance=%s] [partition=%s/%d] ", parent.shortID(), tp.topic, tp.partition),
+		wake:          make(chan struct{}, 1),
+		pending:       newPendingAcks(parent.config.MaxPendingAcks),
+		lastHandedOut: -1,
+	}
+}
+
+func (pm *partitionManager) logf(format string, args ...interface{}) {
+	Logger.Printf(pm.prefix+format, args...)
+}
+
+// ack marks the message at offset as processed, and marks the end of the
+// acked prefix in the offset manager. It is called from Ack, on any
+// goroutine. An offset this partition manager does not hold (acked twice,
+// or handed out by an earlier owner) is ignored; it reports false.
+func (pm *partitionManager) ack(offset int64) bool {
+	pm.mu.Lock()
+	known, advanced := pm.pending.ack(offset)
+	if advanced && pm.pom != nil {
+		pm.pom.MarkOffset(pm.pending.commitOffset(), "")
+	}
+	wake := known && pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		select {
+		case pm.wake <- struct{}{}:
+		default:
+		}
+	}
+	return known
+}
+
+// withdraw takes back a handed-out message that the user never received,
+// at Close: it is not committed, and it is not waited for.
+func (pm *partitionManager) withdraw(offset int64) {
+	pm.mu.Lock()
+	known := pm.pending.withdraw(offset)
+	wake := known && pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		select {
+		case pm.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run is the partition manager's goroutine.
+func (pm *partitionManager) run() {
+	defer pm.t.Done()
+
+	if !pm.claim() {
+		return
+	}
+	defer pm.release()
+
+	pom := pm.startOffsetManager()
+	if pom == nil {
+		return
+	}
+	defer pm.closeOffsetManager(pom)
+
+	for {
+		pc := pm.startConsumer(pom)
+		if pc == nil {
+			break
+		}
+		stopped := pm.consume(pc, pom)
+		pm.mu.Lock()
+		pm.pc = nil
+		pm.mu.Unlock()
+		if err := pc.Close(); err != nil && !stopped {
+			pm.logf("Partition consumer stopped: %s.", err)
+		}
+		if stopped {
+			break
+		}
+		pm.logf("Partition consumer stopped by itself; starting it again.")
+	}
+
+	pm.waitForAcks(pom)
+}
+
+// sleep waits for the retry delay of the given attempt (100 ms doubling up
+// to 1 s), and reports false when the partition manager was killed first.
+func (pm *partitionManager) sleep(attempt int) bool {
+	return sleepOrDie(&pm.t, attempt)
+}
+
+// claim takes the partition's owner node in ZooKeeper. When another
+// instance owns it, it waits until the owner lets go (it may still be
+// finishing its last messages). It retries errors until killed, and reports
+// whether it holds the claim.
+func (pm *partitionManager) claim() bool {
+	instance, group := pm.parent.instance, pm.parent.kzGroup
+	for attempt := 0; ; attempt++ {
+		err := instance.ClaimPartition(pm.tp.topic, pm.tp.partition)
+		if err == nil {
+			pm.mu.Lock()
+			pm.claimed = true
+			pm.mu.Unlock()
+			return true
+		}
+		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
+			owner, released, err := group.WatchPartitionOwner(pm.tp.topic, pm.tp.partition)
+			switch {
+			case err == nil && owner == nil:
+				continue // released in the meantime
+			case err == nil:
+				pm.logf("Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				select {
+				case <-pm.t.Dying():
+					return false
+				case <-released:
+					attempt = -1
+					continue
+				}
+			}
+		}
+		pm.logf("Failed to claim partition: %s. Trying again.", convertError(err))
+		if !pm.sleep(attempt) {
+			return false
+		}
+	}
+}
+
+// release gives up the claim, if this instance still holds it.
+func (pm *partitionManager) release() {
+	pm.mu.Lock()
+	claimed := pm.claimed
+	pm.claimed = false
+	pm.mu.Unlock()
+	if !claimed {
+		return
+	}
+	err := pm.parent.instance.ReleasePartition(pm.tp.topic, pm.tp.partition)
+	if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
+		pm.logf("Claim was already gone (ZooKeeper session lost?).")
+	} else if err != nil {
+		pm.logf("Failed to release partition: %s.", convertError(err))
+	}
+}
+
+// startOffsetManager starts the partition's offset manager, retrying until
+// killed (an earlier one may still be flushing its last commit). It returns
+// nil when killed.
+func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
+	for attempt := 0; ; attempt++ {
+		pom, err := pm.parent.offsetManager.ManagePartition(pm.tp.topic, pm.tp.partition)
+		if err == nil {
+			pm.mu.Lock()
+			pm.pom = pom
+			pm.mu.Unlock()
+			return pom
+		}
+		pm.logf("Failed to start offset manager: %s. Trying again.", err)
+		if !pm.sleep(attempt) {
+			return nil
+		}
+	}
+}
+
+// startConsumer starts consuming where the group left off: after the last
+// handed-out message when this partition manager restarts its consumer, else
+// at the committed offset. When that offset is out of range, it starts at
+// Offsets.Initial and moves the commit point there. It retries other errors
+// until killed, and returns nil when killed.
+func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sarama.PartitionConsumer {
+	cm := pm.parent
+	for attempt := 0; ; attempt++ {
+		pm.mu.Lock()
+		offset := pm.lastHandedOut + 1
+		pm.mu.Unlock()
+		if offset == 0 {
+			offset, _ = pom.NextOffset()
+		}
+
+		pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+		if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+			pc, err = pm.restartAtInitial(pom, offset)
+		}
+		if err == nil {
+			pm.mu.Lock()
+			pm.pc = pc
+			pm.mu.Unlock()
+			return pc
+		}
+		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
+		cm.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+		if !pm.sleep(attempt) {
+			return nil
+		}
+	}
+}
+
+// restartAtInitial starts the consumer at Offsets.Initial, for a partition
+// whose offset to resume at is no longer available.
+func (pm *partitionManager) restartAtInitial(pom sarama.PartitionOffsetManager, offset int64) (sarama.PartitionConsumer, error) {
+	cm := pm.parent
+	start, err := cm.client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+	if err != nil {
+		return nil, err
+	}
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	if pm.pending.size() > 0 || start <= pm.lastHandedOut {
+		// Offsets must keep increasing while messages are pending; wait for
+		// them before moving back.
+		return nil, fmt.Errorf("offset %d out of range, and %d handed-out messages pending: %w",
+			offset, pm.pending.size(), sarama.ErrOffsetOutOfRange)
+	}
+	pm.logf("Offset %d is out of range; starting at %d (Offsets.Initial %d).", offset, start, cm.config.Offsets.Initial)
+	pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	if err != nil {
+		return nil, err
+	}
+	pom.ResetOffset(start, "")
+	pm.lastHandedOut = start - 1
+	return pc, nil
+}
+
+// consume hands messages of pc out on the Messages channel until killed (it
+// returns true) or until pc stops by itself (false). Each message enters the
+// ack bookkeeping before it is sent, so that an ack can never come first.
+// When MaxPendingAcks messages are pending, it stops reading pc until an ack
+// makes room. Errors of pc and pom go to the Errors channel.
+func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.PartitionOffsetManager) bool {
+	cm := pm.parent
+	var (
+		held    *sarama.ConsumerMessage // read from pc, waiting for room
+		sending *sarama.ConsumerMessage // in the bookkeeping, being sent
+	)
+	pcErrors, pomErrors := pc.Errors(), pom.Errors()
+	for {
+		var (
+			in  <-chan *sarama.ConsumerMessage
+			out chan<- *sarama.ConsumerMessage
+		)
+		switch {
+		case sending != nil:
+			out = cm.messages
+		case held == nil:
+			in = pc.Messages()
+		}
+
+		select {
+		case <-pm.t.Dying():
+			if sending != nil {
+				pm.mu.Lock()
+				pm.pending.unpush()
+				pm.mu.Unlock()
+			}
+			return true
+
+		case msg, ok := <-in:
+			if !ok {
+				return false
+			}
+			held = msg
+
+		case out <- sending:
+			pm.mu.Lock()
+			pm.lastHandedOut = sending.Offset
+			pm.mu.Unlock()
+			sending = nil
+
+		case err, ok := <-pcErrors:
+			if !ok {
+				pcErrors = nil
+				continue
+			}
+			cm.sendError(err)
+
+		case err, ok := <-pomErrors:
+			if !ok {
+				pomErrors = nil
+				continue
+			}
+			cm.sendError(err)
+
+		case <-pm.wake:
+		}
+
+		if held != nil {
+			pm.mu.Lock()
+			if pm.pending.push(held.Offset) {
+				sending, held = held, nil
+				pm.waiting = false
+			} else {
+				pm.waiting = true // an ack wakes us when there is room
+			}
+			pm.mu.Unlock()
+		}
+	}
+}
+
+// waitForAcks waits until no handed-out message is pending, or until
+// MaxProcessingTime has passed.
+func (pm *partitionManager) waitForAcks(pom sarama.PartitionOffsetManager) {
+	cm := pm.parent
+	pm.mu.Lock()
+	left := pm.pending.pending()
+	pm.waiting = left > 0
+	pm.mu.Unlock()
+	if left == 0 {
+		return
+	}
+
+	timeout := time.NewTimer(cm.config.MaxProcessingTime)
+	defer timeout.Stop()
+	pomErrors := pom.Errors()
+	for {
+		select {
+		case <-pm.wake:
+			pm.mu.Lock()
+			left = pm.pending.pending()
+			pm.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		case err, ok := <-pomErrors:
+			if !ok {
+				pomErrors = nil
+				continue
+			}
+			cm.sendError(err)
+		case <-timeout.C:
+			pm.logf("%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
+				left, cm.config.MaxProcessingTime)
+			return
+		}
+	}
+}
+
+// closeOffsetManager commits the acked prefix and closes the partition's
+// offset manager. sarama releases a closed partition offset manager only
+// in a commit round; this starts one rather than waiting for the next
+// tick, so the partition is handed over without delay. Its errors are
+// drained meanwhile (sarama blocks on them otherwise). If the final commit
+// does not go through within MaxProcessingTime, the drain is handed to the
+// consumer manager, which waits for it at shutdown.
+func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager) {
+	cm := pm.parent
+	pm.mu.Lock()
+	pm.pom = nil
+	pm.mu.Unlock()
+
+	pom.AsyncClose()
+	drained := make(chan struct{})
+	cm.leftovers.Add(1)
+	go func() {
+		defer cm.leftovers.Done()
+		defer close(drained)
+		for err := range pom.Errors() {
+			cm.sendError(err)
+		}
+	}()
+
+	cm.offsetManager.Commit()
+	timeout := time.NewTimer(cm.config.MaxProcessingTime)
+	defer timeout.Stop()
+	select {
+	case <-drained:
+	case <-timeout.C:
+		pm.logf("Final offset commit did not complete within MaxProcessingTime; it is retried in the background.")
+	}
+}
+
+// sleepOrDie waits the retry delay of the given attempt (100 ms doubling to
+// at most 1 s) and reports whether t is still alive.
+func sleepOrDie(t *tomb.Tomb, attempt int) bool {
+	delay := time.Second
+	if attempt < 4 {
+		delay = 100 * time.Millisecond << attempt
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-t.Dying():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
