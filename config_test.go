@@ -1,0 +1,87 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+func TestNewConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := NewConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("default config invalid: %s", err)
+	}
+	checks := []struct {
+		name      string
+		got, want interface{}
+	}{
+		{"MaxProcessingTime", c.MaxProcessingTime, 60 * time.Second},
+		{"MaxPendingAcks", c.MaxPendingAcks, DefaultMaxPendingAcks},
+		{"Offsets.Initial", c.Offsets.Initial, sarama.OffsetOldest},
+		{"Zookeeper.Timeout", c.Zookeeper.Timeout, 6 * time.Second},
+		{"Consumer.Return.Errors", c.Consumer.Return.Errors, true},
+		{"Zookeeper.Logger", c.Zookeeper.Logger, zookeeperLogger{}},
+	}
+	for _, check := range checks {
+		if check.got != check.want {
+			t.Errorf("%s = %v, want %v", check.name, check.got, check.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   string // in the error message
+	}{
+		{"MaxProcessingTime zero", func(c *Config) { c.MaxProcessingTime = 0 }, "MaxProcessingTime"},
+		{"MaxProcessingTime negative", func(c *Config) { c.MaxProcessingTime = -time.Second }, "MaxProcessingTime"},
+		{"MaxPendingAcks zero", func(c *Config) { c.MaxPendingAcks = 0 }, "MaxPendingAcks"},
+		{"Offsets.Initial other", func(c *Config) { c.Offsets.Initial = 42 }, "Offsets.Initial"},
+		{"Zookeeper.Timeout zero", func(c *Config) { c.Zookeeper.Timeout = 0 }, "Zookeeper.Timeout"},
+		{"Zookeeper nil", func(c *Config) { c.Zookeeper = nil }, "Zookeeper"},
+		{"sarama nil", func(c *Config) { c.Config = nil }, "sarama"},
+		{"sarama invalid", func(c *Config) { c.ChannelBufferSize = -1 }, "ChannelBufferSize"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewConfig()
+			tc.change(c)
+			err := c.Validate()
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %q, want it to name %s", err, tc.want)
+			}
+		})
+	}
+	var nilConfig *Config
+	if err := nilConfig.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("nil Validate() = %v", err)
+	}
+	newest := NewConfig()
+	newest.Offsets.Initial = sarama.OffsetNewest
+	if err := newest.Validate(); err != nil {
+		t.Fatalf("OffsetNewest rejected: %s", err)
+	}
+}
+
+func TestSaramaConfigTakesOffsetsInitial(t *testing.T) {
+	t.Parallel()
+	c := NewConfig()
+	c.Config.Consumer.Offsets.Initial = sarama.OffsetNewest
+	c.Offsets.Initial = sarama.OffsetOldest
+	if got := c.saramaConfig().Consumer.Offsets.Initial; got != sarama.OffsetOldest {
+		t.Fatalf("sarama Consumer.Offsets.Initial = %d, want OffsetOldest", got)
+	}
+	if c.Config.Consumer.Offsets.Initial != sarama.OffsetNewest {
+		t.Fatal("saramaConfig changed the caller's config")
+	}
+}

@@ -1,0 +1,353 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/wvanbergen/kazoo-go"
+	"go.uber.org/goleak"
+)
+
+// leakOptions are the goroutines that outlive a consumer on purpose:
+// go-metrics' meter ticker, which sarama starts once per process.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+}
+
+// verifyNoLeaks fails the test if goroutines started since it began are still
+// running once the test is done, after waiting up to goleak's deadline.
+func verifyNoLeaks(t *testing.T) {
+	t.Helper()
+	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOptions...)
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+func TestJoinRejectsBadInput(t *testing.T) {
+	verifyNoLeaks(t)
+	badConfig := NewConfig()
+	badConfig.MaxProcessingTime = 0
+	cases := []struct {
+		name         string
+		group        string
+		subscription Subscription
+		zookeeper    string
+		config       *Config
+		want         error
+	}{
+		{"empty group", "", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
+		{"group with slash", "a/b", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
+		{"nil subscription", "g", nil, "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"empty subscription", "g", TopicSubscription(), "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"nil whitelist", "g", WhitelistSubscription(nil), "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"empty zookeeper", "g", TopicSubscription("t"), "", nil, ErrInvalidZookeeper},
+		{"blank zookeeper", "g", TopicSubscription("t"), "  ", nil, ErrInvalidZookeeper},
+		{"empty server", "g", TopicSubscription("t"), "127.0.0.1:2181,", nil, ErrInvalidZookeeper},
+		{"bad port", "g", TopicSubscription("t"), "127.0.0.1:port", nil, ErrInvalidZookeeper},
+		{"port out of range", "g", TopicSubscription("t"), "127.0.0.1:70000", nil, ErrInvalidZookeeper},
+		{"empty chroot element", "g", TopicSubscription("t"), "127.0.0.1:2181/a//b", nil, ErrInvalidZookeeper},
+		{"invalid config", "g", TopicSubscription("t"), "127.0.0.1:2181", badConfig, ErrInvalidConfig},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Join(tc.group, tc.subscription, tc.zookeeper, tc.config)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Join() = %v, %v; want %v", c, err, tc.want)
+			}
+			if c != nil {
+				t.Fatal("Join returned a consumer with an error")
+			}
+		})
+	}
+}
+
+func TestParseZookeeper(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in     string
+		nodes  int
+		chroot string
+	}{
+		{"zk1:2181", 1, ""},
+		{"zk1:2181,zk2:2181,zk3", 3, ""},
+		{"zk1:2181/kafka", 1, "/kafka"},
+		{"zk1:2181/kafka/", 1, "/kafka"},
+		{"zk1:2181/", 1, ""},
+		{"zk1:2181,zk2:2182/a/b", 2, "/a/b"},
+	}
+	for _, tc := range cases {
+		nodes, chroot, err := parseZookeeper(tc.in)
+		if err != nil || len(nodes) != tc.nodes || chroot != tc.chroot {
+			t.Errorf("parseZookeeper(%q) = %v, %q, %v; want %d nodes, %q", tc.in, nodes, chroot, err, tc.nodes, tc.chroot)
+		}
+	}
+}
+
+func TestJoinUnreachableZookeeperIsBounded(t *testing.T) {
+	verifyNoLeaks(t)
+	config := NewConfig()
+	config.Zookeeper.Timeout = 500 * time.Millisecond
+	start := time.Now()
+	// Port 1 on loopback: nothing listens there.
+	c, err := Join("g", TopicSubscription("t"), "127.0.0.1:1", config)
+	elapsed := time.Since(start)
+	if !errors.Is(err, ErrZookeeperUnreachable) || c != nil {
+		t.Fatalf("Join() = %v, %v; want ErrZookeeperUnreachable", c, err)
+	}
+	// The probe waits for the timeout, then up to a second to close.
+	if limit := config.Zookeeper.Timeout + 2*time.Second; elapsed > limit {
+		t.Fatalf("Join took %s, want at most %s", elapsed, limit)
+	}
+}
+
+func TestJoinDoesNotChangeCallerConfig(t *testing.T) {
+	verifyNoLeaks(t)
+	config := NewConfig()
+	config.Zookeeper.Timeout = 200 * time.Millisecond
+	config.Offsets.Initial = sarama.OffsetOldest
+	before := config.Consumer.Offsets.Initial
+	_, _ = Join("g", TopicSubscription("t"), "127.0.0.1:1/chroot", config)
+	if config.Zookeeper.Chroot != "" {
+		t.Errorf("Join set the caller's Zookeeper.Chroot to %q", config.Zookeeper.Chroot)
+	}
+	if config.Consumer.Offsets.Initial != before {
+		t.Error("Join changed the caller's sarama config")
+	}
+}
+
+// fakeOffsetManager records the marks of a partition; it stands in for
+// sarama's partition offset manager in tests of the ack bookkeeping.
+type fakeOffsetManager struct {
+	mu     sync.Mutex
+	mark   int64 // the highest offset marked, or -1
+	errors chan *sarama.ConsumerError
+}
+
+func newFakeOffsetManager() *fakeOffsetManager {
+	return &fakeOffsetManager{mark: -1, errors: make(chan *sarama.ConsumerError)}
+}
+
+func (f *fakeOffsetManager) NextOffset() (int64, string) { return 0, "" }
+func (f *fakeOffsetManager) MarkOffset(offset int64, _ string) {
+	f.mu.Lock()
+	if offset > f.mark {
+		f.mark = offset
+	}
+	f.mu.Unlock()
+}
+func (f *fakeOffsetManager) ResetOffset(int64, string)            {}
+func (f *fakeOffsetManager) Errors() <-chan *sarama.ConsumerError { return f.errors }
+func (f *fakeOffsetManager) AsyncClose()                          {}
+func (f *fakeOffsetManager) Close() error                         { return nil }
+
+func (f *fakeOffsetManager) last() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mark
+}
+
+// testManager returns a consumer manager without connections that runs one
+// partition manager of topic "t", partition 0, whose offset manager is fake.
+// handOut records the given offsets as handed out.
+func testManager(t *testing.T, config *Config) (*consumerManager, *partitionManager, *fakeOffsetManager, func(...int64)) {
+	t.Helper()
+	if config == nil {
+		config = NewConfig()
+	}
+	cm := &consumerManager{config: config}
+	partition := (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1})
+	pm := newPartitionManager(cm, partition)
+	pom := newFakeOffsetManager()
+	pm.pom = pom
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	handOut := func(offsets ...int64) {
+		pm.mu.Lock()
+		defer pm.mu.Unlock()
+		for _, o := range offsets {
+			if !pm.pending.push(o) {
+				t.Fatalf("push(%d) refused", o)
+			}
+			pm.lastHandedOut = o
+		}
+	}
+	return cm, pm, pom, handOut
+}
+
+func message(offset int64) *sarama.ConsumerMessage {
+	return &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: offset}
+}
+
+func TestAckCommitsNextOffset(t *testing.T) {
+	t.Parallel()
+	cm, _, pom, handOut := testManager(t, nil)
+	handOut(0, 1, 2)
+	cm.Ack(message(0))
+	if got := pom.last(); got != 1 {
+		t.Fatalf("after acking offset 0, marked %d, want 1 (the next offset to read)", got)
+	}
+	cm.Ack(message(2))
+	if got := pom.last(); got != 1 {
+		t.Fatalf("after acking 2 before 1, marked %d, want 1", got)
+	}
+	cm.Ack(message(1))
+	if got := pom.last(); got != 3 {
+		t.Fatalf("after acking 1, marked %d, want 3", got)
+	}
+}
+
+func TestAckMisuseDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	cm, _, pom, handOut := testManager(t, nil)
+	handOut(5)
+	cm.Ack(nil)
+	cm.Ack(&sarama.ConsumerMessage{Topic: "other", Partition: 0, Offset: 5}) // not owned
+	cm.Ack(&sarama.ConsumerMessage{Topic: "t", Partition: 9, Offset: 5})     // not owned
+	cm.Ack(message(3))                                                       // stale
+	cm.Ack(message(5))
+	cm.Ack(message(5)) // double ack
+	if got := pom.last(); got != 6 {
+		t.Fatalf("marked %d, want 6", got)
+	}
+}
+
+func TestEarlyAckBeforeOffsetManager(t *testing.T) {
+	t.Parallel()
+	// A partition manager is visible to Ack before its offset manager runs;
+	// a stale message of an earlier owner acked then is ignored.
+	cm, pm, _, _ := testManager(t, nil)
+	pm.mu.Lock()
+	pm.pom = nil
+	pm.mu.Unlock()
+	cm.Ack(message(7))
+}
+
+func TestAckAfterClose(t *testing.T) {
+	t.Parallel()
+	cm, _, pom, handOut := testManager(t, nil)
+	handOut(0)
+	cm.pms.Store(&partitionManagers{}) // what Close leaves behind
+	cm.Ack(message(0))
+	if got := pom.last(); got != -1 {
+		t.Fatalf("ack after close marked %d", got)
+	}
+}
+
+func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
+	t.Parallel()
+	config := NewConfig()
+	config.MaxProcessingTime = time.Minute
+	cm, pm, pom, handOut := testManager(t, config)
+	handOut(0, 1, 2)
+	cm.Ack(message(1))
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pm.waitForAcks(pom)
+	}()
+	cm.Ack(message(2))
+	cm.Ack(message(2)) // a double ack of the last one: no double close
+	select {
+	case <-done:
+		t.Fatal("waitForAcks returned with message 0 not acked")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cm.Ack(message(0))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitForAcks did not return after every message was acked")
+	}
+	if got := pom.last(); got != 3 {
+		t.Fatalf("marked %d, want 3", got)
+	}
+}
+
+func TestWaitForAcksGivesUpAfterMaxProcessingTime(t *testing.T) {
+	t.Parallel()
+	config := NewConfig()
+	config.MaxProcessingTime = 100 * time.Millisecond
+	_, pm, pom, handOut := testManager(t, config)
+	handOut(0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pm.waitForAcks(pom)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitForAcks did not give up after MaxProcessingTime")
+	}
+	if got := pom.last(); got != -1 {
+		t.Fatalf("marked %d without any ack", got)
+	}
+}
+
+func TestWaitForAcksCountsWithdrawn(t *testing.T) {
+	t.Parallel()
+	cm, pm, pom, handOut := testManager(t, nil)
+	handOut(0, 1)
+	cm.Ack(message(0))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pm.waitForAcks(pom)
+	}()
+	cm.withdraw(message(1))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitForAcks waited for a withdrawn message")
+	}
+	if got := pom.last(); got != 1 {
+		t.Fatalf("marked %d, want 1", got)
+	}
+}
+
+// BenchmarkAck measures the hot path: Ack of in-order messages of an owned
+// partition, each handed out first. It allocates nothing.
+func BenchmarkAck(b *testing.B) {
+	config := NewConfig()
+	cm := &consumerManager{config: config}
+	partition := (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1})
+	pm := newPartitionManager(cm, partition)
+	pm.pom = newFakeOffsetManager()
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pm.mu.Lock()
+		pm.pending.push(int64(i))
+		pm.mu.Unlock()
+		msg.Offset = int64(i)
+		cm.Ack(msg)
+	}
+}
+
+// BenchmarkAckOutOfOrder acks each window of 64 messages in reverse order.
+func BenchmarkAckOutOfOrder(b *testing.B) {
+	config := NewConfig()
+	cm := &consumerManager{config: config}
+	partition := (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1})
+	pm := newPartitionManager(cm, partition)
+	pm.pom = newFakeOffsetManager()
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 64 {
+		pm.mu.Lock()
+		for j := 0; j < 64; j++ {
+			pm.pending.push(int64(i + j))
+		}
+		pm.mu.Unlock()
+		for j := 63; j >= 0; j-- {
+			msg.Offset = int64(i + j)
+			cm.Ack(msg)
+		}
+	}
+}

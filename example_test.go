@@ -1,0 +1,74 @@
+package kafkaconsumer_test
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"regexp"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer"
+)
+
+// This example joins the group "my-group" to consume the topic "my-topic",
+// processes each message and acks it, and leaves the group on Ctrl-C. It
+// needs a running cluster, so it has no output to check.
+func ExampleJoin() {
+	config := kafkaconsumer.NewConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	config.MaxProcessingTime = 10 * time.Second
+
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt)
+	go func() {
+		<-interrupted
+		consumer.Interrupt() // Messages is closed when the shutdown completes
+	}()
+
+	go func() {
+		for err := range consumer.Errors() {
+			log.Println("consumer error:", err)
+		}
+	}()
+
+	for msg := range consumer.Messages() {
+		fmt.Printf("%s/%d/%d: %s\n", msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		consumer.Ack(msg)
+	}
+
+	if err := consumer.Close(); err != nil {
+		log.Fatalln(err)
+	}
+}
+
+// A white list subscribes to every topic whose name matches, including
+// topics created later; Kafka's internal topics are never selected.
+func ExampleWhitelistSubscription() {
+	subscription := kafkaconsumer.WhitelistSubscription(regexp.MustCompile(`^orders\.`))
+	data, _ := subscription.JSON()
+	fmt.Println(len(data) > 0)
+	// Output: true
+}
+
+// Join checks its input before it connects to anything, and its errors can
+// be told apart with errors.Is.
+func ExampleJoin_errors() {
+	_, err := kafkaconsumer.Join("", kafkaconsumer.TopicSubscription("t"), "localhost:2181", nil)
+	fmt.Println(errors.Is(err, kafkaconsumer.ErrInvalidGroup))
+
+	config := kafkaconsumer.NewConfig()
+	config.Offsets.Initial = 42
+	_, err = kafkaconsumer.Join("g", kafkaconsumer.TopicSubscription("t"), "localhost:2181", config)
+	fmt.Println(err)
+	// Output:
+	// true
+	// kafkaconsumer: invalid configuration: Offsets.Initial must be sarama.OffsetOldest (-2) or sarama.OffsetNewest (-1), got 42
+}

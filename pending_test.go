@@ -1,0 +1,214 @@
+package kafkaconsumer
+
+import (
+	"math/rand"
+	"testing"
+	"testing/quick"
+)
+
+func TestPendingAcksInOrder(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	if got := p.commitOffset(); got != -1 {
+		t.Fatalf("commit offset before any ack = %d, want -1", got)
+	}
+	for o := int64(5); o < 8; o++ {
+		if !p.push(o) {
+			t.Fatalf("push(%d) refused", o)
+		}
+	}
+	for o := int64(5); o < 8; o++ {
+		known, advanced := p.ack(o)
+		if !known || !advanced {
+			t.Fatalf("ack(%d) = %v, %v; want true, true", o, known, advanced)
+		}
+		if got := p.commitOffset(); got != o+1 {
+			t.Fatalf("after ack(%d) commit offset = %d, want %d", o, got, o+1)
+		}
+	}
+	if p.pending() != 0 || p.size() != 0 {
+		t.Fatalf("pending %d, size %d after all acks", p.pending(), p.size())
+	}
+}
+
+func TestPendingAcksOutOfOrderCommitsPrefixOnly(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	for o := int64(0); o < 5; o++ {
+		p.push(o)
+	}
+	if known, advanced := p.ack(3); !known || advanced {
+		t.Fatalf("ack(3) = %v, %v; want known, not advanced", known, advanced)
+	}
+	if got := p.commitOffset(); got != -1 {
+		t.Fatalf("commit offset with 0 unacked = %d, want -1", got)
+	}
+	p.ack(0)
+	if got := p.commitOffset(); got != 1 {
+		t.Fatalf("commit offset = %d, want 1 (message 1 is not acked)", got)
+	}
+	p.ack(2)
+	p.ack(1)
+	if got := p.commitOffset(); got != 4 {
+		t.Fatalf("commit offset = %d, want 4", got)
+	}
+}
+
+func TestPendingAcksDoubleAndStaleAcks(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	p.push(10)
+	p.push(11)
+	if known, _ := p.ack(11); !known {
+		t.Fatal("first ack(11) unknown")
+	}
+	if known, _ := p.ack(11); known {
+		t.Fatal("second ack(11) counted")
+	}
+	if known, _ := p.ack(3); known {
+		t.Fatal("stale ack(3) counted")
+	}
+	if known, _ := p.ack(99); known {
+		t.Fatal("ack of an offset never handed out counted")
+	}
+	p.ack(10)
+	if known, _ := p.ack(10); known {
+		t.Fatal("ack(10) after it was committed counted")
+	}
+	if got := p.commitOffset(); got != 12 {
+		t.Fatalf("commit offset = %d, want 12", got)
+	}
+}
+
+func TestPendingAcksGapsInOffsets(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	for _, o := range []int64{3, 7, 8, 20} { // compacted topic
+		p.push(o)
+	}
+	p.ack(3)
+	if got := p.commitOffset(); got != 7 {
+		t.Fatalf("commit offset = %d, want 7", got)
+	}
+	p.ack(20)
+	p.ack(8)
+	p.ack(7)
+	if got := p.commitOffset(); got != 21 {
+		t.Fatalf("commit offset = %d, want 21", got)
+	}
+}
+
+func TestPendingAcksLimit(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(3)
+	for o := int64(0); o < 3; o++ {
+		if !p.push(o) {
+			t.Fatalf("push(%d) refused below the limit", o)
+		}
+	}
+	if !p.full() || p.push(3) {
+		t.Fatal("push beyond the limit accepted")
+	}
+	p.ack(1) // acked after an unacked one: still counts
+	if p.push(3) {
+		t.Fatal("push accepted while the prefix is not acked")
+	}
+	p.ack(0)
+	if !p.push(3) {
+		t.Fatal("push refused after the prefix was acked")
+	}
+}
+
+func TestPendingAcksUnpush(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(3)
+	p.push(0)
+	p.ack(0)
+	p.push(1)
+	p.unpush()
+	if p.pending() != 0 || p.commitOffset() != 1 {
+		t.Fatalf("after unpush: pending %d, commit %d; want 0, 1", p.pending(), p.commitOffset())
+	}
+}
+
+func TestPendingAcksWithdrawStopsCommits(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	for o := int64(0); o < 4; o++ {
+		p.push(o)
+	}
+	p.ack(0)
+	if !p.withdraw(1) {
+		t.Fatal("withdraw(1) unknown")
+	}
+	p.ack(2)
+	p.ack(3)
+	if p.pending() != 0 {
+		t.Fatalf("pending = %d, want 0", p.pending())
+	}
+	if got := p.commitOffset(); got != 1 {
+		t.Fatalf("commit offset = %d, want 1: the withdrawn message is not processed", got)
+	}
+}
+
+// TestPendingAcksAnyOrderProperty acks random prefixes of handed-out
+// messages in random orders, and checks after every ack that the commit
+// offset is exactly one past the longest acked prefix.
+func TestPendingAcksAnyOrderProperty(t *testing.T) {
+	t.Parallel()
+	property := func(seed int64, count uint8) bool {
+		rng := rand.New(rand.NewSource(seed))
+		n := int(count)%200 + 1
+		p := newPendingAcks(1000)
+		offsets := make([]int64, n)
+		next := int64(rng.Intn(1000))
+		for i := range offsets {
+			offsets[i] = next
+			if !p.push(next) {
+				return false
+			}
+			next += int64(1 + rng.Intn(3))
+		}
+		acked := make([]bool, n)
+		for _, i := range rng.Perm(n) {
+			known, _ := p.ack(offsets[i])
+			if !known {
+				return false
+			}
+			acked[i] = true
+			if rng.Intn(4) == 0 { // a double ack changes nothing
+				if known, advanced := p.ack(offsets[i]); known || advanced {
+					return false
+				}
+			}
+			prefix := 0
+			for prefix < n && acked[prefix] {
+				prefix++
+			}
+			var want int64 = -1
+			switch {
+			case prefix == n:
+				want = offsets[n-1] + 1
+			case prefix > 0:
+				want = offsets[prefix]
+			}
+			if got := p.commitOffset(); got != want {
+				t.Logf("seed %d: after acking %d of %d, commit %d, want %d", seed, i, n, got, want)
+				return false
+			}
+		}
+		return p.pending() == 0 && p.size() == 0
+	}
+	if err := quick.Check(property, &quick.Config{MaxCount: 500}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkPendingAcksInOrder(b *testing.B) {
+	p := newPendingAcks(DefaultMaxPendingAcks)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		p.push(int64(i))
+		p.ack(int64(i))
+	}
+}

@@ -1,0 +1,202 @@
+package kafkaconsumer
+
+import (
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	samuelzk "github.com/samuel/go-zookeeper/zk"
+)
+
+func TestSubscriptionJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name         string
+		subscription Subscription
+		pattern      string
+		subscribed   map[string]int
+	}{
+		{"topics", TopicSubscription("a", "b"), "static", map[string]int{"a": 1, "b": 1}},
+		{"static", StaticSubscription(map[string]int{"a": 2}), "static", map[string]int{"a": 2}},
+		{"whitelist", WhitelistSubscription(regexp.MustCompile(`^test\..*`)), "white_list", map[string]int{`^test\..*`: 1}},
+		{"blacklist", BlacklistSubscription(regexp.MustCompile(`^x`)), "black_list", map[string]int{"^x": 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := time.Now().UnixMilli()
+			data, err := tc.subscription.JSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw map[string]json.RawMessage
+			if err := json.Unmarshal(data, &raw); err != nil {
+				t.Fatal(err)
+			}
+			if len(raw) != 4 {
+				t.Errorf("JSON %s has %d fields, want pattern, subscription, timestamp, version", data, len(raw))
+			}
+			var reg struct {
+				Pattern      string         `json:"pattern"`
+				Subscription map[string]int `json:"subscription"`
+				Timestamp    string         `json:"timestamp"`
+				Version      int            `json:"version"`
+			}
+			if err := json.Unmarshal(data, &reg); err != nil {
+				t.Fatalf("JSON %s: %s", data, err)
+			}
+			if reg.Pattern != tc.pattern || reg.Version != 1 {
+				t.Errorf("pattern %q version %d, want %q 1", reg.Pattern, reg.Version, tc.pattern)
+			}
+			if len(reg.Subscription) != len(tc.subscribed) {
+				t.Errorf("subscription %v, want %v", reg.Subscription, tc.subscribed)
+			}
+			for k, v := range tc.subscribed {
+				if reg.Subscription[k] != v {
+					t.Errorf("subscription %v, want %v", reg.Subscription, tc.subscribed)
+				}
+			}
+			ms, err := strconv.ParseInt(reg.Timestamp, 10, 64)
+			if err != nil || ms < before || ms > time.Now().UnixMilli() {
+				t.Errorf("timestamp %q is not the current unix time in ms as a string", reg.Timestamp)
+			}
+		})
+	}
+}
+
+func TestStaticSubscriptionCopiesItsMap(t *testing.T) {
+	t.Parallel()
+	m := map[string]int{"a": 1}
+	s := StaticSubscription(m)
+	m["b"] = 1
+	if got := len(s.(*staticSubscription).topics); got != 1 {
+		t.Fatalf("subscription has %d topics after the caller changed its map, want 1", got)
+	}
+}
+
+func TestRegexpSubscriptionSelects(t *testing.T) {
+	t.Parallel()
+	white := WhitelistSubscription(regexp.MustCompile(`^test\.`)).(*regexpSubscription)
+	black := BlacklistSubscription(regexp.MustCompile(`^test\.`)).(*regexpSubscription)
+	cases := []struct {
+		topic        string
+		white, black bool
+	}{
+		{"test.1", true, false},
+		{"test.64", true, false},
+		{"other", false, true},
+		{"__consumer_offsets", false, false},
+		{"__transaction_state", false, false},
+	}
+	for _, tc := range cases {
+		if got := white.selects(tc.topic); got != tc.white {
+			t.Errorf("whitelist selects %s = %v, want %v", tc.topic, got, tc.white)
+		}
+		if got := black.selects(tc.topic); got != tc.black {
+			t.Errorf("blacklist selects %s = %v, want %v", tc.topic, got, tc.black)
+		}
+	}
+	everything := WhitelistSubscription(regexp.MustCompile(`.*`)).(*regexpSubscription)
+	if everything.selects("__consumer_offsets") {
+		t.Error("a whitelist of everything selects an internal topic")
+	}
+}
+
+func TestSubscriptionValidation(t *testing.T) {
+	t.Parallel()
+	bad := map[string]Subscription{
+		"no topics":       TopicSubscription(),
+		"empty topic":     TopicSubscription(""),
+		"bad topic":       TopicSubscription("a/b"),
+		"nil whitelist":   WhitelistSubscription(nil),
+		"nil blacklist":   BlacklistSubscription(nil),
+		"dot topic":       TopicSubscription(".."),
+		"static no topic": StaticSubscription(nil),
+	}
+	for name, s := range bad {
+		err := s.(interface{ validate() error }).validate()
+		if !errors.Is(err, ErrInvalidSubscription) {
+			t.Errorf("%s: validate() = %v, want ErrInvalidSubscription", name, err)
+		}
+	}
+	if _, err := WhitelistSubscription(nil).JSON(); err == nil {
+		t.Error("JSON of a nil whitelist did not fail")
+	}
+}
+
+func TestFirstEventMergesWatches(t *testing.T) {
+	t.Parallel()
+	watches := make([]chan samuelzk.Event, 5)
+	in := make([]<-chan samuelzk.Event, len(watches))
+	for i := range watches {
+		watches[i] = make(chan samuelzk.Event, 1)
+		in[i] = watches[i]
+	}
+	out := firstEvent(in)
+
+	// The third watch fires: its event comes out; then the first fires,
+	// and nothing more comes out.
+	watches[2] <- samuelzk.Event{Type: samuelzk.EventNodeChildrenChanged, State: samuelzk.StateHasSession, Path: "/brokers/topics"}
+	close(watches[2])
+	ev, ok := <-out
+	if !ok {
+		t.Fatal("merged channel closed without an event")
+	}
+	if ev.Type != zk.EventNodeChildrenChanged || ev.State != zk.StateHasSession || ev.Path != "/brokers/topics" {
+		t.Fatalf("event %+v, want the converted children-changed event", ev)
+	}
+	watches[0] <- samuelzk.Event{Type: samuelzk.EventNodeDataChanged}
+	close(watches[0])
+	if _, ok := <-out; ok {
+		t.Fatal("merged channel delivered a second event")
+	}
+}
+
+func TestFirstEventConvertsSessionExpiry(t *testing.T) {
+	t.Parallel()
+	w := make(chan samuelzk.Event, 1)
+	out := firstEvent([]<-chan samuelzk.Event{w})
+	w <- samuelzk.Event{Type: samuelzk.EventNotWatching, State: samuelzk.StateDisconnected, Err: samuelzk.ErrSessionExpired}
+	close(w)
+	ev := <-out
+	if ev.Type != zk.EventNotWatching || !errors.Is(ev.Err, zk.ErrSessionExpired) {
+		t.Fatalf("event %+v, want EventNotWatching with zk.ErrSessionExpired", ev)
+	}
+}
+
+func TestFirstEventClosedInput(t *testing.T) {
+	t.Parallel()
+	w := make(chan samuelzk.Event)
+	out := firstEvent([]<-chan samuelzk.Event{w})
+	close(w)
+	ev := <-out
+	if ev.Type != zk.EventNotWatching || !errors.Is(ev.Err, zk.ErrClosing) {
+		t.Fatalf("event %+v, want EventNotWatching with zk.ErrClosing", ev)
+	}
+}
+
+func TestEventTypesAgree(t *testing.T) {
+	t.Parallel()
+	pairs := []struct {
+		samuel samuelzk.EventType
+		ours   zk.EventType
+	}{
+		{samuelzk.EventNodeCreated, zk.EventNodeCreated},
+		{samuelzk.EventNodeDeleted, zk.EventNodeDeleted},
+		{samuelzk.EventNodeDataChanged, zk.EventNodeDataChanged},
+		{samuelzk.EventNodeChildrenChanged, zk.EventNodeChildrenChanged},
+		{samuelzk.EventSession, zk.EventSession},
+		{samuelzk.EventNotWatching, zk.EventNotWatching},
+	}
+	for _, p := range pairs {
+		if zk.EventType(p.samuel) != p.ours {
+			t.Errorf("event type %s converts to %s", p.samuel, zk.EventType(p.samuel))
+		}
+	}
+	if zk.State(samuelzk.StateHasSession) != zk.StateHasSession || zk.State(samuelzk.StateExpired) != zk.StateExpired {
+		t.Error("session states differ between the clients")
+	}
+}
