@@ -61,6 +61,15 @@ type Config struct {
 	// bytes per partition. Default 16384.
 	MaxPendingAcks int
 
+	// OnRebalance, when set, is called after each change of the partitions
+	// this instance consumes, with the partitions it stopped (their acked
+	// offsets committed, their claims released) and those it started (their
+	// claims may still be pending while a previous owner finishes). It is
+	// called from the consumer's manager goroutine, one call at a time, and
+	// no rebalance proceeds until it returns: keep it short, and do not call
+	// Close from it (Interrupt is fine). Default nil.
+	OnRebalance func(Rebalance)
+
 	// Offsets configures where consumption starts.
 	Offsets struct {
 		// Initial is the offset to start at when the group has no committed

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,49 @@ type Consumer interface {
 	// longer owns (after a rebalance or Close) does nothing but, for the
 	// last case, log a line.
 	Ack(*sarama.ConsumerMessage)
+
+	// Stats returns the state of each partition this instance runs, sorted
+	// by topic and partition. It does not block on the network. After
+	// Close it returns nothing.
+	Stats() []PartitionStats
+}
+
+// TopicPartition names a partition of a topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Rebalance is what Config.OnRebalance receives: the partitions an instance
+// stopped and started consuming, each sorted by topic and partition.
+type Rebalance struct {
+	Revoked  []TopicPartition
+	Assigned []TopicPartition
+}
+
+// PartitionStats is the state of one partition that an instance runs.
+type PartitionStats struct {
+	TopicPartition
+	// Claimed is true once the instance owns the partition in ZooKeeper;
+	// until then it waits for the previous owner.
+	Claimed bool
+	// LastHandedOut is the offset of the last message handed out on
+	// Messages, or -1.
+	LastHandedOut int64
+	// LastAcked is the highest offset acked, or -1.
+	LastAcked int64
+	// Pending is the number of handed-out messages not acked yet.
+	Pending int
+	// Committed is the offset marked for commit: the next message to read
+	// after the acked prefix. It reaches Kafka within
+	// Config.Consumer.Offsets.AutoCommit.Interval. -1 when unknown.
+	Committed int64
+	// HighWaterMark is the offset the next message produced to the
+	// partition will get, as of the last fetch; -1 when not consuming.
+	HighWaterMark int64
+	// Lag is HighWaterMark - Committed: the messages not processed yet,
+	// or -1 when either is unknown.
+	Lag int64
 }
 
 // Join joins a consumer group and returns its running Consumer instance.
@@ -268,6 +312,21 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	pm.ack(msg.Offset)
 }
 
+// Stats implements Consumer.
+func (cm *consumerManager) Stats() []PartitionStats {
+	pms := *cm.pms.Load()
+	result := make([]PartitionStats, 0, len(pms))
+	for _, pm := range pms {
+		result = append(result, pm.stats())
+	}
+	sort.Slice(result, func(i, j int) bool { return result[i].TopicPartition.less(result[j].TopicPartition) })
+	return result
+}
+
+func (tp TopicPartition) less(other TopicPartition) bool {
+	return tp.Topic < other.Topic || (tp.Topic == other.Topic && tp.Partition < other.Partition)
+}
+
 // sendError passes err to the Errors channel, or logs it when the user asked
 // for no errors or is not reading them fast enough. It never blocks.
 func (cm *consumerManager) sendError(err error) {
@@ -441,6 +500,19 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		}
 	}
 	cm.pms.Store(&next)
+
+	if cm.config.OnRebalance != nil && len(stopping)+len(started) > 0 {
+		cm.config.OnRebalance(Rebalance{Revoked: sortedPartitions(stopping), Assigned: sortedPartitions(started)})
+	}
+}
+
+func sortedPartitions(pms []*partitionManager) []TopicPartition {
+	result := make([]TopicPartition, 0, len(pms))
+	for _, pm := range pms {
+		result = append(result, TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition})
+	}
+	sort.Slice(result, func(i, j int) bool { return result[i].less(result[j]) })
+	return result
 }
 
 // shutdown runs when the manager goroutine ends:

@@ -351,3 +351,18 @@ func BenchmarkAckOutOfOrder(b *testing.B) {
 		}
 	}
 }
+
+func TestStatsAndRebalanceNames(t *testing.T) {
+	t.Parallel()
+	cm, _, _, handOut := testManager(t, nil)
+	handOut(0, 1, 2)
+	cm.Ack(message(1))
+	stats := cm.Stats()
+	if len(stats) != 1 {
+		t.Fatalf("Stats() has %d partitions, want 1", len(stats))
+	}
+	s := stats[0]
+	if s.Topic != "t" || s.Partition != 0 || s.LastHandedOut != 2 || s.LastAcked != 1 || s.Pending != 2 || s.Lag != -1 {
+		t.Fatalf("Stats() = %+v", s)
+	}
+}

@@ -52,6 +52,8 @@ type partitionManager struct {
 	waiting bool
 	// lastHandedOut is the offset of the last message handed out, or -1.
 	lastHandedOut int64
+	// lastAcked is the highest offset acked, or -1.
+	lastAcked int64
 	// claimed is set while this instance holds the partition's owner node.
 	claimed bool
 }
@@ -66,7 +68,36 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 		wake:          make(chan struct{}, 1),
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
+		lastAcked:     -1,
 	}
+}
+
+// stats returns the partition's state for Stats.
+func (pm *partitionManager) stats() PartitionStats {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	s := PartitionStats{
+		TopicPartition: TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition},
+		Claimed:        pm.claimed,
+		LastHandedOut:  pm.lastHandedOut,
+		LastAcked:      pm.lastAcked,
+		Pending:        pm.pending.pending(),
+		Committed:      -1,
+		HighWaterMark:  -1,
+		Lag:            -1,
+	}
+	if pm.pom != nil {
+		if next, _ := pm.pom.NextOffset(); next >= 0 {
+			s.Committed = next // else nothing committed: Offsets.Initial
+		}
+	}
+	if pm.pc != nil {
+		s.HighWaterMark = pm.pc.HighWaterMarkOffset()
+	}
+	if s.Committed >= 0 && s.HighWaterMark >= 0 {
+		s.Lag = max(s.HighWaterMark-s.Committed, 0)
+	}
+	return s
 }
 
 func (pm *partitionManager) logf(format string, args ...interface{}) {
@@ -80,6 +111,9 @@ func (pm *partitionManager) logf(format string, args ...interface{}) {
 func (pm *partitionManager) ack(offset int64) bool {
 	pm.mu.Lock()
 	known, advanced := pm.pending.ack(offset)
+	if known && offset > pm.lastAcked {
+		pm.lastAcked = offset
+	}
 	if advanced && pm.pom != nil {
 		pm.pom.MarkOffset(pm.pending.commitOffset(), "")
 	}
