@@ -1,0 +1,858 @@
+package kafkaconsumer
+
+// Fault tests: consumers run as child processes (this test binary, started
+// again in child mode), so that kill -9, SIGSTOP and SIGCONT hit a real
+// process; brokers and ZooKeeper nodes are real JVMs that the tests stop,
+// kill and start. Every test ends by checking that every produced message
+// was handed out at least once, that the committed offsets equal the
+// partition ends, and that no partition is owned by two live instances.
+
+import (
+	"bufio"
+	"fmt"
+	"log"
+	"math/rand"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// childEnv, when set, makes the test binary run childMain instead of tests.
+const childEnv = "KAFKACONSUMER_TEST_CHILD"
+
+// childMain is a consumer process for the fault tests. It joins the group
+// named by the environment, and appends to its output file, one write per
+// line so that kill -9 loses nothing written:
+//
+//	J <instance id>           joined
+//	A <topic> <partition>     assigned (OnRebalance)
+//	R <topic> <partition>     revoked (OnRebalance)
+//	M <value>                 received, before it is processed and acked
+//	E <error>                 from Errors()
+//	C                         closed cleanly (after SIGTERM)
+//
+// With KC_WORKERS > 0 it processes messages in that many workers with random
+// delays up to KC_DELAY, so acks come out of order.
+func childMain() int {
+	out, err := os.OpenFile(os.Getenv("KC_OUT"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var outMu sync.Mutex
+	writeLine := func(format string, args ...interface{}) {
+		line := fmt.Sprintf(format+"\n", args...)
+		outMu.Lock()
+		defer outMu.Unlock()
+		_, _ = out.WriteString(line)
+	}
+
+	config := NewConfig()
+	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
+	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
+	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
+	config.OnRebalance = func(r Rebalance) {
+		for _, tp := range r.Revoked {
+			writeLine("R %s %d", tp.Topic, tp.Partition)
+		}
+		for _, tp := range r.Assigned {
+			writeLine("A %s %d", tp.Topic, tp.Partition)
+		}
+	}
+	if os.Getenv("KC_LOG") != "" {
+		Logger = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+	}
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+
+	consumer, err := Join(os.Getenv("KC_GROUP"), TopicSubscription(strings.Split(os.Getenv("KC_TOPICS"), ",")...), os.Getenv("KC_ZK"), config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "join:", err)
+		return 2
+	}
+	writeLine("J %s", consumer.(*consumerManager).instance.ID)
+
+	go func() {
+		<-signals
+		consumer.Interrupt()
+	}()
+	go func() {
+		for err := range consumer.Errors() {
+			writeLine("E %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}()
+
+	workers, _ := strconv.Atoi(os.Getenv("KC_WORKERS"))
+	delay := envDuration("KC_DELAY", 0)
+	var wg sync.WaitGroup
+	work := make(chan *sarama.ConsumerMessage)
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed))
+			for msg := range work {
+				if delay > 0 {
+					time.Sleep(time.Duration(rng.Int63n(int64(delay)))) // simulated processing
+				}
+				consumer.Ack(msg)
+			}
+		}(int64(i))
+	}
+	for msg := range consumer.Messages() {
+		writeLine("M %s", msg.Value)
+		if workers > 0 {
+			work <- msg
+		} else {
+			consumer.Ack(msg)
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := consumer.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+		return 1
+	}
+	writeLine("C")
+	return 0
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
+}
+
+// child is a consumer process started by a fault test.
+type child struct {
+	name   string
+	out    string // its output file
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has exited and been reaped
+	mu     sync.Mutex
+	dead   bool // guarded by mu: killed or terminated by the test
+}
+
+// childOptions are the settings of a child process.
+type childOptions struct {
+	zookeeper     string
+	group         string
+	topics        []string
+	session       time.Duration
+	maxProcessing time.Duration
+	workers       int
+	delay         time.Duration
+}
+
+// startChild starts a consumer process; the test's cleanup kills it if it
+// still runs, and waits for it.
+func startChild(t *testing.T, dir, name string, opts childOptions) *child {
+	t.Helper()
+	c := &child{name: name, out: filepath.Join(dir, name+".out"), exited: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(),
+		childEnv+"=1",
+		"KC_OUT="+c.out,
+		"KC_ZK="+opts.zookeeper,
+		"KC_GROUP="+opts.group,
+		"KC_TOPICS="+strings.Join(opts.topics, ","),
+		"KC_SESSION="+opts.session.String(),
+		"KC_MAX_PROCESSING="+opts.maxProcessing.String(),
+		"KC_WORKERS="+strconv.Itoa(opts.workers),
+		"KC_DELAY="+opts.delay.String(),
+	)
+	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stderr = stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("start child %s: %s", name, err)
+	}
+	go func() {
+		defer close(c.exited)
+		_ = c.cmd.Wait()
+		stderr.Close()
+	}()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	})
+	waitFor(t, 30*time.Second, "child "+name+" to join", func() bool {
+		select {
+		case <-c.exited:
+			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
+			t.Fatalf("child %s exited: %s", name, data)
+		default:
+		}
+		return c.output().id != ""
+	})
+	return c
+}
+
+func (c *child) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s to %s: %s", sig, c.name, err)
+	}
+}
+
+// kill kills the child with SIGKILL and waits until it is gone.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+	c.signal(t, syscall.SIGKILL)
+	<-c.exited
+}
+
+// terminate sends SIGTERM and waits until the child closed its consumer and
+// exited.
+func (c *child) terminate(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+	c.signal(t, syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child %s did not exit within a minute of SIGTERM", c.name)
+	}
+	if !c.output().closed {
+		t.Errorf("child %s exited without closing its consumer", c.name)
+	}
+}
+
+func (c *child) alive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.dead
+}
+
+// childOutput is what a child's output file says.
+type childOutput struct {
+	id       string
+	received map[string]int
+	owned    map[string]bool // "topic/partition" per A and R lines
+	errors   []string
+	closed   bool
+}
+
+func (c *child) output() childOutput {
+	o := childOutput{received: make(map[string]int), owned: make(map[string]bool)}
+	f, err := os.Open(c.out)
+	if err != nil {
+		return o
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		kind, rest, _ := strings.Cut(scanner.Text(), " ")
+		switch kind {
+		case "J":
+			o.id = rest
+		case "M":
+			o.received[rest]++
+		case "A":
+			o.owned[strings.Replace(rest, " ", "/", 1)] = true
+		case "R":
+			delete(o.owned, strings.Replace(rest, " ", "/", 1))
+		case "E":
+			o.errors = append(o.errors, rest)
+		case "C":
+			o.closed = true
+		}
+	}
+	return o
+}
+
+// faultRun is the state of one fault test: its cluster, group, topic,
+// produced values and children.
+type faultRun struct {
+	t         *testing.T
+	dir       string
+	zookeeper string
+	brokers   []string
+	client    sarama.Client
+	group     string
+	topic     string
+	opts      childOptions
+
+	mu       sync.Mutex
+	values   []string // guarded by mu: produced so far
+	children []*child // guarded by mu
+	next     int      // guarded by mu: the next child's number
+}
+
+func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions int32, replication int16) *faultRun {
+	t.Helper()
+	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
+	config := sarama.NewConfig()
+	config.Producer.Return.Successes = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Retry.Max = 100
+	config.Producer.Retry.Backoff = 200 * time.Millisecond
+	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	config.Metadata.Retry.Max = 100
+	client, err := sarama.NewClient(brokers, config)
+	if err != nil {
+		t.Fatalf("connect to kafka: %s", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	r.client = client
+	r.group = uniqueName("fault." + t.Name())
+	r.topic = strings.ReplaceAll(uniqueName("fault-"+t.Name()), "/", "-")
+
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CreateTopic(r.topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false); err != nil {
+		t.Fatalf("create topic %s: %s", r.topic, err)
+	}
+	waitFor(t, 30*time.Second, "topic "+r.topic+" to have leaders", func() bool {
+		if err := client.RefreshMetadata(r.topic); err != nil {
+			return false
+		}
+		for p := int32(0); p < partitions; p++ {
+			if _, err := client.Leader(r.topic, p); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	r.opts = childOptions{
+		zookeeper:     zookeeper,
+		group:         r.group,
+		topics:        []string{r.topic},
+		session:       2 * time.Second,
+		maxProcessing: 2 * time.Second,
+	}
+	return r
+}
+
+// start starts a consumer child.
+func (r *faultRun) start() *child {
+	r.mu.Lock()
+	name := fmt.Sprintf("child%d", r.next)
+	r.next++
+	r.mu.Unlock()
+	c := startChild(r.t, r.dir, name, r.opts)
+	r.mu.Lock()
+	r.children = append(r.children, c)
+	r.mu.Unlock()
+	return c
+}
+
+func (r *faultRun) live() []*child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var result []*child
+	for _, c := range r.children {
+		if c.alive() {
+			result = append(result, c)
+		}
+	}
+	return result
+}
+
+// produce writes n messages with new distinct values.
+func (r *faultRun) produce(n int) {
+	r.t.Helper()
+	r.mu.Lock()
+	prefix := fmt.Sprintf("%s-%d", r.group, len(r.values))
+	r.mu.Unlock()
+	values := produce(r.t, r.client, r.topic, prefix, n)
+	r.mu.Lock()
+	r.values = append(r.values, values...)
+	r.mu.Unlock()
+}
+
+// produceSteadily produces n messages in batches spread over d, in a
+// goroutine that the returned function waits for.
+func (r *faultRun) produceSteadily(n int, d time.Duration) (wait func()) {
+	done := make(chan struct{})
+	batches := 50
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(d / time.Duration(batches))
+		defer ticker.Stop()
+		for i := 0; i < batches; i++ {
+			r.produce(n / batches)
+			<-ticker.C
+		}
+	}()
+	return func() { <-done }
+}
+
+// received counts, over every child, how often each value was received.
+func (r *faultRun) received() map[string]int {
+	r.mu.Lock()
+	children := append([]*child(nil), r.children...)
+	r.mu.Unlock()
+	counts := make(map[string]int)
+	for _, c := range children {
+		for v, n := range c.output().received {
+			counts[v] += n
+		}
+	}
+	return counts
+}
+
+// waitAllReceived waits until every produced value was received.
+func (r *faultRun) waitAllReceived(timeout time.Duration) {
+	r.t.Helper()
+	waitFor(r.t, timeout, "every produced message to be received", func() bool {
+		counts := r.received()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, v := range r.values {
+			if counts[v] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// owners returns the owner instance ID of each partition of the topic
+// according to ZooKeeper, and the registered instance IDs.
+func (r *faultRun) owners() (owners map[int32]string, registered map[string]bool, err error) {
+	nodes, chroot, err := parseZookeeper(r.zookeeper)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	base := chroot + "/consumers/" + r.group
+	ids, _, err := conn.Children(base + "/ids")
+	if err != nil && err != zk.ErrNoNode {
+		return nil, nil, err
+	}
+	registered = make(map[string]bool)
+	for _, id := range ids {
+		registered[id] = true
+	}
+	partitions, _, err := conn.Children(base + "/owners/" + r.topic)
+	if err != nil && err != zk.ErrNoNode {
+		return nil, nil, err
+	}
+	owners = make(map[int32]string)
+	for _, p := range partitions {
+		data, _, err := conn.Get(base + "/owners/" + r.topic + "/" + p)
+		if err != nil {
+			continue
+		}
+		n, _ := strconv.Atoi(p)
+		owners[int32(n)] = string(data)
+	}
+	return owners, registered, nil
+}
+
+// waitOwnedBy waits until every partition is owned in ZooKeeper by one of
+// the given children, and returns how long that took.
+func (r *faultRun) waitOwnedBy(timeout time.Duration, children ...*child) time.Duration {
+	r.t.Helper()
+	start := time.Now()
+	ids := make(map[string]bool)
+	for _, c := range children {
+		ids[c.output().id] = true
+	}
+	partitions, err := r.client.Partitions(r.topic)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	waitFor(r.t, timeout, fmt.Sprintf("all partitions to be owned by %d given instances", len(children)), func() bool {
+		owners, _, err := r.owners()
+		if err != nil {
+			return false
+		}
+		for _, p := range partitions {
+			if !ids[owners[p]] {
+				return false
+			}
+		}
+		return true
+	})
+	return time.Since(start)
+}
+
+// finish waits until every message was received, checks that no partition
+// is owned by two live children, terminates them, checks the committed
+// offsets, and reports duplicates.
+func (r *faultRun) finish() (duplicates int) {
+	r.t.Helper()
+	r.waitAllReceived(90 * time.Second)
+	live := r.live()
+	r.waitOwnedBy(60*time.Second, live...)
+	// Each partition in at most one live child's assignment, once settled.
+	waitFor(r.t, 30*time.Second, "the live instances' assignments to be disjoint", func() bool {
+		seen := make(map[string]string)
+		for _, c := range live {
+			for tp := range c.output().owned {
+				if other, ok := seen[tp]; ok && other != c.name {
+					return false
+				}
+				seen[tp] = c.name
+			}
+		}
+		return true
+	})
+	for _, c := range live {
+		c.terminate(r.t)
+	}
+
+	ends := newestOffsets(r.t, r.client, r.topic)
+	waitFor(r.t, 30*time.Second, "committed offsets to reach the partition ends", func() bool {
+		committed := committedOffsets(r.t, r.client, r.group, r.topic)
+		for p, end := range ends {
+			if committed[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+	counts := r.received()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lost := 0
+	for _, v := range r.values {
+		switch n := counts[v]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	if lost > 0 {
+		r.t.Errorf("%d of %d produced messages were never handed out", lost, len(r.values))
+	}
+	owners, registered, err := r.owners()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(owners) != 0 || len(registered) != 0 {
+		r.t.Errorf("after every instance closed, ZooKeeper still holds owners %v and instances %v", owners, registered)
+	}
+	r.t.Logf("produced %d, duplicates %d", len(r.values), duplicates)
+	return duplicates
+}
+
+func needFaults(t *testing.T) {
+	t.Helper()
+	needCluster(t)
+	if os.Getenv("KAFKACONSUMER_SKIP_FAULTS") != "" {
+		t.Skip("KAFKACONSUMER_SKIP_FAULTS is set")
+	}
+}
+
+func TestFaultFrozenInstance(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 8, 1)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitOwnedBy(30*time.Second, a, b, c)
+	r.produce(300)
+	r.waitAllReceived(30 * time.Second)
+
+	// Freeze a past its session timeout: b and c take its partitions.
+	a.signal(t, syscall.SIGSTOP)
+	took := r.waitOwnedBy(30*time.Second, b, c)
+	t.Logf("partitions of the frozen instance taken over in %s", took)
+	r.produce(300)
+	r.waitAllReceived(30 * time.Second)
+
+	// Resume it: it notices its session is gone, registers again and gets
+	// a share back.
+	a.signal(t, syscall.SIGCONT)
+	aID := a.output().id
+	waitFor(t, 30*time.Second, "the resumed instance to own partitions again", func() bool {
+		owners, registered, err := r.owners()
+		if err != nil || !registered[aID] {
+			return false
+		}
+		for _, id := range owners {
+			if id == aID {
+				return true
+			}
+		}
+		return false
+	})
+	r.produce(300)
+	r.finish()
+}
+
+func TestFaultKilledInstance(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 8, 1)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitOwnedBy(30*time.Second, a, b, c)
+	wait := r.produceSteadily(1000, 3*time.Second)
+
+	a.kill(t)
+	took := r.waitOwnedBy(r.opts.session+10*time.Second, b, c)
+	t.Logf("partitions of the killed instance taken over %s after kill -9 (session timeout %s)", took, r.opts.session)
+	if limit := r.opts.session + 5*time.Second; took > limit {
+		t.Errorf("take-over took %s, more than the session timeout plus 5 s", took)
+	}
+	wait()
+	r.finish()
+}
+
+func TestFaultBrokerFailure(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 3})
+	r := newFaultRun(t, cluster.ZookeeperPeers(), cluster.KafkaPeers(), 6, 3)
+	a, b := r.start(), r.start()
+	r.waitOwnedBy(30*time.Second, a, b)
+	r.produce(300)
+	r.waitAllReceived(30 * time.Second)
+
+	leader, err := r.client.Leader(r.topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := brokerIndex(t, cluster, leader.Addr())
+	t.Logf("killing broker %d (%s), leader of %s/0", victim, leader.Addr(), r.topic)
+	if err := cluster.KillBroker(victim); err != nil {
+		t.Fatal(err)
+	}
+	r.produce(300)
+	r.waitAllReceived(60 * time.Second)
+
+	if err := cluster.StartBroker(victim); err != nil {
+		t.Fatal(err)
+	}
+	r.produce(300)
+	r.finish()
+}
+
+func TestFaultZooKeeperFailure(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	cluster := startFaultCluster(t, testcluster.Options{
+		ZooKeepers: 3, Brokers: 1,
+		BrokerConfig: map[string]string{"zookeeper.session.timeout.ms": "30000"},
+	})
+	r := newFaultRun(t, cluster.ZookeeperPeers(), cluster.KafkaPeers(), 4, 1)
+	r.opts.session = 30 * time.Second
+	a, b := r.start(), r.start()
+	r.waitOwnedBy(60*time.Second, a, b)
+	revokedBefore := len(a.output().owned) + len(b.output().owned)
+
+	// One node dies and comes back: the ensemble keeps its quorum.
+	if err := cluster.KillZooKeeper(0); err != nil {
+		t.Fatal(err)
+	}
+	r.produce(200)
+	r.waitAllReceived(30 * time.Second)
+	if err := cluster.StartZooKeeper(0); err != nil {
+		t.Fatal(err)
+	}
+
+	// All nodes stop for less than the session timeout: consumption goes
+	// on from Kafka, and the sessions survive, so no rebalance happens.
+	outage := time.Now()
+	for i := 0; i < 3; i++ {
+		if err := cluster.StopZooKeeper(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.produce(200)
+	r.waitAllReceived(30 * time.Second)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = cluster.StartZooKeeper(i)
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("ZooKeeper ensemble was down for %s", time.Since(outage))
+	r.produce(200)
+	r.waitAllReceived(30 * time.Second)
+	if after := len(a.output().owned) + len(b.output().owned); after != revokedBefore {
+		t.Errorf("the assignment changed across a ZooKeeper outage shorter than the session timeout")
+	}
+	r.finish()
+}
+
+// TestFaultChurn has instances join, leave gracefully and die with kill -9
+// at random while a producer writes, with acks out of order.
+func TestFaultChurn(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 16, 1)
+	r.opts.workers = 4
+	r.opts.delay = 2 * time.Millisecond
+	r.start()
+	r.start()
+
+	churn := envDuration("KAFKACONSUMER_CHURN", 60*time.Second)
+	total := 50000
+	wait := r.produceSteadily(total, churn)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	deadline := time.Now().Add(churn)
+	var joins, leaves, kills int
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Duration(1000+rng.Intn(3000)) * time.Millisecond) // pace of the churn, not synchronisation
+		live := r.live()
+		switch action := rng.Intn(3); {
+		case len(live) < 2 || (action == 0 && len(live) < 5):
+			r.start()
+			joins++
+		case action == 1:
+			live[rng.Intn(len(live))].terminate(t)
+			leaves++
+		default:
+			live[rng.Intn(len(live))].kill(t)
+			kills++
+		}
+	}
+	wait()
+	for len(r.live()) < 2 {
+		r.start()
+		joins++
+	}
+	duplicates := r.finish()
+	t.Logf("churn: %d joins, %d graceful leaves, %d kills; %d messages, %d duplicates", joins, leaves, kills, total, duplicates)
+}
+
+// TestAckAnyOrderCrashRestart kills a consumer that acks out of order at
+// random points and starts another, again and again: no message is lost.
+func TestAckAnyOrderCrashRestart(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 4, 1)
+	r.opts.workers = 8
+	r.opts.delay = 20 * time.Millisecond
+	wait := r.produceSteadily(5000, 10*time.Second)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	kills := 0
+	for i := 0; i < 6; i++ {
+		c := r.start()
+		time.Sleep(time.Duration(300+rng.Intn(1500)) * time.Millisecond) // a random point to crash at
+		c.kill(t)
+		kills++
+	}
+	wait()
+	r.start()
+	duplicates := r.finish()
+	t.Logf("crash/restart: %d kills, %d messages, 0 lost, %d duplicates", kills, 5000, duplicates)
+}
+
+// TestFaultMisuseUnderLoad: acks out of order and twice, acks after Close,
+// an Errors channel nobody reads, and a user who stops reading Messages
+// while Close waits.
+func TestFaultMisuseUnderLoad(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("fault.misuse")
+	start := startGroupAt(t, client, group, "test.4")
+	values := produce(t, client, "test.4", group, 2000)
+
+	config := testConfig()
+	config.MaxProcessingTime = time.Second
+	c := join(t, group, TopicSubscription("test.4"), config) // Errors never read
+	var mu sync.Mutex
+	seen := make(map[string]int)
+	var held []*sarama.ConsumerMessage
+	for len(seen) < 1010 {
+		msg := <-c.Messages()
+		mu.Lock()
+		seen[string(msg.Value)]++
+		mu.Unlock()
+		held = append(held, msg)
+		if len(held) == 50 { // ack a batch in reverse, each twice
+			for i := len(held) - 1; i >= 0; i-- {
+				c.Ack(held[i])
+				c.Ack(held[i])
+			}
+			held = held[:0]
+		}
+	}
+	// Stop reading with a batch unacked and messages buffered, and close.
+	closing := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close = %s", err)
+	}
+	t.Logf("Close with %d unacked messages and a full Messages channel took %s", len(held), time.Since(closing))
+	for _, msg := range held {
+		c.Ack(msg) // after Close: ignored
+	}
+
+	second := join(t, group, TopicSubscription("test.4"), nil)
+	col := collect(second, nil)
+	waitFor(t, 30*time.Second, "the rest of the messages", func() bool {
+		for _, v := range values {
+			mu.Lock()
+			n := seen[v]
+			mu.Unlock()
+			if n == 0 && col.count(v) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	col.close(t)
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 2000})
+}
+
+// startFaultCluster starts a cluster of the test's own, closed at cleanup.
+func startFaultCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	opts.Logf = t.Logf
+	cluster, err := testcluster.Start(opts)
+	if err != nil {
+		t.Fatalf("start cluster: %s", err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Close(); err != nil {
+			t.Errorf("close cluster: %s", err)
+		}
+	})
+	return cluster
+}
+
+func brokerIndex(t *testing.T, cluster *testcluster.Cluster, addr string) int {
+	t.Helper()
+	peers := cluster.KafkaPeers()
+	for i := range peers {
+		if peers[i] == addr {
+			return i
+		}
+	}
+	t.Fatalf("broker %s is not in %v", addr, peers)
+	return -1
+}

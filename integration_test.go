@@ -1,0 +1,747 @@
+package kafkaconsumer
+
+// The integration suite runs against a real ZooKeeper and Kafka: the cluster
+// named by ZOOKEEPER_PEERS and KAFKA_PEERS when they are set (make
+// cluster-up writes them to .cluster/env), else one that TestMain starts
+// with internal/testcluster. It is skipped under -short.
+
+import (
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+	"go.uber.org/goleak"
+)
+
+var (
+	zookeeperPeers string   // the test cluster's ZooKeeper connection string
+	kafkaPeers     []string // its brokers
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if testing.Short() {
+		return m.Run()
+	}
+	zookeeperPeers = os.Getenv("ZOOKEEPER_PEERS")
+	if kp := os.Getenv("KAFKA_PEERS"); kp != "" {
+		kafkaPeers = strings.Split(kp, ",")
+	}
+	if zookeeperPeers == "" || len(kafkaPeers) == 0 {
+		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "start test cluster:", err)
+			return 1
+		}
+		defer cluster.Close()
+		for _, topic := range []struct {
+			name       string
+			partitions int32
+		}{{"test.1", 1}, {"test.4", 4}, {"test.64", 64}} {
+			if err := cluster.CreateTopic(topic.name, topic.partitions, 1); err != nil {
+				fmt.Fprintln(os.Stderr, "create topic:", err)
+				return 1
+			}
+		}
+		zookeeperPeers, kafkaPeers = cluster.ZookeeperPeers(), cluster.KafkaPeers()
+	}
+	return m.Run()
+}
+
+// needCluster skips the test under -short.
+func needCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a ZooKeeper and Kafka cluster; skipped under -short")
+	}
+}
+
+// waitFor polls cond until it holds, failing the test with what after
+// timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// uniqueName returns a name for a group or topic that no other test uses.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s.%d.%06d", prefix, time.Now().UnixNano()%1e9, rand.Intn(1e6))
+}
+
+func newTestClient(t testing.TB) sarama.Client {
+	t.Helper()
+	config := sarama.NewConfig()
+	config.Producer.Return.Successes = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	client, err := sarama.NewClient(kafkaPeers, config)
+	if err != nil {
+		t.Fatalf("connect to kafka: %s", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// produce writes n messages with the values prefix-0 ... prefix-(n-1) to
+// topic, spread over its partitions, and returns the values.
+func produce(t testing.TB, client sarama.Client, topic, prefix string, n int) []string {
+	t.Helper()
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		t.Fatalf("producer: %s", err)
+	}
+	defer producer.Close()
+	values := make([]string, n)
+	msgs := make([]*sarama.ProducerMessage, n)
+	for i := range msgs {
+		values[i] = fmt.Sprintf("%s-%d", prefix, i)
+		msgs[i] = &sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(values[i])}
+	}
+	if err := producer.SendMessages(msgs); err != nil {
+		t.Fatalf("produce %d messages to %s: %s", n, topic, err)
+	}
+	return values
+}
+
+// offsets returns the newest offset (high-water mark) of each partition.
+func newestOffsets(t testing.TB, client sarama.Client, topic string) map[int32]int64 {
+	t.Helper()
+	if err := client.RefreshMetadata(topic); err != nil {
+		t.Fatalf("refresh metadata of %s: %s", topic, err)
+	}
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatalf("partitions of %s: %s", topic, err)
+	}
+	result := make(map[int32]int64, len(partitions))
+	for _, p := range partitions {
+		if result[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			t.Fatalf("newest offset of %s/%d: %s", topic, p, err)
+		}
+	}
+	return result
+}
+
+// commitOffsets commits offsets for the group, as its starting point.
+func commitOffsets(t testing.TB, client sarama.Client, group, topic string, offsets map[int32]int64) {
+	t.Helper()
+	om, err := sarama.NewOffsetManagerFromClient(group, client)
+	if err != nil {
+		t.Fatalf("offset manager: %s", err)
+	}
+	for p, o := range offsets {
+		pom, err := om.ManagePartition(topic, p)
+		if err != nil {
+			t.Fatalf("manage %s/%d: %s", topic, p, err)
+		}
+		pom.ResetOffset(o, "")
+		pom.AsyncClose()
+	}
+	om.Commit()
+	if err := om.Close(); err != nil {
+		t.Fatalf("close offset manager: %s", err)
+	}
+}
+
+// committedOffsets asks the group's coordinator (an OffsetFetch) for the
+// group's committed offsets of topic's partitions; -1 where none.
+func committedOffsets(t testing.TB, client sarama.Client, group, topic string) map[int32]int64 {
+	t.Helper()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatalf("admin: %s", err)
+	}
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatalf("partitions of %s: %s", topic, err)
+	}
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: partitions})
+	if err != nil {
+		t.Fatalf("fetch offsets of group %s: %s", group, err)
+	}
+	result := make(map[int32]int64, len(partitions))
+	for _, p := range partitions {
+		block := resp.GetBlock(topic, p)
+		if block == nil || block.Err != sarama.ErrNoError {
+			t.Fatalf("fetch offset of group %s for %s/%d: %v", group, topic, p, block)
+		}
+		result[p] = block.Offset
+	}
+	return result
+}
+
+// startGroupAt commits the current end of each topic as the group's
+// starting point, so that the test sees only what it produces, and returns
+// those offsets per topic.
+func startGroupAt(t testing.TB, client sarama.Client, group string, topics ...string) map[string]map[int32]int64 {
+	t.Helper()
+	result := make(map[string]map[int32]int64)
+	for _, topic := range topics {
+		result[topic] = newestOffsets(t, client, topic)
+		commitOffsets(t, client, group, topic, result[topic])
+	}
+	return result
+}
+
+// checkCommitted waits until the group's committed offsets of each topic
+// moved by exactly the number of messages produced to it since start.
+func checkCommitted(t testing.TB, client sarama.Client, group string, start map[string]map[int32]int64, produced map[string]int) {
+	t.Helper()
+	for topic, before := range start {
+		var moved int64
+		var committed map[int32]int64
+		waitFor(t, 15*time.Second, fmt.Sprintf("committed offsets of %s to move by %d", topic, produced[topic]), func() bool {
+			committed = committedOffsets(t, client, group, topic)
+			moved = 0
+			for p, o := range committed {
+				moved += o - before[p]
+			}
+			return moved == int64(produced[topic])
+		})
+		end := newestOffsets(t, client, topic)
+		for p, o := range committed {
+			if o != end[p] {
+				t.Errorf("%s/%d: committed %d, partition end %d", topic, p, o, end[p])
+			}
+		}
+	}
+}
+
+// collector reads a consumer's Messages until it is closed, records each
+// value, and acks the messages for which ack returns true (all when nil).
+type collector struct {
+	consumer Consumer
+	ack      func(*sarama.ConsumerMessage) bool
+	done     chan struct{} // closed when Messages is closed and drained
+
+	mu     sync.Mutex
+	counts map[string]int // guarded by mu: times each value was received
+	total  int            // guarded by mu
+}
+
+func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
+	col := &collector{consumer: c, ack: ack, done: make(chan struct{}), counts: make(map[string]int)}
+	go func() {
+		defer close(col.done)
+		for msg := range c.Messages() {
+			col.mu.Lock()
+			col.counts[string(msg.Value)]++
+			col.total++
+			col.mu.Unlock()
+			if col.ack == nil || col.ack(msg) {
+				c.Ack(msg)
+			}
+		}
+	}()
+	return col
+}
+
+// has reports whether every value was received at least once.
+func (col *collector) has(values []string) bool {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for _, v := range values {
+		if col.counts[v] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (col *collector) received(values []string) int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	n := 0
+	for _, v := range values {
+		if col.counts[v] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// count returns how often value was received.
+func (col *collector) count(value string) int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	return col.counts[value]
+}
+
+// close closes the consumer and waits until its Messages channel is closed.
+func (col *collector) close(t testing.TB) {
+	t.Helper()
+	if err := col.consumer.Close(); err != nil {
+		t.Errorf("Close() = %s", err)
+	}
+	select {
+	case <-col.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Messages was not closed after Close")
+	}
+}
+
+// union reports whether the collectors together received every value at
+// least once, and counts the values received more than once.
+func union(values []string, cols ...*collector) (all bool, duplicates int) {
+	all = true
+	for _, v := range values {
+		n := 0
+		for _, col := range cols {
+			n += col.count(v)
+		}
+		if n == 0 {
+			all = false
+		}
+		if n > 1 {
+			duplicates += n - 1
+		}
+	}
+	return all, duplicates
+}
+
+// testConfig is the configuration of the integration tests: short waits.
+func testConfig() *Config {
+	config := NewConfig()
+	config.MaxProcessingTime = 2 * time.Second
+	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	return config
+}
+
+func join(t testing.TB, group string, subscription Subscription, config *Config) Consumer {
+	t.Helper()
+	if config == nil {
+		config = testConfig()
+	}
+	c, err := Join(group, subscription, zookeeperPeers, config)
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	return c
+}
+
+// checkDeregistered checks that ZooKeeper holds no registration and no
+// partition claim of the closed consumers.
+func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
+	t.Helper()
+	ids := make(map[string]bool)
+	for _, c := range consumers {
+		ids[c.(*consumerManager).instance.ID] = true
+	}
+	nodes, chroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	base := chroot + "/consumers/" + group
+	registered, _, err := conn.Children(base + "/ids")
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("list %s/ids: %s", base, err)
+	}
+	for _, id := range registered {
+		if ids[id] {
+			t.Errorf("instance %s is still registered after Close", id)
+		}
+	}
+	topics, _, err := conn.Children(base + "/owners")
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("list %s/owners: %s", base, err)
+	}
+	for _, topic := range topics {
+		partitions, _, err := conn.Children(base + "/owners/" + topic)
+		if err != nil {
+			continue
+		}
+		for _, p := range partitions {
+			owner, _, err := conn.Get(base + "/owners/" + topic + "/" + p)
+			if err == nil && ids[string(owner)] {
+				t.Errorf("partition %s/%s is still claimed by %s after Close", topic, p, owner)
+			}
+		}
+	}
+}
+
+// verifyNoClusterLeaks is verifyNoLeaks for tests that close consumers.
+func verifyNoClusterLeaks(t *testing.T) {
+	t.Helper()
+	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOptions...)
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+func TestIntegrationOneInstanceOneTopic(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.one")
+	start := startGroupAt(t, client, group, "test.4")
+
+	c := join(t, group, TopicSubscription("test.4"), nil)
+	col := collect(c, nil)
+	values := produce(t, client, "test.4", group, 100)
+	waitFor(t, 30*time.Second, "100 messages", func() bool { return col.has(values) })
+	col.close(t)
+
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
+	checkDeregistered(t, group, c)
+}
+
+func TestIntegrationOneInstanceTwoTopics(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.two")
+	start := startGroupAt(t, client, group, "test.4", "test.1")
+
+	c := join(t, group, TopicSubscription("test.4", "test.1"), nil)
+	col := collect(c, nil)
+	values := append(produce(t, client, "test.4", group+".a", 100), produce(t, client, "test.1", group+".b", 200)...)
+	waitFor(t, 30*time.Second, "300 messages", func() bool { return col.has(values) })
+	col.close(t)
+
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 100, "test.1": 200})
+	checkDeregistered(t, group, c)
+}
+
+func TestIntegrationSerialInstances(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.serial")
+	start := startGroupAt(t, client, group, "test.4")
+	values := produce(t, client, "test.4", group, 100)
+
+	// The first instance processes 50 messages, then closes; what it
+	// received beyond those is not acked, and goes to the second.
+	var mu sync.Mutex
+	processed := 0
+	first := join(t, group, TopicSubscription("test.4"), nil)
+	col1 := collect(first, func(*sarama.ConsumerMessage) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		processed++
+		return processed <= 50
+	})
+	waitFor(t, 30*time.Second, "50 messages", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return processed >= 50
+	})
+	col1.close(t)
+
+	second := join(t, group, TopicSubscription("test.4"), nil)
+	col2 := collect(second, nil)
+	waitFor(t, 30*time.Second, "the rest of the messages", func() bool {
+		all, _ := union(values, col1, col2)
+		return all
+	})
+	col2.close(t)
+
+	_, duplicates := union(values, col1, col2)
+	t.Logf("duplicates: %d", duplicates)
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
+	checkDeregistered(t, group, first, second)
+}
+
+func TestIntegrationParallelInstances(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.parallel")
+	start := startGroupAt(t, client, group, "test.64")
+
+	var consumers []Consumer
+	var cols []*collector
+	for i := 0; i < 10; i++ {
+		c := join(t, group, TopicSubscription("test.64"), nil)
+		consumers = append(consumers, c)
+		cols = append(cols, collect(c, nil))
+	}
+	// Wait until the group settled: each instance claimed its 6 or 7 of
+	// the 64 partitions.
+	waitFor(t, 60*time.Second, "64 partitions claimed by 10 instances, 6 or 7 each", func() bool {
+		claimed := 0
+		for _, c := range consumers {
+			stats := c.Stats()
+			if len(stats) < 6 || len(stats) > 7 {
+				return false
+			}
+			for _, s := range stats {
+				if s.Claimed {
+					claimed++
+				}
+			}
+		}
+		return claimed == 64
+	})
+	values := produce(t, client, "test.64", group, 1000)
+	waitFor(t, 60*time.Second, "1000 messages", func() bool {
+		all, _ := union(values, cols...)
+		return all
+	})
+	for _, col := range cols {
+		col.close(t)
+	}
+	_, duplicates := union(values, cols...)
+	if duplicates != 0 {
+		t.Errorf("%d duplicates in a settled group", duplicates)
+	}
+	checkCommitted(t, client, group, start, map[string]int{"test.64": 1000})
+	checkDeregistered(t, group, consumers...)
+}
+
+func TestIntegrationTakeOver(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.takeover")
+	start := startGroupAt(t, client, group, "test.4")
+	config := testConfig()
+	config.MaxProcessingTime = 500 * time.Millisecond
+
+	var rebalances sync.Map
+	a := join(t, group, TopicSubscription("test.4"), config)
+	colA := collect(a, nil)
+	configB := testConfig()
+	configB.MaxProcessingTime = 500 * time.Millisecond
+	configB.OnRebalance = func(r Rebalance) { rebalances.Store(len(r.Assigned), r) }
+	b := join(t, group, TopicSubscription("test.4"), configB)
+	colB := collect(b, nil)
+	waitFor(t, 30*time.Second, "both instances to own 2 partitions", func() bool {
+		return len(a.Stats()) == 2 && len(b.Stats()) == 2
+	})
+
+	first := produce(t, client, "test.4", group+".first", 100)
+	waitFor(t, 30*time.Second, "the first 100 messages", func() bool {
+		all, _ := union(first, colA, colB)
+		return all
+	})
+	colA.close(t)
+	waitFor(t, 30*time.Second, "the survivor to own all 4 partitions", func() bool {
+		stats := b.Stats()
+		claimed := 0
+		for _, s := range stats {
+			if s.Claimed {
+				claimed++
+			}
+		}
+		return claimed == 4
+	})
+	second := produce(t, client, "test.4", group+".second", 100)
+	waitFor(t, 30*time.Second, "the second 100 messages", func() bool { return colB.has(second) })
+	colB.close(t)
+
+	if _, ok := rebalances.Load(2); !ok {
+		t.Error("OnRebalance did not report the survivor taking 2 more partitions")
+	}
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 200})
+	checkDeregistered(t, group, a, b)
+}
+
+func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := uniqueName("it-wl")
+	c := join(t, prefix, WhitelistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.in`)), nil)
+	col := collect(c, nil)
+
+	createTopic(t, admin, prefix+".in", 2)
+	createTopic(t, admin, prefix+".out", 2)
+	waitFor(t, 30*time.Second, "the new matching topic to be consumed", func() bool { return len(c.Stats()) == 2 })
+	in := produce(t, client, prefix+".in", "in", 20)
+	out := produce(t, client, prefix+".out", "out", 20)
+	waitFor(t, 30*time.Second, "messages of the matching topic", func() bool { return col.has(in) })
+	col.close(t)
+	if n := col.received(out); n != 0 {
+		t.Errorf("received %d messages of a topic that does not match", n)
+	}
+}
+
+func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := uniqueName("it-bl")
+	// Everything but this test's excluded topic: the blacklist also takes
+	// the topics of other tests, which this test ignores.
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	c := join(t, prefix, BlacklistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.excluded$`)), config)
+	col := collect(c, nil)
+
+	createTopic(t, admin, prefix+".included", 2)
+	createTopic(t, admin, prefix+".excluded", 2)
+	waitFor(t, 30*time.Second, "the new topic to be consumed", func() bool {
+		n := 0
+		for _, s := range c.Stats() {
+			if s.Topic == prefix+".included" && s.HighWaterMark >= 0 {
+				n++
+			}
+			if s.Topic == prefix+".excluded" {
+				t.Errorf("blacklisted topic %s is consumed", s.Topic)
+			}
+		}
+		return n == 2
+	})
+	included := produce(t, client, prefix+".included", "in", 20)
+	excluded := produce(t, client, prefix+".excluded", "out", 20)
+	waitFor(t, 30*time.Second, "messages of the new topic", func() bool { return col.has(included) })
+	col.close(t)
+	if n := col.received(excluded); n != 0 {
+		t.Errorf("received %d messages of the blacklisted topic", n)
+	}
+	for _, s := range c.Stats() {
+		if strings.HasPrefix(s.Topic, "__") {
+			t.Errorf("internal topic %s is consumed", s.Topic)
+		}
+	}
+}
+
+func createTopic(t testing.TB, admin sarama.ClusterAdmin, name string, partitions int32) {
+	t.Helper()
+	if err := admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
+		t.Fatalf("create topic %s: %s", name, err)
+	}
+}
+
+func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.newest")
+	old := produce(t, client, "test.4", group+".old", 20)
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	c := join(t, group, TopicSubscription("test.4"), config)
+	col := collect(c, nil)
+	waitFor(t, 30*time.Second, "all partitions to be consuming", func() bool {
+		n := 0
+		for _, s := range c.Stats() {
+			if s.HighWaterMark >= 0 {
+				n++
+			}
+		}
+		return n == 4
+	})
+	fresh := produce(t, client, "test.4", group+".new", 20)
+	waitFor(t, 30*time.Second, "the new messages", func() bool { return col.has(fresh) })
+	col.close(t)
+	if n := col.received(old); n != 0 {
+		t.Errorf("received %d messages produced before joining with OffsetNewest", n)
+	}
+}
+
+func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := uniqueName("it-retention")
+	createTopic(t, admin, topic, 1)
+	group := uniqueName("it.retention")
+
+	gone := produce(t, client, topic, "gone", 10)
+	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
+	kept := produce(t, client, topic, "kept", 10)
+	// Delete the first 15 messages, as retention would: the committed
+	// offset 2 falls out of range.
+	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
+		t.Fatalf("delete records: %s", err)
+	}
+
+	c := join(t, group, TopicSubscription(topic), nil) // Offsets.Initial: oldest
+	col := collect(c, nil)
+	waitFor(t, 30*time.Second, "the messages still available", func() bool { return col.has(kept[5:]) })
+	col.close(t)
+	if n := col.received(gone); n != 0 {
+		t.Errorf("received %d deleted messages", n)
+	}
+	checkCommitted(t, client, group, map[string]map[int32]int64{topic: {0: 15}}, map[string]int{topic: 5})
+}
+
+func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.drain")
+	start := startGroupAt(t, client, group, "test.4")
+	values := produce(t, client, "test.4", group, 100)
+
+	config := testConfig()
+	config.MaxProcessingTime = 500 * time.Millisecond
+	// The first instance receives messages and acks none of them.
+	first := join(t, group, TopicSubscription("test.4"), config)
+	col1 := collect(first, func(*sarama.ConsumerMessage) bool { return false })
+	waitFor(t, 30*time.Second, "some messages", func() bool { return col1.received(values) >= 10 })
+	closed := time.Now()
+	col1.close(t)
+	t.Logf("Close with unacked messages took %s", time.Since(closed))
+	if _, ok := <-first.Messages(); ok {
+		t.Fatal("Messages delivered after Close")
+	}
+
+	// Everything it received is consumed again.
+	second := join(t, group, TopicSubscription("test.4"), nil)
+	col2 := collect(second, nil)
+	waitFor(t, 30*time.Second, "every message again", func() bool { return col2.has(values) })
+	col2.close(t)
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
+	checkDeregistered(t, group, first, second)
+}
+
+func TestIntegrationMisuse(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	c := join(t, uniqueName("it.misuse"), TopicSubscription("test.1"), nil)
+	c.Ack(nil)
+	c.Ack(&sarama.ConsumerMessage{Topic: "nope", Partition: 3, Offset: 1})
+	c.Interrupt()
+	c.Interrupt()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close after Interrupt = %s", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close = %s", err)
+	}
+	c.Ack(&sarama.ConsumerMessage{Topic: "test.1", Partition: 0, Offset: 1})
+	if stats := c.Stats(); len(stats) != 0 {
+		t.Errorf("Stats after Close = %v", stats)
+	}
+	for range c.Errors() {
+	}
+}
