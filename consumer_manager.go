@@ -373,6 +373,7 @@ func (cm *consumerManager) run() {
 
 		if instances.Find(cm.instance.ID) == nil {
 			cm.logf("This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
+			cm.sendError(ErrRegistrationLost)
 			cm.managePartitionManagers(nil)
 			if !cm.register() {
 				return

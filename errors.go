@@ -25,6 +25,14 @@ var (
 	// gave it a session within Config.Zookeeper.Timeout.
 	ErrZookeeperUnreachable = errors.New("kafkaconsumer: zookeeper unreachable")
 
+	// ErrRegistrationLost is sent on Errors() when the instance finds its
+	// ZooKeeper registration gone, usually because its session expired (a
+	// pause or partition longer than Zookeeper.Timeout). Its partition
+	// claims went with it: the instance stops every partition, registers
+	// again and takes its share anew. Messages handed out before may be
+	// delivered again to other instances.
+	ErrRegistrationLost = errors.New("kafkaconsumer: zookeeper registration lost; registering again")
+
 	// ErrNoBrokers is returned by Join when ZooKeeper lists no Kafka broker.
 	ErrNoBrokers = errors.New("kafkaconsumer: no kafka brokers registered in zookeeper")
 )

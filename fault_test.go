@@ -599,6 +599,13 @@ func TestFaultFrozenInstance(t *testing.T) {
 		}
 		return false
 	})
+	found := false
+	for _, e := range a.output().errors {
+		found = found || strings.Contains(e, ErrRegistrationLost.Error())
+	}
+	if !found {
+		t.Error("the resumed instance did not report ErrRegistrationLost on Errors()")
+	}
 	r.produce(300)
 	r.finish()
 }
