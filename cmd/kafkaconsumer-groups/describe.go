@@ -1,0 +1,666 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// Errors of describeGroup and listGroups, wrapped with details; test for
+// them with errors.Is.
+var (
+	// ErrUnknownGroup is returned by describeGroup when ZooKeeper has no
+	// node /consumers/<group>: no instance of the group ever registered.
+	ErrUnknownGroup = errors.New("unknown consumer group")
+
+	// ErrTimeout is returned when ZooKeeper or Kafka did not answer within
+	// the time allowed (the --timeout flag).
+	ErrTimeout = errors.New("timed out")
+)
+
+// Group states, as seen in ZooKeeper. See GroupDescription.State.
+const (
+	StateEmpty       = "Empty"
+	StateStable      = "Stable"
+	StateRebalancing = "Rebalancing"
+)
+
+// GroupDescription is what the tool reports about one consumer group: its
+// registered instances, who owns which partition, and the committed
+// offsets, log-end offsets and lag of every partition the group consumes
+// or has committed offsets for.
+type GroupDescription struct {
+	Group     string `json:"group"`
+	Zookeeper string `json:"zookeeper"`
+	// Brokers are the Kafka brokers registered in ZooKeeper (host:port),
+	// sorted; the tool talked to them for offsets.
+	Brokers []string `json:"brokers"`
+	// State is StateEmpty when no instance is registered; StateStable when
+	// every partition of the subscribed topics is claimed by a registered
+	// instance; StateRebalancing otherwise (partitions are unclaimed, or
+	// claimed by an instance that is no longer registered).
+	State string `json:"state"`
+	// Instances are the registered instances, sorted by ID.
+	Instances []Instance `json:"instances"`
+	// Partitions are sorted by topic and partition.
+	Partitions []Partition `json:"partitions"`
+	// TotalCommitted, TotalLogEnd and TotalLag are the sums over Partitions
+	// of the known Committed, LogEnd and Lag values.
+	TotalCommitted int64 `json:"total_committed"`
+	TotalLogEnd    int64 `json:"total_log_end"`
+	TotalLag       int64 `json:"total_lag"`
+}
+
+// Instance is one registered instance of a group.
+type Instance struct {
+	// ID is the instance's ID, the name of its node under
+	// /consumers/<group>/ids.
+	ID string `json:"id"`
+	// Pattern is the kind of subscription: static, white_list or black_list.
+	Pattern string `json:"pattern,omitempty"`
+	// Subscription maps topics (static) or regular expressions (white and
+	// black lists) to a stream count.
+	Subscription map[string]int `json:"subscription,omitempty"`
+	// Registered is when the instance registered, from its timestamp.
+	Registered *time.Time `json:"registered,omitempty"`
+	// Owned are the partitions the instance has claimed, sorted.
+	Owned []TopicPartition `json:"owned"`
+	// Error says why the registration could not be read, if it could not.
+	Error string `json:"error,omitempty"`
+}
+
+// TopicPartition names a partition of a topic.
+type TopicPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+}
+
+// Partition is the state of one partition for the group. A nil number is
+// unknown: no committed offset, or the partition's log end could not be
+// read.
+type Partition struct {
+	TopicPartition
+	// Owner is the ID of the instance that claimed the partition in
+	// ZooKeeper, or "" when nobody has.
+	Owner string `json:"owner,omitempty"`
+	// OwnerRegistered is false when Owner is set but no longer registered:
+	// it is shutting down or its ZooKeeper session is expiring.
+	OwnerRegistered bool `json:"owner_registered"`
+	// Committed is the group's committed offset in Kafka: the next message
+	// the group will read.
+	Committed *int64 `json:"committed"`
+	// LogEnd is the partition's log-end offset (high-water mark): the
+	// offset of the next message produced.
+	LogEnd *int64 `json:"log_end"`
+	// Lag is LogEnd - Committed, when both are known.
+	Lag *int64 `json:"lag"`
+	// Error says what went wrong reading this partition's offsets, if
+	// anything.
+	Error string `json:"error,omitempty"`
+}
+
+// GroupSummary is one line of the group list.
+type GroupSummary struct {
+	Group string `json:"group"`
+	// Instances is the number of registered instances.
+	Instances int `json:"instances"`
+}
+
+// describeGroup reads the group's state from ZooKeeper (instances,
+// subscriptions, partition owners, brokers) and Kafka (committed and
+// log-end offsets). zookeeper is a connection string such as
+// "zk1:2181,zk2:2181/chroot". It gives up after timeout, whether ZooKeeper
+// or Kafka does not answer, with an error wrapping ErrTimeout.
+func describeGroup(zookeeper, group string, timeout time.Duration) (*GroupDescription, error) {
+	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
+		return nil, fmt.Errorf("invalid group name %q", group)
+	}
+	var desc *GroupDescription
+	err := withZookeeper(zookeeper, timeout, func(s *zkSession) error {
+		var err error
+		desc, err = s.describe(group)
+		return err
+	})
+	return desc, err
+}
+
+// listGroups returns the consumer groups registered in ZooKeeper, sorted
+// by name, with their number of registered instances. It gives up after
+// timeout with an error wrapping ErrTimeout.
+func listGroups(zookeeper string, timeout time.Duration) ([]GroupSummary, error) {
+	var groups []GroupSummary
+	err := withZookeeper(zookeeper, timeout, func(s *zkSession) error {
+		names, err := s.children("/consumers")
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		groups = make([]GroupSummary, 0, len(names))
+		for _, name := range names {
+			ids, err := s.children(path.Join("/consumers", name, "ids"))
+			if err != nil {
+				return err
+			}
+			groups = append(groups, GroupSummary{Group: name, Instances: len(ids)})
+		}
+		return nil
+	})
+	return groups, err
+}
+
+// zkSession is a ZooKeeper session with a deadline: at the deadline the
+// connection is closed, so that every request waiting on it fails at once.
+// (The ZooKeeper client has no request timeout: while no server answers,
+// a request waits forever.)
+type zkSession struct {
+	conn       *zk.Conn
+	chroot     string
+	zookeeper  string
+	deadline   time.Time
+	ctx        context.Context // done at the deadline, or when fn returned
+	timeoutMsg string
+}
+
+// withZookeeper connects to ZooKeeper, waits for a session and runs fn
+// with it, all within timeout; then it closes the connection. Errors due
+// to the deadline are reported as wrapping ErrTimeout.
+func withZookeeper(zookeeper string, timeout time.Duration, fn func(*zkSession) error) error {
+	if timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %s", timeout)
+	}
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+
+	// The session timeout only matters to ephemeral nodes and watches,
+	// which this tool does not use; the server clamps it to its range.
+	conn, events, err := zk.Connect(nodes, timeout, zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false))
+	if err != nil {
+		return fmt.Errorf("connect to zookeeper %s: %w", zookeeper, err)
+	}
+	// The watchdog closes the connection at the deadline (or when fn is
+	// done); it is waited for before returning.
+	watchdogDone := make(chan struct{})
+	go func() {
+		defer close(watchdogDone)
+		<-ctx.Done()
+		conn.Close()
+	}()
+	defer func() {
+		cancel()
+		<-watchdogDone
+	}()
+
+	s := &zkSession{
+		conn:       conn,
+		chroot:     chroot,
+		zookeeper:  zookeeper,
+		deadline:   deadline,
+		ctx:        ctx,
+		timeoutMsg: fmt.Sprintf("no answer from zookeeper %s and kafka within %s", zookeeper, timeout),
+	}
+	if err := s.waitForSession(events); err != nil {
+		return err
+	}
+	return fn(s)
+}
+
+// waitForSession waits until the connection has a session, or the
+// deadline.
+func (s *zkSession) waitForSession(events <-chan zk.Event) error {
+	for {
+		select {
+		case ev := <-events:
+			switch ev.State {
+			case zk.StateHasSession:
+				return nil
+			case zk.StateAuthFailed:
+				return fmt.Errorf("zookeeper %s: authentication failed", s.zookeeper)
+			}
+		case <-s.ctx.Done():
+			return fmt.Errorf("%w: no zookeeper session with %s within the timeout (is it running? see --timeout)", ErrTimeout, s.zookeeper)
+		}
+	}
+}
+
+// check turns an error of a request into ErrTimeout when the deadline
+// closed the connection.
+func (s *zkSession) check(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.ctx.Err() != nil && (errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing)) {
+		return fmt.Errorf("%w: %s: %s", ErrTimeout, what, s.timeoutMsg)
+	}
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
+}
+
+// children lists the children of a node under the chroot; a missing node
+// has none.
+func (s *zkSession) children(node string) ([]string, error) {
+	children, _, err := s.conn.Children(s.chroot + node)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	return children, s.check("list "+s.chroot+node, err)
+}
+
+// get returns the data of a node under the chroot, and whether it exists.
+func (s *zkSession) get(node string) ([]byte, bool, error) {
+	data, _, err := s.conn.Get(s.chroot + node)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, false, nil
+	}
+	return data, err == nil, s.check("read "+s.chroot+node, err)
+}
+
+// describe does the work of describeGroup.
+func (s *zkSession) describe(group string) (*GroupDescription, error) {
+	groupNode := path.Join("/consumers", group)
+	if _, exists, err := s.get(groupNode); err != nil {
+		return nil, err
+	} else if !exists {
+		return nil, fmt.Errorf("%w %q: zookeeper %s has no node %s%s (see --list)", ErrUnknownGroup, group, s.zookeeper, s.chroot, groupNode)
+	}
+	desc := &GroupDescription{Group: group, Zookeeper: s.zookeeper, Instances: []Instance{}, Partitions: []Partition{}}
+
+	// Instances and their subscriptions.
+	ids, err := s.children(path.Join(groupNode, "ids"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(ids)
+	registered := make(map[string]int, len(ids)) // ID -> index in desc.Instances
+	for _, id := range ids {
+		data, exists, err := s.get(path.Join(groupNode, "ids", id))
+		if err != nil {
+			return nil, err
+		}
+		if !exists { // deregistered meanwhile
+			continue
+		}
+		registered[id] = len(desc.Instances)
+		desc.Instances = append(desc.Instances, parseRegistration(id, data))
+	}
+
+	// Partition owners.
+	owners := make(map[TopicPartition]string)
+	ownerTopics, err := s.children(path.Join(groupNode, "owners"))
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range ownerTopics {
+		partitions, err := s.children(path.Join(groupNode, "owners", topic))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range partitions {
+			id, err := strconv.ParseInt(p, 10, 32)
+			if err != nil {
+				continue // not a partition node
+			}
+			data, exists, err := s.get(path.Join(groupNode, "owners", topic, p))
+			if err != nil {
+				return nil, err
+			}
+			if exists {
+				owners[TopicPartition{Topic: topic, Partition: int32(id)}] = string(data)
+			}
+		}
+	}
+
+	// Brokers, the way kazoo-go's BrokerList finds them (as the consumers
+	// of the group do).
+	if desc.Brokers, err = s.brokers(); err != nil {
+		return nil, err
+	}
+	if len(desc.Brokers) == 0 {
+		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids", s.zookeeper, s.chroot)
+	}
+
+	offsets, err := s.kafkaOffsets(group, desc.Brokers, desc.Instances, owners)
+	if err != nil {
+		return nil, err
+	}
+	desc.Partitions = offsets.partitions
+	for i := range desc.Partitions {
+		p := &desc.Partitions[i]
+		p.Owner = owners[p.TopicPartition]
+		if p.Owner != "" {
+			if idx, ok := registered[p.Owner]; ok {
+				p.OwnerRegistered = true
+				desc.Instances[idx].Owned = append(desc.Instances[idx].Owned, p.TopicPartition)
+			}
+		}
+		if p.Committed != nil {
+			desc.TotalCommitted += *p.Committed
+		}
+		if p.LogEnd != nil {
+			desc.TotalLogEnd += *p.LogEnd
+		}
+		if p.Lag != nil {
+			desc.TotalLag += *p.Lag
+		}
+	}
+
+	desc.State = groupState(desc, offsets.subscribed)
+	return desc, nil
+}
+
+// groupState tells whether the group is empty, stable or rebalancing, from
+// what ZooKeeper shows: it is rebalancing while a subscribed partition is
+// not claimed by a registered instance, a partition is claimed by an
+// instance that is gone, or (when every instance has the same
+// subscription) the claims are not yet spread as evenly as the library
+// spreads them (each instance gets P/C partitions, or one more).
+func groupState(desc *GroupDescription, subscribed map[TopicPartition]bool) string {
+	if len(desc.Instances) == 0 {
+		return StateEmpty
+	}
+	for _, p := range desc.Partitions {
+		if (subscribed[p.TopicPartition] || p.Owner != "") && !p.OwnerRegistered {
+			return StateRebalancing
+		}
+	}
+	same := true
+	for _, instance := range desc.Instances[1:] {
+		if instance.Pattern != desc.Instances[0].Pattern || !maps.Equal(instance.Subscription, desc.Instances[0].Subscription) {
+			same = false
+		}
+	}
+	if same {
+		count, total := len(desc.Instances), len(subscribed)
+		for _, instance := range desc.Instances {
+			if n := len(instance.Owned); n < total/count || n > (total+count-1)/count {
+				return StateRebalancing
+			}
+		}
+	}
+	return StateStable
+}
+
+// registrationJSON is the JSON layout of an instance's registration. The
+// timestamp is a string of Unix milliseconds in this library's (and
+// Kafka's) registrations, a number in kazoo-go's: json.Number takes both.
+type registrationJSON struct {
+	Pattern      string         `json:"pattern"`
+	Subscription map[string]int `json:"subscription"`
+	Timestamp    json.Number    `json:"timestamp"`
+}
+
+func parseRegistration(id string, data []byte) Instance {
+	instance := Instance{ID: id, Owned: []TopicPartition{}}
+	var reg registrationJSON
+	if err := json.Unmarshal(data, &reg); err != nil {
+		instance.Error = fmt.Sprintf("unreadable registration %q: %s", data, err)
+		return instance
+	}
+	instance.Pattern, instance.Subscription = reg.Pattern, reg.Subscription
+	if ms, err := reg.Timestamp.Int64(); err == nil && ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		instance.Registered = &t
+	}
+	return instance
+}
+
+// brokers returns the address of each broker registered in ZooKeeper,
+// sorted. Like kazoo-go's BrokerList, it takes the host and port fields of
+// the registration (Kafka sets them from the first PLAINTEXT listener);
+// when they are empty, it falls back to the first listed endpoint.
+func (s *zkSession) brokers() ([]string, error) {
+	ids, err := s.children("/brokers/ids")
+	if err != nil {
+		return nil, err
+	}
+	var result []string
+	for _, id := range ids {
+		data, exists, err := s.get(path.Join("/brokers/ids", id))
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			continue
+		}
+		var broker struct {
+			Host      string   `json:"host"`
+			Port      int      `json:"port"`
+			Endpoints []string `json:"endpoints"`
+		}
+		if err := json.Unmarshal(data, &broker); err != nil {
+			return nil, fmt.Errorf("zookeeper: broker %s registration %q: %w", id, data, err)
+		}
+		switch {
+		case broker.Host != "" && broker.Port > 0:
+			result = append(result, fmt.Sprintf("%s:%d", broker.Host, broker.Port))
+		case len(broker.Endpoints) > 0:
+			if _, addr, ok := strings.Cut(broker.Endpoints[0], "://"); ok {
+				result = append(result, addr)
+			}
+		}
+	}
+	sort.Strings(result)
+	return result, nil
+}
+
+// kafkaResult is what kafkaOffsets found.
+type kafkaResult struct {
+	partitions []Partition
+	// subscribed are the partitions of the topics the instances subscribe
+	// to, which the group is expected to own.
+	subscribed map[TopicPartition]bool
+}
+
+// kafkaOffsets reads the group's committed offsets and the log-end
+// offsets from Kafka, for the partitions of every topic that an instance
+// subscribes to, that has an owner, or for which the group committed an
+// offset.
+func (s *zkSession) kafkaOffsets(group string, brokers []string, instances []Instance, owners map[TopicPartition]string) (*kafkaResult, error) {
+	remaining := time.Until(s.deadline)
+	if remaining <= 0 {
+		return nil, fmt.Errorf("%w: %s", ErrTimeout, s.timeoutMsg)
+	}
+	config := sarama.NewConfig()
+	config.ClientID = "kafkaconsumer-groups"
+	config.Net.DialTimeout = remaining
+	config.Net.ReadTimeout = remaining
+	config.Net.WriteTimeout = remaining
+	config.Metadata.Retry.Max = 1
+	config.Metadata.Retry.Backoff = 100 * time.Millisecond
+	config.Metadata.Full = true
+	config.Admin.Retry.Max = 1
+	config.Admin.Timeout = remaining
+	kafkaErr := func(what string, err error) error {
+		if time.Now().After(s.deadline) {
+			return fmt.Errorf("%w: %s: %s (last error: %w)", ErrTimeout, what, s.timeoutMsg, err)
+		}
+		return fmt.Errorf("kafka %s: %s: %w", strings.Join(brokers, ","), what, err)
+	}
+
+	client, err := sarama.NewClient(brokers, config)
+	if err != nil {
+		return nil, kafkaErr("connect", err)
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, kafkaErr("connect", err)
+	}
+	defer admin.Close() // closes the client too
+
+	fetched, err := admin.ListConsumerGroupOffsets(group, nil)
+	if err != nil {
+		return nil, kafkaErr("fetch committed offsets of group "+group, err)
+	}
+	if fetched.Err != sarama.ErrNoError {
+		return nil, kafkaErr("fetch committed offsets of group "+group, fetched.Err)
+	}
+	committed := make(map[TopicPartition]*sarama.OffsetFetchResponseBlock)
+	for topic, blocks := range fetched.Blocks {
+		for partition, block := range blocks {
+			committed[TopicPartition{Topic: topic, Partition: partition}] = block
+		}
+	}
+
+	kafkaTopics, err := client.Topics()
+	if err != nil {
+		return nil, kafkaErr("list topics", err)
+	}
+	topics := make(map[string]bool)
+	subscribedTopics := subscribedTopics(instances, kafkaTopics)
+	for topic := range subscribedTopics {
+		topics[topic] = true
+	}
+	for tp := range owners {
+		topics[tp.Topic] = true
+	}
+	for tp := range committed {
+		topics[tp.Topic] = true
+	}
+
+	result := &kafkaResult{subscribed: make(map[TopicPartition]bool)}
+	seen := make(map[TopicPartition]bool)
+	add := func(tp TopicPartition) *Partition {
+		seen[tp] = true
+		result.partitions = append(result.partitions, Partition{TopicPartition: tp})
+		return &result.partitions[len(result.partitions)-1]
+	}
+	for _, topic := range sortedKeys(topics) {
+		ids, err := client.Partitions(topic)
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			ids = nil // deleted, or not created yet: show what the group has
+		} else if err != nil {
+			return nil, kafkaErr("partitions of "+topic, err)
+		}
+		for _, id := range ids {
+			tp := TopicPartition{Topic: topic, Partition: id}
+			if subscribedTopics[topic] {
+				result.subscribed[tp] = true
+			}
+			p := add(tp)
+			logEnd, err := client.GetOffset(topic, id, sarama.OffsetNewest)
+			if err != nil {
+				if time.Now().After(s.deadline) {
+					return nil, kafkaErr(fmt.Sprintf("log-end offset of %s/%d", topic, id), err)
+				}
+				p.Error = fmt.Sprintf("log-end offset: %s", err)
+				continue
+			}
+			p.LogEnd = &logEnd
+		}
+	}
+	// Partitions known to the group only (the topic is gone or shrank).
+	for tp := range owners {
+		if !seen[tp] {
+			add(tp).Error = "partition not found in kafka"
+		}
+	}
+	for tp := range committed {
+		if !seen[tp] {
+			add(tp).Error = "partition not found in kafka"
+		}
+	}
+
+	for i := range result.partitions {
+		p := &result.partitions[i]
+		block := committed[p.TopicPartition]
+		switch {
+		case block == nil:
+		case block.Err != sarama.ErrNoError:
+			p.Error = strings.TrimPrefix(p.Error+"; committed offset: "+block.Err.Error(), "; ")
+		case block.Offset >= 0:
+			offset := block.Offset
+			p.Committed = &offset
+		}
+		if p.Committed != nil && p.LogEnd != nil {
+			lag := max(*p.LogEnd-*p.Committed, 0)
+			p.Lag = &lag
+		}
+	}
+	sort.Slice(result.partitions, func(i, j int) bool {
+		a, b := result.partitions[i].TopicPartition, result.partitions[j].TopicPartition
+		return a.Topic < b.Topic || (a.Topic == b.Topic && a.Partition < b.Partition)
+	})
+	return result, nil
+}
+
+// internalTopics are never selected by a white or black list (Kafka's
+// exclude.internal.topics=true, as the library does).
+var internalTopics = map[string]bool{"__consumer_offsets": true, "__transaction_state": true}
+
+// subscribedTopics returns the topics that the instances' subscriptions
+// select among the topics that exist in Kafka, and the static ones that do
+// not exist (yet).
+func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]bool {
+	result := make(map[string]bool)
+	for _, instance := range instances {
+		for key := range instance.Subscription {
+			switch instance.Pattern {
+			case "static":
+				result[key] = true
+			case "white_list", "black_list":
+				re, err := regexp.Compile(key)
+				if err != nil {
+					continue
+				}
+				for _, topic := range kafkaTopics {
+					if !internalTopics[topic] && re.MatchString(topic) == (instance.Pattern == "white_list") {
+						result[topic] = true
+					}
+				}
+			}
+		}
+	}
+	return result
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// parseZookeeper splits a connection string "host:port,host:port/chroot"
+// into its servers and chroot, and checks them.
+func parseZookeeper(connection string) (nodes []string, chroot string, err error) {
+	if strings.TrimSpace(connection) == "" {
+		return nil, "", errors.New("no zookeeper given (--zookeeper host:port[,host:port][/chroot], or set ZOOKEEPER_PEERS)")
+	}
+	nodes, chroot = kazoo.ParseConnectionString(connection)
+	for _, node := range nodes {
+		host, port, hasPort := strings.Cut(node, ":")
+		if host == "" || strings.ContainsAny(node, " \t") {
+			return nil, "", fmt.Errorf("invalid zookeeper connection string %q: malformed server %q", connection, node)
+		}
+		if hasPort {
+			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+				return nil, "", fmt.Errorf("invalid zookeeper connection string %q: server %q has an invalid port", connection, node)
+			}
+		}
+	}
+	chroot = strings.TrimRight(chroot, "/")
+	if strings.Contains(chroot, "//") {
+		return nil, "", fmt.Errorf("invalid zookeeper connection string %q: empty chroot path element", connection)
+	}
+	return nodes, chroot, nil
+}

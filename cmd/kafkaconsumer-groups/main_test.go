@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestRunUsageErrors(t *testing.T) {
+	t.Setenv("ZOOKEEPER_PEERS", "") // the default of --zookeeper
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no zookeeper", []string{"--group", "g"}, "--zookeeper is required"},
+		{"no group", []string{"--zookeeper", "zk:2181"}, "--group NAME is required"},
+		{"list and group", []string{"--zookeeper", "zk:2181", "--list", "--group", "g"}, "either --list or --group"},
+		{"argument", []string{"--zookeeper", "zk:2181", "--group", "g", "extra"}, `unexpected argument "extra"`},
+		{"bad timeout", []string{"--zookeeper", "zk:2181", "--group", "g", "--timeout", "0s"}, "--timeout must be positive"},
+		{"bad port", []string{"--zookeeper", "zk:99999", "--group", "g"}, "invalid port"},
+		{"bad chroot", []string{"--zookeeper", "zk:2181/a//b", "--group", "g"}, "empty chroot path element"},
+		{"unknown flag", []string{"--zookeeper", "zk:2181", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"bad duration", []string{"--zookeeper", "zk:2181", "--group", "g", "--timeout", "soon"}, "invalid value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tc.args, &stdout, &stderr); code != exitUsage {
+				t.Errorf("exit status %d, want %d", code, exitUsage)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr.String())
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("unexpected output: %s", stdout.String())
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--help"}, &stdout, &stderr); code != exitOK {
+		t.Errorf("exit status %d, want %d", code, exitOK)
+	}
+	for _, want := range []string{"Usage:", "--list", "-timeout"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+func TestDescribeGroupInvalidName(t *testing.T) {
+	t.Parallel()
+	for _, group := range []string{"", "a/b", ".."} {
+		if _, err := describeGroup("127.0.0.1:2181", group, time.Second); err == nil || !strings.Contains(err.Error(), "invalid group name") {
+			t.Errorf("group %q: got error %v, want invalid group name", group, err)
+		}
+	}
+}
+
+// blackHole is a TCP server that accepts connections and never answers,
+// like a ZooKeeper server that hangs; it is closed at the end of the test.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() { // ends when the listener is closed
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		for _, conn := range conns {
+			conn.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestRunZookeeperUnresponsive checks that the tool gives up after
+// --timeout when ZooKeeper does not answer (refuses connections, or
+// accepts them and says nothing), instead of waiting forever.
+func TestRunZookeeperUnresponsive(t *testing.T) {
+	t.Parallel()
+	refused := func() string { // a port nobody listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
+	}()
+	for _, tc := range []struct{ name, zookeeper string }{
+		{"refused", refused},
+		{"silent", blackHole(t)},
+		{"silent with chroot", blackHole(t) + "/kafka"},
+	} {
+		for _, mode := range [][]string{{"--group", "g"}, {"--list"}} {
+			t.Run(tc.name+" "+mode[0], func(t *testing.T) {
+				t.Parallel()
+				var stdout, stderr bytes.Buffer
+				start := time.Now()
+				code := run(append([]string{"--zookeeper", tc.zookeeper, "--timeout", "300ms"}, mode...), &stdout, &stderr)
+				elapsed := time.Since(start)
+				if code != exitError {
+					t.Errorf("exit status %d, want %d", code, exitError)
+				}
+				if !strings.Contains(stderr.String(), "timed out") || !strings.Contains(stderr.String(), tc.zookeeper) {
+					t.Errorf("stderr does not say it timed out on %s:\n%s", tc.zookeeper, stderr.String())
+				}
+				// 300 ms, plus up to 1 s that the ZooKeeper client waits
+				// for its close request when no server answers.
+				if elapsed > 3*time.Second {
+					t.Errorf("took %s with --timeout 300ms", elapsed)
+				}
+			})
+		}
+	}
+}
+
+func TestDescribeGroupTimeoutError(t *testing.T) {
+	t.Parallel()
+	_, err := describeGroup(blackHole(t), "g", 200*time.Millisecond)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
+	}
+	_, err = listGroups(blackHole(t), 200*time.Millisecond)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
+	}
+}

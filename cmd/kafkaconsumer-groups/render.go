@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// render writes the description of a group to w: indented JSON when
+// asJSON is set (the fields of GroupDescription; unknown numbers are
+// null), else tables for people.
+func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, withEmptySlices(desc))
+	}
+	ew := &errWriter{w: w}
+	fmt.Fprintf(ew, "Group %s: %s, %d instance%s, %d partition%s, lag %d (zookeeper %s, kafka %s)\n",
+		desc.Group, desc.State, len(desc.Instances), plural(len(desc.Instances)),
+		len(desc.Partitions), plural(len(desc.Partitions)), desc.TotalLag,
+		desc.Zookeeper, strings.Join(desc.Brokers, ","))
+
+	fmt.Fprintln(ew)
+	if len(desc.Instances) == 0 {
+		fmt.Fprintln(ew, "No instance is registered.")
+	} else {
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "INSTANCE\tSUBSCRIPTION\tREGISTERED\tPARTITIONS")
+		for _, instance := range desc.Instances {
+			registered := "-"
+			if instance.Registered != nil {
+				registered = instance.Registered.UTC().Format(time.RFC3339)
+			}
+			subscription := formatSubscription(instance)
+			if instance.Error != "" {
+				subscription = "(" + instance.Error + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", instance.ID, subscription, registered, len(instance.Owned))
+		}
+		_ = tw.Flush()
+	}
+
+	fmt.Fprintln(ew)
+	if len(desc.Partitions) == 0 {
+		fmt.Fprintln(ew, "No partition: the group subscribes to no existing topic and has no committed offsets.")
+	} else {
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG")
+		for _, p := range desc.Partitions {
+			owner := "-"
+			if p.Owner != "" {
+				owner = p.Owner
+				if !p.OwnerRegistered {
+					owner += " (not registered)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, owner,
+				formatOffset(p.Committed), formatOffset(p.LogEnd), formatOffset(p.Lag))
+		}
+		fmt.Fprintf(tw, "TOTAL\t\t\t%d\t%d\t%d\n", desc.TotalCommitted, desc.TotalLogEnd, desc.TotalLag)
+		_ = tw.Flush()
+		for _, p := range desc.Partitions {
+			if p.Error != "" {
+				fmt.Fprintf(ew, "note: %s/%d: %s\n", p.Topic, p.Partition, p.Error)
+			}
+		}
+	}
+	return ew.err
+}
+
+// renderGroups writes the list of groups to w, as JSON or a table.
+func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
+	if asJSON {
+		if groups == nil {
+			groups = []GroupSummary{}
+		}
+		return writeJSON(w, groups)
+	}
+	ew := &errWriter{w: w}
+	if len(groups) == 0 {
+		fmt.Fprintln(ew, "No consumer group is registered in ZooKeeper.")
+		return ew.err
+	}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tINSTANCES")
+	for _, g := range groups {
+		fmt.Fprintf(tw, "%s\t%d\n", g.Group, g.Instances)
+	}
+	_ = tw.Flush()
+	return ew.err
+}
+
+// withEmptySlices returns desc, or a copy whose nil lists are empty, so
+// that scripts see [] rather than null.
+func withEmptySlices(desc *GroupDescription) *GroupDescription {
+	c := *desc
+	if c.Brokers == nil {
+		c.Brokers = []string{}
+	}
+	if c.Partitions == nil {
+		c.Partitions = []Partition{}
+	}
+	c.Instances = make([]Instance, len(desc.Instances))
+	for i, instance := range desc.Instances {
+		if instance.Owned == nil {
+			instance.Owned = []TopicPartition{}
+		}
+		c.Instances[i] = instance
+	}
+	return &c
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// formatSubscription returns "static: a,b" or "white_list: ^re$".
+func formatSubscription(instance Instance) string {
+	keys := make([]string, 0, len(instance.Subscription))
+	for k := range instance.Subscription {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if instance.Pattern == "" {
+		return strings.Join(keys, ",")
+	}
+	return instance.Pattern + ": " + strings.Join(keys, ",")
+}
+
+func formatOffset(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// errWriter remembers the first write error, so that a sequence of
+// Fprintf calls is checked once.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (ew *errWriter) Write(p []byte) (int, error) {
+	if ew.err != nil {
+		return 0, ew.err
+	}
+	n, err := ew.w.Write(p)
+	ew.err = err
+	return n, err
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ptr(v int64) *int64 { return &v }
+
+// sampleDescription is a group of two instances on a 3-partition topic:
+// partition 2 has no committed offset, and one partition of a deleted
+// topic is still claimed by an instance that is gone.
+func sampleDescription() *GroupDescription {
+	registered := time.Date(2025, 12, 2, 13, 40, 1, 0, time.UTC)
+	return &GroupDescription{
+		Group:     "orders",
+		Zookeeper: "zk:2181/kafka",
+		Brokers:   []string{"b1:9092", "b2:9092"},
+		State:     StateRebalancing,
+		Instances: []Instance{
+			{ID: "host-a:1111", Pattern: "static", Subscription: map[string]int{"orders": 1, "audit": 1}, Registered: &registered,
+				Owned: []TopicPartition{{"orders", 0}, {"orders", 1}}},
+			{ID: "host-b:2222", Pattern: "white_list", Subscription: map[string]int{`^orders$`: 1}, Owned: []TopicPartition{}},
+			{ID: "host-c:3333", Error: "unreadable registration", Owned: []TopicPartition{}},
+		},
+		Partitions: []Partition{
+			{TopicPartition: TopicPartition{"old", 0}, Owner: "host-gone:9", Committed: ptr(5), Error: "partition not found in kafka"},
+			{TopicPartition: TopicPartition{"orders", 0}, Owner: "host-a:1111", OwnerRegistered: true, Committed: ptr(10), LogEnd: ptr(12), Lag: ptr(2)},
+			{TopicPartition: TopicPartition{"orders", 1}, Owner: "host-a:1111", OwnerRegistered: true, Committed: ptr(7), LogEnd: ptr(7), Lag: ptr(0)},
+			{TopicPartition: TopicPartition{"orders", 2}, LogEnd: ptr(3)},
+		},
+		TotalCommitted: 22,
+		TotalLogEnd:    22,
+		TotalLag:       2,
+	}
+}
+
+func TestRenderTable(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := render(&buf, sampleDescription(), false); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	// Columns are aligned by tabwriter; compare the lines with runs of
+	// spaces collapsed, so that the test does not depend on widths.
+	want := []string{
+		"Group orders: Rebalancing, 3 instances, 4 partitions, lag 2 (zookeeper zk:2181/kafka, kafka b1:9092,b2:9092)",
+		"",
+		"INSTANCE SUBSCRIPTION REGISTERED PARTITIONS",
+		"host-a:1111 static: audit,orders 2025-12-02T13:40:01Z 2",
+		"host-b:2222 white_list: ^orders$ - 0",
+		"host-c:3333 (unreadable registration) - 0",
+		"",
+		"TOPIC PARTITION OWNER COMMITTED LOG-END LAG",
+		"old 0 host-gone:9 (not registered) 5 - -",
+		"orders 0 host-a:1111 10 12 2",
+		"orders 1 host-a:1111 7 7 0",
+		"orders 2 - - 3 -",
+		"TOTAL 22 22 2",
+		"note: old/0: partition not found in kafka",
+	}
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), got)
+	}
+	for i, line := range lines {
+		if collapsed := strings.Join(strings.Fields(line), " "); collapsed != want[i] {
+			t.Errorf("line %d: got %q, want %q", i+1, collapsed, want[i])
+		}
+	}
+	// The columns line up: the COMMITTED header and values start at the
+	// same position.
+	col := strings.Index(lines[7], "COMMITTED")
+	if !strings.HasPrefix(lines[9][col:], "10") {
+		t.Errorf("columns not aligned:\n%s", got)
+	}
+}
+
+func TestRenderEmpty(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	desc := &GroupDescription{Group: "g", Zookeeper: "zk:2181", Brokers: []string{"b:9092"}, State: StateEmpty}
+	if err := render(&buf, desc, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Group g: Empty, 0 instances, 0 partitions, lag 0", "No instance is registered.", "No partition"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestRenderJSON(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	desc := sampleDescription()
+	if err := render(&buf, desc, true); err != nil {
+		t.Fatal(err)
+	}
+
+	// Unknown numbers are null, not -1 or 0.
+	var raw struct {
+		Partitions []map[string]any `json:"partitions"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
+		t.Fatalf("invalid JSON: %s\n%s", err, buf.String())
+	}
+	p2 := raw.Partitions[3]
+	if p2["committed"] != nil || p2["lag"] != nil || p2["log_end"] != float64(3) {
+		t.Errorf("orders/2 = %v, want committed and lag null, log_end 3", p2)
+	}
+	if _, ok := p2["owner"]; ok {
+		t.Errorf("orders/2 has an owner field, want none: %v", p2)
+	}
+
+	// The JSON reads back into the same description.
+	var back GroupDescription
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := render(&again, &back, true); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != buf.String() {
+		t.Errorf("JSON does not round-trip:\n%s\nvs\n%s", buf.String(), again.String())
+	}
+	for _, key := range []string{`"group": "orders"`, `"state": "Rebalancing"`, `"total_lag": 2`, `"registered": "2025-12-02T13:40:01Z"`, `"owned": []`} {
+		if !strings.Contains(buf.String(), key) {
+			t.Errorf("JSON lacks %s:\n%s", key, buf.String())
+		}
+	}
+}
+
+func TestRenderGroups(t *testing.T) {
+	t.Parallel()
+	groups := []GroupSummary{{Group: "a", Instances: 2}, {Group: "bb", Instances: 0}}
+	var buf bytes.Buffer
+	if err := renderGroups(&buf, groups, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "GROUP  INSTANCES\na      2\nbb     0\n"; buf.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
+	}
+	buf.Reset()
+	if err := renderGroups(&buf, groups, true); err != nil {
+		t.Fatal(err)
+	}
+	var back []GroupSummary
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back) != 2 || back[0] != groups[0] {
+		t.Errorf("JSON %s read back as %v, %v", buf.String(), back, err)
+	}
+	buf.Reset()
+	if err := renderGroups(&buf, nil, true); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+		t.Errorf("no groups in JSON: %q, %v; want []", buf.String(), err)
+	}
+}
+
+func TestParseRegistration(t *testing.T) {
+	t.Parallel()
+	ms := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli()
+	for _, tc := range []struct {
+		name, data string
+		wantErr    bool
+	}{
+		{"library (string timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":"` + strconv.FormatInt(ms, 10) + `","version":1}`, false},
+		{"kazoo-go (number timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":` + strconv.FormatInt(ms, 10) + `,"version":1}`, false},
+		{"garbage", `not json`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			instance := parseRegistration("id", []byte(tc.data))
+			if tc.wantErr {
+				if instance.Error == "" {
+					t.Errorf("no error for %s", tc.data)
+				}
+				return
+			}
+			if instance.Error != "" || instance.Pattern != "static" || instance.Subscription["t"] != 1 {
+				t.Errorf("got %+v", instance)
+			}
+			if instance.Registered == nil || instance.Registered.UnixMilli() != ms {
+				t.Errorf("registered %v, want %d ms", instance.Registered, ms)
+			}
+		})
+	}
+}
+
+func TestSubscribedTopics(t *testing.T) {
+	t.Parallel()
+	kafkaTopics := []string{"orders.eu", "orders.us", "audit", "__consumer_offsets"}
+	for _, tc := range []struct {
+		name      string
+		instances []Instance
+		want      []string
+	}{
+		{"static, also missing topics", []Instance{{Pattern: "static", Subscription: map[string]int{"audit": 1, "later": 1}}}, []string{"audit", "later"}},
+		{"white list", []Instance{{Pattern: "white_list", Subscription: map[string]int{`^orders\.`: 1}}}, []string{"orders.eu", "orders.us"}},
+		{"black list skips internal topics", []Instance{{Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}}}, []string{"audit"}},
+		{"bad regexp", []Instance{{Pattern: "white_list", Subscription: map[string]int{`(`: 1}}}, nil},
+		{"union of instances", []Instance{
+			{Pattern: "static", Subscription: map[string]int{"audit": 1}},
+			{Pattern: "white_list", Subscription: map[string]int{`\.us$`: 1}},
+		}, []string{"audit", "orders.us"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sortedKeys(subscribedTopics(tc.instances, kafkaTopics))
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGroupState(t *testing.T) {
+	t.Parallel()
+	sub := map[string]int{"t": 1}
+	tp := func(p int32) TopicPartition { return TopicPartition{"t", p} }
+	subscribed := map[TopicPartition]bool{tp(0): true, tp(1): true, tp(2): true}
+	owned := func(id string, ps ...int32) Instance {
+		instance := Instance{ID: id, Pattern: "static", Subscription: sub, Owned: []TopicPartition{}}
+		for _, p := range ps {
+			instance.Owned = append(instance.Owned, tp(p))
+		}
+		return instance
+	}
+	partitions := func(owners ...string) []Partition {
+		var result []Partition
+		for i, owner := range owners {
+			result = append(result, Partition{TopicPartition: tp(int32(i)), Owner: owner, OwnerRegistered: owner != "" && owner != "gone"})
+		}
+		return result
+	}
+	for _, tc := range []struct {
+		name string
+		desc GroupDescription
+		want string
+	}{
+		{"no instances", GroupDescription{Partitions: partitions("", "", "")}, StateEmpty},
+		{"all claimed, balanced", GroupDescription{Instances: []Instance{owned("a", 0, 1), owned("b", 2)}, Partitions: partitions("a", "a", "b")}, StateStable},
+		{"unclaimed partition", GroupDescription{Instances: []Instance{owned("a", 0, 1)}, Partitions: partitions("a", "a", "")}, StateRebalancing},
+		{"claimed by a gone instance", GroupDescription{Instances: []Instance{owned("a", 0, 1)}, Partitions: partitions("a", "a", "gone")}, StateRebalancing},
+		{"not balanced yet", GroupDescription{Instances: []Instance{owned("a", 0, 1, 2), owned("b")}, Partitions: partitions("a", "a", "a")}, StateRebalancing},
+		{"different subscriptions: no balance expected", GroupDescription{
+			Instances:  []Instance{owned("a", 0, 1, 2), {ID: "b", Pattern: "static", Subscription: map[string]int{"other": 1}, Owned: []TopicPartition{}}},
+			Partitions: partitions("a", "a", "a"),
+		}, StateStable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := groupState(&tc.desc, subscribed); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
