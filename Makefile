@@ -1,0 +1,75 @@
+# Make targets for kafkaconsumer. The tests that need Kafka run against a
+# local ZooKeeper-mode cluster of JVMs (internal/testcluster); it needs Java
+# 11+ and, once, Maven to fetch the Kafka jars (`make jars`).
+#
+#   make test          gofmt check, go vet, then all tests (-race) against a
+#                      fresh cluster, torn down afterwards; with
+#                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
+#   make test-short    unit tests only (go test -race -short), no cluster
+#   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3);
+#                      then `. .cluster/env` exports ZOOKEEPER_PEERS and KAFKA_PEERS
+#   make cluster-down  stop it and remove .cluster/
+
+SHELL := /bin/bash
+GO ?= go
+TESTCLUSTER := $(GO) run ./internal/testcluster/cmd/testcluster
+ZOOKEEPERS ?= 1
+BROKERS ?= 1
+STATICCHECK_VERSION ?= v0.8.2
+TEST_FLAGS ?= -race -count=1 -timeout 25m
+
+.PHONY: all jars cluster-up cluster-down cluster-status test test-run test-short \
+	fmt-check vet lint bench demo
+
+all: test
+
+jars:
+	$(TESTCLUSTER) jars
+
+cluster-up:
+	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS)
+
+cluster-down:
+	$(TESTCLUSTER) down
+
+cluster-status:
+	$(TESTCLUSTER) status
+
+# Without ZOOKEEPER_PEERS, start a cluster, run the tests against it and
+# always stop it afterwards (on failure and on ^C too), keeping the tests'
+# exit status.
+test: fmt-check vet
+ifeq ($(strip $(ZOOKEEPER_PEERS)),)
+	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
+	$(MAKE) --no-print-directory cluster-up && \
+	source .cluster/env && \
+	$(MAKE) --no-print-directory test-run
+else
+	@$(MAKE) --no-print-directory test-run
+endif
+
+test-run:
+	$(GO) test $(TEST_FLAGS) ./...
+
+test-short:
+	$(GO) test -race -short ./...
+
+fmt-check:
+	@files="$$(gofmt -l .)"; \
+	if [ -n "$$files" ]; then echo "gofmt -l: not formatted:"; echo "$$files"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# Hooks for the benchmark module (bench/Makefile) and the examples
+# (examples/Makefile, target demo); they say so when there is nothing yet.
+bench:
+	@if [ -f bench/Makefile ]; then $(MAKE) -C bench; \
+	else echo "make bench: no bench/Makefile yet"; fi
+
+demo:
+	@if [ -f examples/Makefile ]; then $(MAKE) -C examples demo; \
+	else echo "make demo: no examples/Makefile yet"; fi

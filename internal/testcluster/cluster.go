@@ -1,0 +1,1030 @@
+package testcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options configures Start. The zero value starts one ZooKeeper node and one
+// broker in a fresh temporary directory.
+type Options struct {
+	// ZooKeepers is the number of ZooKeeper nodes: 1 (the default) or 3 for
+	// a real ensemble (any count from 1 to 9 works).
+	ZooKeepers int
+	// Brokers is the number of Kafka brokers: 1 (the default) or 3 (any
+	// count from 1 to 9 works). Internal topics get a replication factor of
+	// min(3, Brokers), new topics Brokers.
+	Brokers int
+	// Dir holds the nodes' configuration, data and logs. Empty: a new
+	// temporary directory, removed by Close. A given directory is created
+	// if needed and kept by Close; Start replaces the node directories it
+	// uses inside it (zookeeper-N, kafka-N) and state.json.
+	Dir string
+	// Logf, if set, receives progress lines (nodes starting, ready, stopping).
+	// testing.T.Logf fits.
+	Logf func(format string, args ...any)
+	// Detached starts the JVMs in their own sessions, without the
+	// parent-death signal, so that they outlive the process that started
+	// them, and keeps the cluster's state in Dir/state.json for Load. The
+	// caller owns the cluster until someone calls Close.
+	Detached bool
+	// Context, if set, bounds Start: when it ends, Start stops what it
+	// started and returns. It has no effect once Start has returned.
+	Context context.Context
+	// StartTimeout bounds each wait for nodes to serve (default 2 minutes).
+	StartTimeout time.Duration
+	// BrokerConfig adds to or overrides the brokers' server.properties
+	// (for example "auto.create.topics.enable": "true").
+	BrokerConfig map[string]string
+}
+
+// Cluster is a running local cluster. Its methods are safe for concurrent
+// use. Broker i (0-based, the order of KafkaPeers) has broker.id i;
+// ZooKeeper node i (0-based, the order of ZookeeperPeers) has myid i+1.
+type Cluster struct {
+	dir       string
+	removeDir bool
+	detached  bool
+	jars      string
+	java      string
+	timeout   time.Duration
+	logf      func(format string, args ...any)
+
+	// ctx is cancelled by Close, which ends every wait in progress.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	zks     []*node
+	brokers []*node
+
+	mu     sync.Mutex // guards closed and pids, serialises state.json writes
+	closed bool
+	pids   []int
+}
+
+type nodeKind int
+
+const (
+	zookeeperNode nodeKind = iota
+	brokerNode
+)
+
+// node is one ZooKeeper server or broker. Its configuration never changes
+// after Start; its process does.
+type node struct {
+	kind         nodeKind
+	index        int
+	id           int // myid or broker.id
+	dir          string
+	port         int // client port or PLAINTEXT port
+	quorumPort   int // ZooKeeper ensemble only
+	electionPort int // ZooKeeper ensemble only
+
+	life sync.Mutex // serialises starting and stopping this node
+
+	pmu  sync.Mutex
+	proc *proc // nil when not running
+}
+
+func (n *node) String() string {
+	if n.kind == zookeeperNode {
+		return fmt.Sprintf("zookeeper %d (myid %d, 127.0.0.1:%d)", n.index, n.id, n.port)
+	}
+	return fmt.Sprintf("kafka broker %d (127.0.0.1:%d)", n.id, n.port)
+}
+
+func (n *node) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
+
+func (n *node) getProc() *proc {
+	n.pmu.Lock()
+	defer n.pmu.Unlock()
+	return n.proc
+}
+
+func (n *node) setProc(p *proc) {
+	n.pmu.Lock()
+	n.proc = p
+	n.pmu.Unlock()
+}
+
+// running returns the node's process if it is alive.
+func (n *node) running() *proc {
+	if p := n.getProc(); p != nil && p.alive() {
+		return p
+	}
+	return nil
+}
+
+// markerPrefix starts the system property that tags every node JVM with
+// its directory, so that a pid found in a state file (or in /proc) is
+// recognised as one of ours and never confused with a recycled pid.
+const markerPrefix = "-Dkafkaconsumer.testcluster.node="
+
+func (n *node) marker() string { return markerPrefix + n.dir }
+
+func (n *node) configFile() string {
+	if n.kind == zookeeperNode {
+		return filepath.Join(n.dir, "zookeeper.properties")
+	}
+	return filepath.Join(n.dir, "server.properties")
+}
+
+func (n *node) logFile() string    { return filepath.Join(n.dir, "server.log") }
+func (n *node) stdoutFile() string { return filepath.Join(n.dir, "stdout.log") }
+
+// logTail describes the end of the node's logs for error messages.
+func (n *node) logTail() string {
+	s := fmt.Sprintf("--- last lines of %s ---\n%s", n.logFile(), tailFile(n.logFile(), 25))
+	if out := strings.TrimSpace(tailFile(n.stdoutFile(), 10)); out != "" && !strings.HasPrefix(out, "(no ") {
+		s += fmt.Sprintf("\n--- last lines of %s ---\n%s", n.stdoutFile(), out)
+	}
+	return s
+}
+
+// proc is a node's JVM.
+type proc struct {
+	pid    int
+	marker string
+	// done is closed when the process has exited and was reaped; nil for a
+	// process found in a state file (not our child), which is polled.
+	done chan struct{}
+}
+
+func (p *proc) alive() bool {
+	if p.done != nil {
+		select {
+		case <-p.done:
+			return false
+		default:
+			return true
+		}
+	}
+	return pidAlive(p.pid) && pidHasArg(p.pid, p.marker)
+}
+
+// waitExit waits until the process has exited, ctx ends or timeout passes,
+// and reports whether it has exited.
+func (p *proc) waitExit(ctx context.Context, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	if p.done != nil {
+		select {
+		case <-p.done:
+			return true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return !p.alive()
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for p.alive() {
+		select {
+		case <-tick.C:
+		case <-t.C:
+			return !p.alive()
+		case <-ctx.Done():
+			return !p.alive()
+		}
+	}
+	return true
+}
+
+// errPortInUse marks a start that failed because a port picked as free was
+// taken meanwhile; Start then retries with other ports.
+var errPortInUse = errors.New("address already in use")
+
+const (
+	defaultStartTimeout = 2 * time.Minute
+	stopTimeout         = time.Minute
+	killTimeout         = 15 * time.Second
+	maxNodes            = 9
+)
+
+// Start starts a cluster as Options describe and returns once every
+// ZooKeeper node serves and every broker is registered and answers
+// metadata requests listing all brokers and a controller. It fetches the
+// jars first if needed (EnsureJars). On failure nothing it started is left
+// running, and the error includes the end of the failing node's log.
+func Start(opts Options) (*Cluster, error) {
+	if opts.ZooKeepers == 0 {
+		opts.ZooKeepers = 1
+	}
+	if opts.Brokers == 0 {
+		opts.Brokers = 1
+	}
+	if opts.ZooKeepers < 1 || opts.ZooKeepers > maxNodes || opts.Brokers < 1 || opts.Brokers > maxNodes {
+		return nil, fmt.Errorf("testcluster: want 1 to %d ZooKeeper nodes and brokers, got %d and %d", maxNodes, opts.ZooKeepers, opts.Brokers)
+	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = defaultStartTimeout
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	java, err := javaBinary()
+	if err != nil {
+		return nil, err
+	}
+	jars, err := EnsureJars()
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		c, err := start(opts, jars, java)
+		if err == nil {
+			return c, nil
+		}
+		if attempt == 3 || !errors.Is(err, errPortInUse) || opts.Context.Err() != nil {
+			return nil, err
+		}
+		opts.Logf("testcluster: a port was taken meanwhile, retrying with other ports: %v", firstLine(err.Error()))
+	}
+}
+
+func start(opts Options, jars, java string) (_ *Cluster, err error) {
+	began := time.Now()
+	c := &Cluster{
+		detached: opts.Detached,
+		jars:     jars,
+		java:     java,
+		timeout:  opts.StartTimeout,
+		logf:     opts.Logf,
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if opts.Dir == "" {
+		if c.dir, err = os.MkdirTemp("", "kafkaconsumer-testcluster-"); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		c.removeDir = true
+	} else {
+		if c.dir, err = filepath.Abs(opts.Dir); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		old, _ := filepath.Glob(filepath.Join(c.dir, "zookeeper-*"))
+		more, _ := filepath.Glob(filepath.Join(c.dir, "kafka-*"))
+		for _, p := range append(append(old, more...), c.statePath()) {
+			if err := os.RemoveAll(p); err != nil {
+				return nil, fmt.Errorf("testcluster: %w", err)
+			}
+		}
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Close()
+		}
+	}()
+
+	// Start returns when opts.Context ends, too.
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	stop := context.AfterFunc(opts.Context, cancel)
+	defer stop()
+
+	nports := opts.Brokers + opts.ZooKeepers
+	if opts.ZooKeepers > 1 {
+		nports += 2 * opts.ZooKeepers
+	}
+	ports, err := freePorts(nports)
+	if err != nil {
+		return nil, err
+	}
+	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	for i := 0; i < opts.ZooKeepers; i++ {
+		n := &node{kind: zookeeperNode, index: i, id: i + 1, port: next(),
+			dir: filepath.Join(c.dir, fmt.Sprintf("zookeeper-%d", i))}
+		if opts.ZooKeepers > 1 {
+			n.quorumPort, n.electionPort = next(), next()
+		}
+		c.zks = append(c.zks, n)
+	}
+	for i := 0; i < opts.Brokers; i++ {
+		c.brokers = append(c.brokers, &node{kind: brokerNode, index: i, id: i, port: next(),
+			dir: filepath.Join(c.dir, fmt.Sprintf("kafka-%d", i))})
+	}
+	for _, n := range c.zks {
+		if err := c.writeZooKeeperConfig(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.brokers {
+		if err := c.writeBrokerConfig(n, opts.BrokerConfig); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.saveState(); err != nil {
+		return nil, err
+	}
+
+	c.logf("testcluster: starting %d ZooKeeper node(s) in %s", len(c.zks), c.dir)
+	for _, n := range c.zks {
+		if err := c.spawn(n); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitZooKeepers(ctx, c.zks); err != nil {
+		return nil, err
+	}
+	c.logf("testcluster: ZooKeeper serving at %s (%.1fs)", c.ZookeeperPeers(), time.Since(began).Seconds())
+
+	c.logf("testcluster: starting %d Kafka broker(s)", len(c.brokers))
+	for _, n := range c.brokers {
+		if err := c.spawn(n); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitBrokers(ctx, c.brokers); err != nil {
+		return nil, err
+	}
+	c.logf("testcluster: Kafka serving at %s (%.1fs)", strings.Join(c.KafkaPeers(), ","), time.Since(began).Seconds())
+	return c, nil
+}
+
+// freePorts returns k distinct ports that are free on 127.0.0.1, picked at
+// random below the usual ephemeral range (32768-60999) so that they do not
+// collide with the source ports of outgoing connections.
+func freePorts(k int) ([]int, error) {
+	seen := make(map[int]bool)
+	var ports []int
+	for tries := 0; len(ports) < k; tries++ {
+		if tries > 2000 {
+			return nil, errors.New("testcluster: found no free ports in 20000-31999 on 127.0.0.1")
+		}
+		p := 20000 + rand.IntN(12000)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// log4jProperties sends everything at INFO to server.log in the node's
+// directory, not to stdout.
+func log4jProperties(dir string) string {
+	return strings.Join([]string{
+		"log4j.rootLogger=INFO, file",
+		"log4j.appender.file=org.apache.log4j.FileAppender",
+		"log4j.appender.file.File=" + filepath.Join(dir, "server.log"),
+		"log4j.appender.file.Append=true",
+		"log4j.appender.file.layout=org.apache.log4j.PatternLayout",
+		"log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n",
+		"log4j.logger.kafka.request.logger=WARN",
+		"log4j.logger.kafka.network.RequestChannel$=WARN",
+		"log4j.logger.org.apache.kafka.clients.NetworkClient=WARN",
+		"",
+	}, "\n")
+}
+
+func writeProperties(path string, props map[string]string) error {
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# written by kafkaconsumer internal/testcluster\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, props[k])
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func (c *Cluster) writeZooKeeperConfig(n *node) error {
+	data := filepath.Join(n.dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	props := map[string]string{
+		"tickTime":          "500",
+		"initLimit":         "20",
+		"syncLimit":         "10",
+		"dataDir":           data,
+		"clientPort":        strconv.Itoa(n.port),
+		"clientPortAddress": "127.0.0.1",
+		"maxClientCnxns":    "0",
+		"minSessionTimeout": "1000",
+		"maxSessionTimeout": "60000",
+		// Unknown keys become zookeeper.* system properties.
+		"admin.enableServer":     "false",
+		"4lw.commands.whitelist": "*",
+		"forceSync":              "no",
+		"preAllocSize":           "4096",
+	}
+	if len(c.zks) > 1 {
+		props["reconfigEnabled"] = "false"
+		props["cnxTimeout"] = "2000"
+		for _, z := range c.zks {
+			props[fmt.Sprintf("server.%d", z.id)] = fmt.Sprintf("127.0.0.1:%d:%d", z.quorumPort, z.electionPort)
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(n.id)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "log4j.properties"), []byte(log4jProperties(n.dir)), 0o644); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	if err := writeProperties(n.configFile(), props); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
+	data := filepath.Join(n.dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	brokers := strconv.Itoa(len(c.brokers))
+	internalRF := strconv.Itoa(min(3, len(c.brokers)))
+	listener := "PLAINTEXT://" + n.addr()
+	props := map[string]string{
+		"broker.id":                                strconv.Itoa(n.id),
+		"listeners":                                listener,
+		"advertised.listeners":                     listener,
+		"log.dirs":                                 data,
+		"zookeeper.connect":                        c.ZookeeperPeers(),
+		"zookeeper.session.timeout.ms":             "6000",
+		"zookeeper.connection.timeout.ms":          "30000",
+		"offsets.topic.replication.factor":         internalRF,
+		"offsets.topic.num.partitions":             "10",
+		"transaction.state.log.replication.factor": internalRF,
+		"transaction.state.log.min.isr":            "1",
+		"transaction.state.log.num.partitions":     "10",
+		"group.initial.rebalance.delay.ms":         "0",
+		"num.partitions":                           "1",
+		"default.replication.factor":               brokers,
+		"min.insync.replicas":                      "1",
+		"auto.create.topics.enable":                "false",
+		"delete.topic.enable":                      "true",
+		"num.network.threads":                      "2",
+		"num.io.threads":                           "4",
+		"background.threads":                       "4",
+		"num.recovery.threads.per.data.dir":        "1",
+		"num.replica.fetchers":                     "1",
+		"log.cleaner.threads":                      "1",
+		"log.cleaner.dedupe.buffer.size":           "8388608",
+		"replica.lag.time.max.ms":                  "10000",
+		"controlled.shutdown.enable":               "true",
+		"controlled.shutdown.max.retries":          "3",
+		"controlled.shutdown.retry.backoff.ms":     "500",
+		"unclean.leader.election.enable":           "false",
+	}
+	for k, v := range extra {
+		props[k] = v
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "log4j.properties"), []byte(log4jProperties(n.dir)), 0o644); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	if err := writeProperties(n.configFile(), props); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	return nil
+}
+
+// javaArgs returns the JVM command line of a node: small heaps, the serial
+// collector, no perf-data files, log4j to the node's server.log.
+func (c *Cluster) javaArgs(n *node) []string {
+	args := []string{
+		"-XX:+UseSerialGC",
+		"-XX:-UsePerfData",
+		"-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dlog4j.configuration=file:" + filepath.Join(n.dir, "log4j.properties"),
+		n.marker(),
+	}
+	if n.kind == zookeeperNode {
+		args = append(args,
+			"-Xms32m", "-Xmx256m",
+			"-XX:TieredStopAtLevel=1",
+			"-Dzookeeper.admin.enableServer=false",
+			"-Dzookeeper.jmx.log4j.disable=true",
+			"-cp", filepath.Join(c.jars, "*"),
+			"org.apache.zookeeper.server.quorum.QuorumPeerMain", n.configFile())
+	} else {
+		args = append(args,
+			"-Xms128m", "-Xmx512m",
+			"-Dkafka.logs.dir="+n.dir,
+			"-cp", filepath.Join(c.jars, "*"),
+			"kafka.Kafka", n.configFile())
+	}
+	return args
+}
+
+// spawn starts the node's JVM (the caller holds n.life or owns the node).
+func (c *Cluster) spawn(n *node) error {
+	out, err := os.OpenFile(n.stdoutFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	cmd := exec.Command(c.java, c.javaArgs(n)...)
+	cmd.Dir = n.dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr(c.detached)
+	p := &proc{marker: n.marker(), done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The kernel sends the parent-death signal when the *thread* that
+		// forked the child exits, and Go retires threads (a goroutine that
+		// ends while locked to its thread takes the thread with it). So
+		// the goroutine that forks keeps its thread, waiting, until the
+		// JVM has exited; it lives exactly as long as the JVM.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	err = <-started
+	out.Close()
+	if err != nil {
+		return fmt.Errorf("testcluster: starting %s: %w", n, err)
+	}
+	p.pid = cmd.Process.Pid
+	n.setProc(p)
+	c.mu.Lock()
+	c.pids = append(c.pids, p.pid)
+	c.mu.Unlock()
+	err = c.saveState() // before anything else can fail or kill us
+	c.logf("testcluster: started %s, pid %d", n, p.pid)
+	return err
+}
+
+// checkOpen fails once Close has been called.
+func (c *Cluster) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("testcluster: cluster is closed")
+	}
+	return nil
+}
+
+// ZookeeperPeers returns the ZooKeeper connection string
+// "127.0.0.1:p1,127.0.0.1:p2,..." (all nodes, running or not).
+func (c *Cluster) ZookeeperPeers() string {
+	addrs := make([]string, len(c.zks))
+	for i, n := range c.zks {
+		addrs[i] = n.addr()
+	}
+	return strings.Join(addrs, ",")
+}
+
+// KafkaPeers returns the brokers' addresses ("127.0.0.1:port"), broker i
+// at index i (all brokers, running or not).
+func (c *Cluster) KafkaPeers() []string {
+	addrs := make([]string, len(c.brokers))
+	for i, n := range c.brokers {
+		addrs[i] = n.addr()
+	}
+	return addrs
+}
+
+// Dir returns the directory holding the nodes' configuration, data and
+// logs (zookeeper-N/ and kafka-N/, each with server.log).
+func (c *Cluster) Dir() string { return c.dir }
+
+func (c *Cluster) broker(i int) (*node, error) {
+	if i < 0 || i >= len(c.brokers) {
+		return nil, fmt.Errorf("testcluster: no broker %d (the cluster has %d)", i, len(c.brokers))
+	}
+	return c.brokers[i], nil
+}
+
+func (c *Cluster) zookeeper(i int) (*node, error) {
+	if i < 0 || i >= len(c.zks) {
+		return nil, fmt.Errorf("testcluster: no ZooKeeper node %d (the cluster has %d)", i, len(c.zks))
+	}
+	return c.zks[i], nil
+}
+
+// BrokerPID returns the pid of broker i's JVM, or 0 when it is not running.
+func (c *Cluster) BrokerPID(i int) int {
+	n, err := c.broker(i)
+	if err != nil {
+		return 0
+	}
+	if p := n.running(); p != nil {
+		return p.pid
+	}
+	return 0
+}
+
+// ZooKeeperPID returns the pid of ZooKeeper node i's JVM, or 0 when it is
+// not running.
+func (c *Cluster) ZooKeeperPID(i int) int {
+	n, err := c.zookeeper(i)
+	if err != nil {
+		return 0
+	}
+	if p := n.running(); p != nil {
+		return p.pid
+	}
+	return 0
+}
+
+// StopBroker stops broker i gracefully (SIGTERM: a controlled shutdown that
+// moves partition leadership away and deregisters it from ZooKeeper at
+// once) and waits until its JVM has exited; after a minute it kills it.
+// Stopping a broker that is not running does nothing.
+func (c *Cluster) StopBroker(i int) error {
+	n, err := c.broker(i)
+	if err != nil {
+		return err
+	}
+	return c.stopNode(n, syscall.SIGTERM)
+}
+
+// KillBroker kills broker i (SIGKILL) and waits until its JVM has exited.
+// Its ZooKeeper registration stays until its session expires (6 s), as
+// after a crash.
+func (c *Cluster) KillBroker(i int) error {
+	n, err := c.broker(i)
+	if err != nil {
+		return err
+	}
+	return c.stopNode(n, syscall.SIGKILL)
+}
+
+// StartBroker starts broker i again, with the same id, port and data, and
+// waits until every running broker's metadata lists it. If it was killed,
+// it first waits for its old ZooKeeper registration to expire (Kafka
+// refuses to start while it exists). Starting a running broker does
+// nothing.
+func (c *Cluster) StartBroker(i int) error {
+	n, err := c.broker(i)
+	if err != nil {
+		return err
+	}
+	return c.startNode(n)
+}
+
+// StopZooKeeper stops ZooKeeper node i (SIGTERM) and waits until its JVM
+// has exited.
+func (c *Cluster) StopZooKeeper(i int) error {
+	n, err := c.zookeeper(i)
+	if err != nil {
+		return err
+	}
+	return c.stopNode(n, syscall.SIGTERM)
+}
+
+// KillZooKeeper kills ZooKeeper node i (SIGKILL) and waits until its JVM
+// has exited.
+func (c *Cluster) KillZooKeeper(i int) error {
+	n, err := c.zookeeper(i)
+	if err != nil {
+		return err
+	}
+	return c.stopNode(n, syscall.SIGKILL)
+}
+
+// StartZooKeeper starts ZooKeeper node i again with the same id, ports and
+// data, and waits until it serves (in an ensemble: until it has joined a
+// quorum). Starting a running node does nothing.
+func (c *Cluster) StartZooKeeper(i int) error {
+	n, err := c.zookeeper(i)
+	if err != nil {
+		return err
+	}
+	return c.startNode(n)
+}
+
+func (c *Cluster) stopNode(n *node, sig syscall.Signal) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	n.life.Lock()
+	defer n.life.Unlock()
+	p := n.running()
+	if p == nil {
+		n.setProc(nil)
+		return c.saveState()
+	}
+	verb := "stopping"
+	timeout := stopTimeout
+	if sig == syscall.SIGKILL {
+		verb, timeout = "killing", killTimeout
+	}
+	c.logf("testcluster: %s %s, pid %d", verb, n, p.pid)
+	if err := signalGroup(p.pid, sig); err != nil {
+		return fmt.Errorf("testcluster: %s %s: %w", verb, n, err)
+	}
+	if !p.waitExit(c.ctx, timeout) && sig != syscall.SIGKILL && c.ctx.Err() == nil {
+		c.logf("testcluster: %s did not stop within %s; killing it", n, timeout)
+		_ = signalGroup(p.pid, syscall.SIGKILL)
+		p.waitExit(c.ctx, killTimeout)
+	}
+	if p.alive() {
+		return fmt.Errorf("testcluster: %s (pid %d) is still running", n, p.pid)
+	}
+	n.setProc(nil)
+	return c.saveState()
+}
+
+func (c *Cluster) startNode(n *node) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	n.life.Lock()
+	defer n.life.Unlock()
+	if err := c.checkOpen(); err != nil { // Close may have passed this node already
+		return err
+	}
+	if n.running() != nil {
+		return nil
+	}
+	began := time.Now()
+	if n.kind == brokerNode {
+		path := "/brokers/ids/" + strconv.Itoa(n.id)
+		if err := c.waitZNodesGone(c.ctx, []string{path}, c.timeout); err != nil {
+			return fmt.Errorf("testcluster: %s: waiting for its old registration %s to expire: %w", n, path, err)
+		}
+	}
+	if err := c.spawn(n); err != nil {
+		return err
+	}
+	var err error
+	if n.kind == zookeeperNode {
+		err = c.waitZooKeepers(c.ctx, []*node{n})
+	} else {
+		err = c.waitBrokers(c.ctx, []*node{n})
+	}
+	if err != nil {
+		return err
+	}
+	c.logf("testcluster: %s serving again (%.1fs)", n, time.Since(began).Seconds())
+	return nil
+}
+
+// Pids returns the pid of every JVM this Cluster has started (or found in
+// its state file), including those that have exited since. Pass them to
+// WaitGone after Close to check that nothing is left.
+func (c *Cluster) Pids() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.pids...)
+}
+
+// WaitGone waits until none of pids is a live process of a test cluster
+// node (a pid recycled by an unrelated process does not count), and
+// returns an error listing those still alive after timeout.
+func WaitGone(pids []int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var alive []string
+		for _, pid := range pids {
+			if pidAlive(pid) && pidHasArgPrefix(pid, markerPrefix) {
+				alive = append(alive, strconv.Itoa(pid))
+			}
+		}
+		if len(alive) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testcluster: node JVMs still alive: pids %s", strings.Join(alive, ", "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Close kills every node (SIGKILL), waits until their JVMs have exited,
+// and removes Dir if Start created it. It is safe to call more than once;
+// every method but the accessors fails afterwards.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	for _, n := range append(append([]*node(nil), c.brokers...), c.zks...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.life.Lock()
+			defer n.life.Unlock()
+			if p := n.running(); p != nil {
+				_ = signalGroup(p.pid, syscall.SIGKILL)
+				if !p.waitExit(context.Background(), killTimeout) {
+					emu.Lock()
+					errs = append(errs, fmt.Errorf("testcluster: %s (pid %d) survived SIGKILL", n, p.pid))
+					emu.Unlock()
+					return
+				}
+			}
+			n.setProc(nil)
+		}()
+	}
+	wg.Wait()
+	if c.detached {
+		// JVMs of this cluster that the state file lost track of (an
+		// interrupted start): found by their marker under Dir.
+		for _, pid := range findNodeProcs(c.dir) {
+			_ = signalGroup(pid, syscall.SIGKILL)
+		}
+		_ = c.saveState()
+	}
+	if c.removeDir {
+		if err := os.RemoveAll(c.dir); err != nil {
+			errs = append(errs, fmt.Errorf("testcluster: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The state of a detached cluster, in Dir/state.json.
+type stateFile struct {
+	Version    int         `json:"version"`
+	Dir        string      `json:"dir"`
+	Jars       string      `json:"jars"`
+	Java       string      `json:"java"`
+	ZooKeepers []nodeState `json:"zookeepers"`
+	Brokers    []nodeState `json:"brokers"`
+}
+
+type nodeState struct {
+	ID           int    `json:"id"`
+	Dir          string `json:"dir"`
+	Port         int    `json:"port"`
+	QuorumPort   int    `json:"quorum_port,omitempty"`
+	ElectionPort int    `json:"election_port,omitempty"`
+	PID          int    `json:"pid"`
+}
+
+// StateFile is the name of the file, in a detached cluster's Dir, that
+// Load reads.
+const StateFile = "state.json"
+
+func (c *Cluster) statePath() string { return filepath.Join(c.dir, StateFile) }
+
+// saveState writes state.json (detached clusters only), atomically.
+func (c *Cluster) saveState() error {
+	if !c.detached {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java}
+	for _, list := range []struct {
+		nodes []*node
+		out   *[]nodeState
+	}{{c.zks, &st.ZooKeepers}, {c.brokers, &st.Brokers}} {
+		for _, n := range list.nodes {
+			ns := nodeState{ID: n.id, Dir: n.dir, Port: n.port, QuorumPort: n.quorumPort, ElectionPort: n.electionPort}
+			if p := n.getProc(); p != nil {
+				ns.PID = p.pid
+			}
+			*list.out = append(*list.out, ns)
+		}
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	tmp := c.statePath() + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	if err := os.Rename(tmp, c.statePath()); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	return nil
+}
+
+// Load returns the detached cluster whose state Start (with
+// Options.Detached) keeps in dir/state.json. Nodes whose recorded JVM is no
+// longer running are reported as stopped; StartBroker and StartZooKeeper
+// start them again, detached. Close kills every node but keeps dir.
+func Load(dir string) (*Cluster, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(abs, StateFile))
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: no cluster state in %s: %w", abs, err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("testcluster: reading %s: %w", filepath.Join(abs, StateFile), err)
+	}
+	if st.Version != 1 || len(st.ZooKeepers) == 0 || len(st.Brokers) == 0 {
+		return nil, fmt.Errorf("testcluster: %s is not a cluster state this version understands", filepath.Join(abs, StateFile))
+	}
+	c := &Cluster{
+		dir:      abs,
+		detached: true,
+		jars:     st.Jars,
+		java:     st.Java,
+		timeout:  defaultStartTimeout,
+		logf:     func(string, ...any) {},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for _, list := range []struct {
+		kind  nodeKind
+		nodes []nodeState
+		out   *[]*node
+	}{{zookeeperNode, st.ZooKeepers, &c.zks}, {brokerNode, st.Brokers, &c.brokers}} {
+		for i, ns := range list.nodes {
+			n := &node{kind: list.kind, index: i, id: ns.ID, dir: ns.Dir, port: ns.Port,
+				quorumPort: ns.QuorumPort, electionPort: ns.ElectionPort}
+			if ns.PID > 0 {
+				c.pids = append(c.pids, ns.PID)
+				if p := (&proc{pid: ns.PID, marker: n.marker()}); p.alive() {
+					n.proc = p
+				}
+			}
+			*list.out = append(*list.out, n)
+		}
+	}
+	return c, nil
+}
+
+// SetLogf sets the function that receives progress lines (see
+// Options.Logf); useful after Load.
+func (c *Cluster) SetLogf(logf func(format string, args ...any)) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	c.logf = logf
+}
+
+// Healthy checks, within timeout, that every node is running and serving:
+// each ZooKeeper node answers srvr with its mode, each broker answers
+// metadata requests listing every broker and a controller.
+func (c *Cluster) Healthy(timeout time.Duration) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	for _, n := range append(append([]*node(nil), c.zks...), c.brokers...) {
+		if n.running() == nil {
+			return fmt.Errorf("testcluster: %s is not running", n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	defer cancel()
+	if err := c.waitZooKeepers(ctx, c.zks); err != nil {
+		return err
+	}
+	return c.waitBrokers(ctx, c.brokers)
+}
+
+// Status describes each node in one line: role, address, pid or "stopped".
+func (c *Cluster) Status() []string {
+	var lines []string
+	for _, n := range append(append([]*node(nil), c.zks...), c.brokers...) {
+		state := "stopped"
+		if p := n.running(); p != nil {
+			state = "pid " + strconv.Itoa(p.pid)
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s", n, state))
+	}
+	return lines
+}

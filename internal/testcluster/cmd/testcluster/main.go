@@ -1,0 +1,278 @@
+// Command testcluster starts and stops the local ZooKeeper-mode Kafka
+// cluster that `make cluster-up` / `make cluster-down` / `make test` use.
+//
+//	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N]
+//	testcluster [-dir .cluster] down
+//	testcluster [-dir .cluster] status | env
+//	testcluster [-dir .cluster] stop-broker|kill-broker|start-broker N
+//	testcluster [-dir .cluster] stop-zookeeper|kill-zookeeper|start-zookeeper N
+//	testcluster [-dir .cluster] create-topic NAME PARTITIONS [REPLICATION]
+//	testcluster jars
+//
+// up starts the JVMs detached and returns; the cluster's state is kept in
+// DIR/state.json, and DIR/env holds the two lines to source:
+//
+//	export ZOOKEEPER_PEERS=127.0.0.1:…
+//	export KAFKA_PEERS=127.0.0.1:…,…
+//
+// up is idempotent: when a healthy cluster of the requested size runs
+// already, it only rewrites DIR/env. The sizes default to $ZOOKEEPERS and
+// $BROKERS, or 1. up creates the topics test.1, test.4 and test.64 (1, 4
+// and 64 partitions, replicated on every broker).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+var began = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Printf("[%5.1fs] %s\n", time.Since(began).Seconds(), strings.TrimPrefix(fmt.Sprintf(format, args...), "testcluster: "))
+}
+
+func main() {
+	// Keep going when stdout is a closed pipe (`testcluster up | head`):
+	// dying halfway through starting a detached cluster would orphan JVMs.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	dir := flag.String("dir", ".cluster", "directory of the cluster's state, data and logs")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, `usage: testcluster [-dir DIR] COMMAND [ARGS]
+
+commands:
+  up [-zookeepers N] [-brokers N]   start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1),
+                                    create test.1, test.4, test.64, write DIR/env
+  down                              kill the cluster and remove DIR
+  status                            show the nodes and their pids
+  env                               print DIR/env
+  stop-broker N | kill-broker N | start-broker N
+  stop-zookeeper N | kill-zookeeper N | start-zookeeper N
+  create-topic NAME PARTITIONS [REPLICATION]
+  jars                              fetch the Kafka jars (Maven) and print their directory
+`)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(*dir, flag.Arg(0), flag.Args()[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "testcluster:", strings.TrimPrefix(err.Error(), "testcluster: "))
+		os.Exit(1)
+	}
+}
+
+func run(dir, command string, args []string) error {
+	switch command {
+	case "jars":
+		d, err := testcluster.EnsureJars()
+		if err != nil {
+			return err
+		}
+		fmt.Println(d)
+		return nil
+	case "up":
+		return up(dir, args)
+	case "down":
+		return down(dir)
+	case "env":
+		b, err := os.ReadFile(filepath.Join(dir, "env"))
+		if err != nil {
+			return err
+		}
+		_, err = os.Stdout.Write(b)
+		return err
+	case "status":
+		c, err := testcluster.Load(dir)
+		if err != nil {
+			return err
+		}
+		for _, line := range c.Status() {
+			fmt.Println(line)
+		}
+		if err := c.Healthy(5 * time.Second); err != nil {
+			fmt.Println("unhealthy:", firstLine(err.Error()))
+		} else {
+			fmt.Println("healthy")
+		}
+		return nil
+	case "create-topic":
+		if len(args) < 2 || len(args) > 3 {
+			return errors.New("usage: create-topic NAME PARTITIONS [REPLICATION]")
+		}
+		c, err := load(dir)
+		if err != nil {
+			return err
+		}
+		partitions, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		replication := len(c.KafkaPeers())
+		if len(args) == 3 {
+			if replication, err = strconv.Atoi(args[2]); err != nil {
+				return err
+			}
+		}
+		return c.CreateTopic(args[0], int32(partitions), int16(replication))
+	}
+	ops := map[string]func(*testcluster.Cluster, int) error{
+		"stop-broker":     (*testcluster.Cluster).StopBroker,
+		"kill-broker":     (*testcluster.Cluster).KillBroker,
+		"start-broker":    (*testcluster.Cluster).StartBroker,
+		"stop-zookeeper":  (*testcluster.Cluster).StopZooKeeper,
+		"kill-zookeeper":  (*testcluster.Cluster).KillZooKeeper,
+		"start-zookeeper": (*testcluster.Cluster).StartZooKeeper,
+	}
+	op, ok := ops[command]
+	if !ok {
+		return fmt.Errorf("unknown command %q (try -h)", command)
+	}
+	if len(args) != 1 {
+		return fmt.Errorf("usage: %s N", command)
+	}
+	i, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	c, err := load(dir)
+	if err != nil {
+		return err
+	}
+	return op(c, i)
+}
+
+func load(dir string) (*testcluster.Cluster, error) {
+	c, err := testcluster.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	c.SetLogf(logf)
+	return c, nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func up(dir string, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	zookeepers := fs.Int("zookeepers", envInt("ZOOKEEPERS", 1), "number of ZooKeeper nodes (1 or 3; default $ZOOKEEPERS)")
+	brokers := fs.Int("brokers", envInt("BROKERS", 1), "number of Kafka brokers (1 or 3; default $BROKERS)")
+	_ = fs.Parse(args)
+
+	if c, err := testcluster.Load(dir); err == nil {
+		switch {
+		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
+			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
+				len(strings.Split(c.ZookeeperPeers(), ",")), len(c.KafkaPeers()), dir)
+		default:
+			err := c.Healthy(15 * time.Second)
+			if err == nil {
+				logf("cluster in %s is already up", dir)
+				return writeEnv(dir, c)
+			}
+			logf("cluster in %s is unhealthy (%s); replacing it", dir, firstLine(err.Error()))
+		}
+		if err := c.Close(); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s)", *zookeepers, *brokers, dir, testcluster.KafkaVersion)
+	c, err := testcluster.Start(testcluster.Options{
+		ZooKeepers: *zookeepers,
+		Brokers:    *brokers,
+		Dir:        dir,
+		Logf:       logf,
+		Detached:   true,
+		Context:    ctx,
+	})
+	if err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		name       string
+		partitions int32
+	}{{"test.1", 1}, {"test.4", 4}, {"test.64", 64}} {
+		logf("creating topic %s (%d partitions, replication %d)", t.name, t.partitions, *brokers)
+		if err := c.CreateTopic(t.name, t.partitions, int16(*brokers)); err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			_ = c.Close()
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		_ = c.Close()
+		return ctx.Err()
+	}
+	if err := writeEnv(dir, c); err != nil {
+		return err
+	}
+	logf("cluster up; logs in %s/*/server.log", dir)
+	return nil
+}
+
+func writeEnv(dir string, c *testcluster.Cluster) error {
+	env := fmt.Sprintf("export ZOOKEEPER_PEERS=%s\nexport KAFKA_PEERS=%s\n",
+		c.ZookeeperPeers(), strings.Join(c.KafkaPeers(), ","))
+	path := filepath.Join(dir, "env")
+	if err := os.WriteFile(path+".tmp", []byte(env), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return err
+	}
+	fmt.Print(env)
+	return nil
+}
+
+func down(dir string) error {
+	c, err := testcluster.Load(dir)
+	switch {
+	case err == nil:
+		c.SetLogf(logf)
+		pids := c.Pids()
+		if err := c.Close(); err != nil {
+			return err
+		}
+		if err := testcluster.WaitGone(pids, 15*time.Second); err != nil {
+			return err
+		}
+		logf("cluster in %s stopped", dir)
+	case errors.Is(err, os.ErrNotExist):
+		logf("no cluster state in %s", dir)
+	default:
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,23 @@
+// Package testcluster runs a real, local, ZooKeeper-mode Kafka cluster for
+// tests: ZooKeeper nodes and Kafka brokers as JVM child processes on free
+// 127.0.0.1 ports, built from the Kafka 3.9 jars that Maven Central serves
+// (see EnsureJars).
+//
+// A typical test:
+//
+//	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf})
+//	if err != nil {
+//		t.Fatal(err)
+//	}
+//	defer c.Close()
+//	if err := c.CreateTopic("events", 4, 1); err != nil {
+//		t.Fatal(err)
+//	}
+//	// connect to c.ZookeeperPeers() / c.KafkaPeers()
+//
+// Child JVMs of a non-detached cluster die with the process that started
+// them (Linux: PR_SET_PDEATHSIG), even when a test binary is killed. A
+// detached cluster (Options.Detached) outlives its starter; its state is
+// kept in Dir/state.json so that Load can find it again (this is what
+// `make cluster-up` / `make cluster-down` use).
+package testcluster
