@@ -543,6 +543,9 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, instances []Ins
 		return &result.partitions[len(result.partitions)-1]
 	}
 	for _, topic := range sortedKeys(topics) {
+		if time.Now().After(s.deadline) {
+			return nil, fmt.Errorf("%w: reading the offsets of %s: %s", ErrTimeout, topic, s.timeoutMsg)
+		}
 		ids, err := client.Partitions(topic)
 		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
 			ids = nil // deleted, or not created yet: show what the group has

@@ -130,6 +130,7 @@ func describeJSON(zookeeper, group string) (*GroupDescription, error) {
 // instance, no owners and no lag.
 func TestDescribeGroupIntegration(t *testing.T) {
 	zookeeper, brokers := clusterPeers(t)
+	checkLeaks(t)
 	const partitions, messages = 4, 40
 	topic := createTopic(t, brokers, partitions)
 	group := "cli-test." + topic
@@ -258,6 +259,7 @@ func TestDescribeGroupIntegration(t *testing.T) {
 
 func TestDescribeUnknownGroupIntegration(t *testing.T) {
 	zookeeper, _ := clusterPeers(t)
+	checkLeaks(t)
 	group := fmt.Sprintf("cli-test.no-such-group.%d", time.Now().UnixNano())
 	_, err := describeGroup(zookeeper, group, 20*time.Second)
 	if !errors.Is(err, ErrUnknownGroup) {

@@ -8,7 +8,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// checkLeaks fails the test if goroutines that it started are still
+// running at its very end (after its other cleanups), once goleak's
+// retries are over.
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		// sarama's metrics library runs one goroutine per process.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
 
 func TestRunUsageErrors(t *testing.T) {
 	t.Setenv("ZOOKEEPER_PEERS", "") // the default of --zookeeper
@@ -142,7 +157,7 @@ func TestRunZookeeperUnresponsive(t *testing.T) {
 }
 
 func TestDescribeGroupTimeoutError(t *testing.T) {
-	t.Parallel()
+	checkLeaks(t) // not parallel: goleak sees every goroutine
 	_, err := describeGroup(blackHole(t), "g", 200*time.Millisecond)
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
