@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,6 +193,13 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		_ = c.cmd.Process.Signal(syscall.SIGCONT)
 		_ = c.cmd.Process.Kill()
 		<-c.exited
+		if t.Failed() {
+			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
+			if len(data) > 8000 {
+				data = data[len(data)-8000:]
+			}
+			t.Logf("stderr of child %s (set KC_LOG=1 for its log):\n%s", name, data)
+		}
 	})
 	waitFor(t, 30*time.Second, "child "+name+" to join", func() bool {
 		select {
@@ -498,6 +506,37 @@ func (r *faultRun) waitOwnedBy(timeout time.Duration, children ...*child) time.D
 	return time.Since(start)
 }
 
+// waitSettled waits until the live children's assignments (from their
+// OnRebalance lines) are disjoint and cover every partition, and returns
+// them as a string.
+func (r *faultRun) waitSettled(timeout time.Duration) string {
+	r.t.Helper()
+	partitions, err := r.client.Partitions(r.topic)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var assignment string
+	waitFor(r.t, timeout, "each partition in exactly one live instance's assignment", func() bool {
+		owner := make(map[string]string)
+		var lines []string
+		for _, c := range r.live() {
+			var mine []string
+			for tp := range c.output().owned {
+				if _, ok := owner[tp]; ok {
+					return false
+				}
+				owner[tp] = c.name
+				mine = append(mine, tp)
+			}
+			sort.Strings(mine)
+			lines = append(lines, c.name+": "+strings.Join(mine, " "))
+		}
+		assignment = strings.Join(lines, "; ")
+		return len(owner) == len(partitions)
+	})
+	return assignment
+}
+
 // finish waits until every message was received, checks that no partition
 // is owned by two live children, terminates them, checks the committed
 // offsets, and reports duplicates.
@@ -506,19 +545,7 @@ func (r *faultRun) finish() (duplicates int) {
 	r.waitAllReceived(90 * time.Second)
 	live := r.live()
 	r.waitOwnedBy(60*time.Second, live...)
-	// Each partition in at most one live child's assignment, once settled.
-	waitFor(r.t, 30*time.Second, "the live instances' assignments to be disjoint", func() bool {
-		seen := make(map[string]string)
-		for _, c := range live {
-			for tp := range c.output().owned {
-				if other, ok := seen[tp]; ok && other != c.name {
-					return false
-				}
-				seen[tp] = c.name
-			}
-		}
-		return true
-	})
+	r.waitSettled(30 * time.Second)
 	for _, c := range live {
 		c.terminate(r.t)
 	}
@@ -668,7 +695,7 @@ func TestFaultZooKeeperFailure(t *testing.T) {
 	r.opts.session = 30 * time.Second
 	a, b := r.start(), r.start()
 	r.waitOwnedBy(60*time.Second, a, b)
-	revokedBefore := len(a.output().owned) + len(b.output().owned)
+	before := r.waitSettled(30 * time.Second)
 
 	// One node dies and comes back: the ensemble keeps its quorum.
 	if err := cluster.KillZooKeeper(0); err != nil {
@@ -708,8 +735,8 @@ func TestFaultZooKeeperFailure(t *testing.T) {
 	t.Logf("ZooKeeper ensemble was down for %s", time.Since(outage))
 	r.produce(200)
 	r.waitAllReceived(30 * time.Second)
-	if after := len(a.output().owned) + len(b.output().owned); after != revokedBefore {
-		t.Errorf("the assignment changed across a ZooKeeper outage shorter than the session timeout")
+	if after := r.waitSettled(30 * time.Second); after != before {
+		t.Errorf("the assignment changed across a ZooKeeper outage shorter than the session timeout: %s, then %s", before, after)
 	}
 	r.finish()
 }
