@@ -270,10 +270,16 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
-		if c.dir, err = os.MkdirTemp("", "kafkaconsumer-testcluster-"); err != nil {
+		removeAbandonedDirs()
+		if c.dir, err = os.MkdirTemp("", tempDirPrefix); err != nil {
 			return nil, fmt.Errorf("testcluster: %w", err)
 		}
 		c.removeDir = true
+		// Tells removeAbandonedDirs whether this directory is in use.
+		owner := []byte(strconv.Itoa(os.Getpid()) + "\n")
+		if err := os.WriteFile(filepath.Join(c.dir, ownerFile), owner, 0o644); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
 	} else {
 		if c.dir, err = filepath.Abs(opts.Dir); err != nil {
 			return nil, fmt.Errorf("testcluster: %w", err)
@@ -358,6 +364,29 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	}
 	c.logf("testcluster: Kafka serving at %s (%.1fs)", strings.Join(c.KafkaPeers(), ","), time.Since(began).Seconds())
 	return c, nil
+}
+
+const (
+	tempDirPrefix = "kafkaconsumer-testcluster-"
+	ownerFile     = "owner.pid"
+)
+
+// removeAbandonedDirs removes the temporary directories of earlier clusters
+// whose process died without Close (a test binary killed on timeout or
+// interrupted): their owner is gone and no node JVM uses them.
+func removeAbandonedDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // being created, or not ours
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pidAlive(owner) || len(findNodeProcs(dir)) > 0 {
+			continue
+		}
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // freePorts returns k distinct ports that are free on 127.0.0.1, picked at

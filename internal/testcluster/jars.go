@@ -74,6 +74,12 @@ func EnsureJars() (string, error) {
 	if jarsComplete(dir) { // another process finished while we waited
 		return dir, nil
 	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+			// Not ours: never delete a directory someone else filled.
+			return "", fmt.Errorf("testcluster: %s holds neither the Kafka %s jars nor a download of ours; remove it or point %s elsewhere", dir, KafkaVersion, JarsEnv)
+		}
+	}
 	if err := downloadJars(dir); err != nil {
 		return "", err
 	}
@@ -119,8 +125,8 @@ func downloadJars(dir string) error {
 	if err := os.WriteFile(filepath.Join(out, completeMarker), []byte(strings.Join(jars, "\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
-	// A leftover incomplete directory (an interrupted older version of this
-	// code, a half-deleted cache) is replaced; we hold the lock.
+	// A damaged download of ours (jars deleted since) or an empty directory
+	// is replaced; we hold the lock.
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}

@@ -23,19 +23,22 @@ func (c *Cluster) waitUntil(ctx context.Context, what string, watched []*node, c
 	deadline := time.Now().Add(c.timeout)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var err error
 	for {
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("testcluster: gave up waiting for %s (%w): %v", what, context.Cause(ctx), err)
+			}
 			return fmt.Errorf("testcluster: gave up waiting for %s: %w", what, context.Cause(ctx))
 		case <-t.C:
 		}
 		for _, n := range watched {
 			if n.running() == nil {
-				return nodeFailure(n, fmt.Sprintf("exited while waiting for %s", what))
+				return nodeFailure(n, "exited before serving")
 			}
 		}
-		err := check()
-		if err == nil {
+		if err = check(); err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
