@@ -218,7 +218,7 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 		}
 	}
 
-	if err := cm.instance.RegisterWithSubscription(subscriptionJSON); err != nil {
+	if err := cm.registerInstance(); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
 	cm.registered = true
@@ -441,12 +441,31 @@ func (cm *consumerManager) watchInstances() (kazoo.ConsumergroupInstanceList, <-
 	}
 }
 
+// registerInstance creates the instance's registration node. kazoo-go
+// creates missing parents with "exists, then create", and reports losing
+// that race to another instance creating /consumers/<group>/ids as
+// ErrInstanceAlreadyRegistered; an ID of this instance's own cannot be
+// registered already, so it tries again when the node is indeed absent.
+func (cm *consumerManager) registerInstance() error {
+	for attempt := 0; ; attempt++ {
+		err := cm.instance.RegisterWithSubscription(cm.subscriptionJSON)
+		if !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) || attempt == 10 {
+			return err
+		}
+		if registered, err := cm.instance.Registered(); err != nil {
+			return err
+		} else if registered {
+			return nil // an earlier attempt went through before its answer was lost
+		}
+	}
+}
+
 // register registers the instance again, retrying errors until the manager
 // is interrupted.
 func (cm *consumerManager) register() bool {
 	for attempt := 0; ; attempt++ {
-		err := cm.instance.RegisterWithSubscription(cm.subscriptionJSON)
-		if err == nil || errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) {
+		err := cm.registerInstance()
+		if err == nil {
 			cm.logf("Consumer instance registered again.")
 			return true
 		}

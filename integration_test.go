@@ -724,6 +724,39 @@ func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
 	checkDeregistered(t, group, first, second)
 }
 
+// TestIntegrationConcurrentJoinOfNewGroup: instances that join a group that
+// does not exist yet, all at once, all get in.
+func TestIntegrationConcurrentJoinOfNewGroup(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	for round := 0; round < 3; round++ {
+		group := uniqueName("it.concurrent")
+		var wg sync.WaitGroup
+		consumers := make([]Consumer, 4)
+		errs := make([]error, len(consumers))
+		for i := range consumers {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				consumers[i], errs[i] = Join(group, TopicSubscription("test.4"), zookeeperPeers, testConfig())
+			}(i)
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: Join %d of a new group: %s", round, i, err)
+			}
+		}
+		for _, c := range consumers {
+			if c != nil {
+				if err := c.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+}
+
 func TestIntegrationMisuse(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
