@@ -1,0 +1,229 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// cluster is the Kafka cluster the bench runs against: the one named by
+// ZOOKEEPER_PEERS and KAFKA_PEERS, or one it starts with testcluster.
+type cluster struct {
+	zookeeper string
+	brokers   []string
+	started   *testcluster.Cluster // nil when the cluster was given
+	client    sarama.Client
+	admin     sarama.ClusterAdmin
+	// minSession is the broker's group.min.session.timeout.ms.
+	minSession time.Duration
+}
+
+func openCluster() (*cluster, error) {
+	c := &cluster{
+		zookeeper: os.Getenv("ZOOKEEPER_PEERS"),
+		brokers:   splitPeers(os.Getenv("KAFKA_PEERS")),
+	}
+	if c.zookeeper == "" || len(c.brokers) == 0 {
+		log.Printf("ZOOKEEPER_PEERS or KAFKA_PEERS unset: starting a cluster (1 ZooKeeper, 1 broker) with testcluster")
+		tc, err := testcluster.Start(testcluster.Options{
+			ZooKeepers: 1,
+			Brokers:    1,
+			// Let the Kafka-coordinated groups use the same session
+			// timeout as kafkaconsumer's ZooKeeper session (the broker's
+			// default minimum is 6 s).
+			BrokerConfig: map[string]string{"group.min.session.timeout.ms": "1000"},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start test cluster: %w", err)
+		}
+		c.started = tc
+		c.zookeeper = tc.ZookeeperPeers()
+		c.brokers = tc.KafkaPeers()
+	}
+	cfg := sarama.NewConfig()
+	var err error
+	if c.client, err = sarama.NewClient(c.brokers, cfg); err != nil {
+		c.close()
+		return nil, fmt.Errorf("connect to kafka at %s: %w", strings.Join(c.brokers, ","), err)
+	}
+	if c.admin, err = sarama.NewClusterAdminFromClient(c.client); err != nil {
+		c.close()
+		return nil, err
+	}
+	c.minSession = 6 * time.Second // Kafka's default
+	if bs := c.client.Brokers(); len(bs) > 0 {
+		entries, err := c.admin.DescribeConfig(sarama.ConfigResource{
+			Type:        sarama.BrokerResource,
+			Name:        strconv.Itoa(int(bs[0].ID())),
+			ConfigNames: []string{"group.min.session.timeout.ms"},
+		})
+		if err == nil {
+			for _, e := range entries {
+				if ms, err := strconv.Atoi(e.Value); err == nil && e.Name == "group.min.session.timeout.ms" {
+					c.minSession = time.Duration(ms) * time.Millisecond
+				}
+			}
+		} else {
+			log.Printf("describe broker config: %v (assuming group.min.session.timeout.ms=6000)", err)
+		}
+	}
+	return c, nil
+}
+
+func splitPeers(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *cluster) close() {
+	if c.admin != nil {
+		c.admin.Close() // closes the client too
+	} else if c.client != nil {
+		c.client.Close()
+	}
+	if c.started != nil {
+		if err := c.started.Close(); err != nil {
+			log.Printf("close test cluster: %v", err)
+		}
+	}
+}
+
+// ensureTopic creates the topic if it does not exist, and waits until every
+// partition has a leader. A topic that exists with another partition count
+// is an error.
+func (c *cluster) ensureTopic(name string, partitions int32) error {
+	if err := c.client.RefreshMetadata(name); err == nil {
+		ps, err := c.client.Partitions(name)
+		if err == nil && len(ps) > 0 {
+			if int32(len(ps)) != partitions {
+				return fmt.Errorf("topic %s exists with %d partitions, want %d", name, len(ps), partitions)
+			}
+			return nil
+		}
+	}
+	err := c.admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c.client.RefreshMetadata(name)
+		if err == nil {
+			var ps []int32
+			if ps, err = c.client.Partitions(name); err == nil && int32(len(ps)) == partitions {
+				for _, p := range ps {
+					if _, err = c.client.Leader(name, p); err != nil {
+						break
+					}
+				}
+			} else if err == nil {
+				err = fmt.Errorf("%d of %d partitions", len(ps), partitions)
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s has no leaders: %w", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// offsets returns the oldest and newest offsets of each partition.
+func (c *cluster) offsets(topic string, partitions int32) (oldest, newest []int64, err error) {
+	oldest, newest = make([]int64, partitions), make([]int64, partitions)
+	for p := range partitions {
+		if oldest[p], err = c.client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+			return nil, nil, err
+		}
+		if newest[p], err = c.client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			return nil, nil, err
+		}
+	}
+	return oldest, newest, nil
+}
+
+// count returns the number of messages held by the topic.
+func (c *cluster) count(topic string, partitions int32) (int64, error) {
+	oldest, newest, err := c.offsets(topic, partitions)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for p := range oldest {
+		n += newest[p] - oldest[p]
+	}
+	return n, nil
+}
+
+// fill creates the topic if needed and produces messages of size bytes,
+// round-robin over the partitions, until it holds at least n messages.
+func (c *cluster) fill(topic string, partitions int32, n int64, size int) error {
+	if err := c.ensureTopic(topic, partitions); err != nil {
+		return err
+	}
+	have, err := c.count(topic, partitions)
+	if err != nil {
+		return err
+	}
+	if have >= n {
+		return nil
+	}
+	missing := n - have
+	log.Printf("producing %d messages of %d bytes to %s", missing, size, topic)
+	start := time.Now()
+	cfg := sarama.NewConfig()
+	cfg.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	cfg.Producer.Return.Successes = false
+	cfg.Producer.Return.Errors = true
+	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
+	cfg.Producer.Flush.Messages = 1000
+	cfg.Producer.RequiredAcks = sarama.WaitForLocal
+	producer, err := sarama.NewAsyncProducer(c.brokers, cfg)
+	if err != nil {
+		return err
+	}
+	var failed atomic.Int64
+	errDone := make(chan struct{})
+	go func() {
+		defer close(errDone)
+		for e := range producer.Errors() {
+			if failed.Add(1) == 1 {
+				log.Printf("produce: %v", e.Err)
+			}
+		}
+	}()
+	// A few distinct payloads, so that no two neighbours are the same.
+	payloads := make([][]byte, 16)
+	for i := range payloads {
+		payloads[i] = make([]byte, size)
+		for j := range payloads[i] {
+			payloads[i][j] = byte(rand.IntN(256))
+		}
+	}
+	for i := range missing {
+		producer.Input() <- &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(payloads[i%16])}
+	}
+	producer.AsyncClose()
+	<-errDone
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d of %d messages failed to produce", f, missing)
+	}
+	log.Printf("produced %d messages in %.1fs", missing, time.Since(start).Seconds())
+	return nil
+}

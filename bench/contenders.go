@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The contenders, by the names used in flags, tables and JSON.
+const (
+	rawSarama     = "sarama-raw"
+	saramaGroup   = "sarama-group"
+	franzGo       = "franz-go"
+	kafkaConsumer = "kafkaconsumer"
+)
+
+// allContenders is the order of the table rows.
+var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer}
+
+// groupContenders are those that coordinate a group (workload 3).
+var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer}
+
+// handler receives every consumed message, after it was acked or marked. It
+// is called from the contender's consuming goroutines, possibly many at once.
+type handler func(topic string, partition int32, offset int64, value []byte)
+
+// instance is one running consumer of a contender.
+type instance interface {
+	// Close stops consuming gracefully: commit what was acked or marked,
+	// leave the group, close the connections.
+	Close() error
+}
+
+// startInstance starts instance share of spec.Instances of the contender.
+// Only sarama-raw uses share: it has no group, so its instances split the
+// partitions statically.
+func startInstance(spec *childSpec, share int, h handler) (instance, error) {
+	switch spec.Contender {
+	case rawSarama:
+		return startRaw(spec, share, h)
+	case saramaGroup:
+		return startSaramaGroup(spec, h)
+	case franzGo:
+		return startFranz(spec, h)
+	case kafkaConsumer:
+		return startOurs(spec, h)
+	}
+	return nil, fmt.Errorf("unknown contender %q", spec.Contender)
+}
+
+func saramaInitial(spec *childSpec) int64 {
+	if spec.Newest {
+		return sarama.OffsetNewest
+	}
+	return sarama.OffsetOldest
+}
+
+// --- sarama-raw: one PartitionConsumer per partition, no group, no marks.
+
+type rawInstance struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+	pcs      []sarama.PartitionConsumer
+	wg       sync.WaitGroup
+}
+
+func startRaw(spec *childSpec, share int, h handler) (instance, error) {
+	cfg := sarama.NewConfig()
+	cfg.Consumer.Offsets.Initial = saramaInitial(spec)
+	client, err := sarama.NewClient(spec.Brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	r := &rawInstance{client: client, consumer: consumer}
+	type tp struct {
+		topic string
+		p     int32
+	}
+	var mine []tp
+	i := 0
+	for ti, topic := range spec.Topics {
+		for p := int32(0); p < spec.Partitions[ti]; p++ {
+			if i%spec.Instances == share {
+				mine = append(mine, tp{topic, p})
+			}
+			i++
+		}
+	}
+	// Start the partition consumers concurrently, as a group consumer's
+	// partitions start: each one looks its starting offset up.
+	var (
+		mu    sync.Mutex
+		first error
+		start sync.WaitGroup
+	)
+	sem := make(chan struct{}, 64)
+	for _, x := range mine {
+		start.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer start.Done()
+			defer func() { <-sem }()
+			pc, err := consumer.ConsumePartition(x.topic, x.p, cfg.Consumer.Offsets.Initial)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("consume %s/%d: %w", x.topic, x.p, err)
+				}
+				return
+			}
+			r.pcs = append(r.pcs, pc)
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				for msg := range pc.Messages() {
+					h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+				}
+			}()
+		}()
+	}
+	start.Wait()
+	if first != nil {
+		r.Close()
+		return nil, first
+	}
+	return r, nil
+}
+
+func (r *rawInstance) Close() error {
+	for _, pc := range r.pcs {
+		pc.AsyncClose() // its Messages channel closes, which ends its goroutine
+	}
+	r.wg.Wait()
+	return errors.Join(r.consumer.Close(), r.client.Close())
+}
+
+// --- sarama-group: sarama's ConsumerGroup, MarkMessage per message.
+
+type saramaGroupInstance struct {
+	cg     sarama.ConsumerGroup
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the Consume loop ends
+}
+
+type saramaHandler struct{ h handler }
+
+func (saramaHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (sh saramaHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			sess.MarkMessage(msg, "")
+			sh.h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		case <-sess.Context().Done():
+			return nil
+		}
+	}
+}
+
+func startSaramaGroup(spec *childSpec, h handler) (instance, error) {
+	cfg := sarama.NewConfig()
+	cfg.Consumer.Offsets.Initial = saramaInitial(spec)
+	cfg.Consumer.Group.Session.Timeout = spec.GroupSession
+	cfg.Consumer.Group.Heartbeat.Interval = spec.GroupHeartbeat
+	cfg.Consumer.Return.Errors = true
+	cg, err := sarama.NewConsumerGroup(spec.Brokers, spec.Group, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &saramaGroupInstance{cg: cg, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		for err := range cg.Errors() {
+			log.Printf("sarama-group: %v", err)
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		for ctx.Err() == nil {
+			if err := cg.Consume(ctx, spec.Topics, saramaHandler{h}); err != nil {
+				if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+					return
+				}
+				log.Printf("sarama-group: consume: %v", err)
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+	return s, nil
+}
+
+func (s *saramaGroupInstance) Close() error {
+	s.cancel()
+	<-s.done
+	return s.cg.Close()
+}
+
+// --- franz-go: kgo consumer group, MarkCommitRecords per record with
+// AutoCommitMarks.
+
+type franzInstance struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the poll loop ends
+}
+
+func startFranz(spec *childSpec, h handler) (instance, error) {
+	start := kgo.NewOffset().AtStart()
+	if spec.Newest {
+		start = kgo.NewOffset().AtEnd()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(spec.Brokers...),
+		kgo.ConsumerGroup(spec.Group),
+		kgo.ConsumeTopics(spec.Topics...),
+		kgo.ConsumeResetOffset(start),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second), // sarama's and ours; franz-go's default is 5 s
+		kgo.SessionTimeout(spec.GroupSession),
+		kgo.HeartbeatInterval(spec.GroupHeartbeat),
+	)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &franzInstance{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for {
+			fetches := cl.PollFetches(ctx)
+			if fetches.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			fetches.EachError(func(topic string, p int32, err error) {
+				log.Printf("franz-go: %s/%d: %v", topic, p, err)
+			})
+			fetches.EachRecord(func(r *kgo.Record) {
+				cl.MarkCommitRecords(r)
+				h(r.Topic, r.Partition, r.Offset, r.Value)
+			})
+		}
+	}()
+	return f, nil
+}
+
+func (f *franzInstance) Close() error {
+	f.cancel()
+	<-f.done
+	f.cl.Close() // commits the marks and leaves the group
+	return nil
+}
+
+// --- kafkaconsumer: this library, Ack per message.
+
+type oursInstance struct {
+	c    kafkaconsumer.Consumer
+	done chan struct{} // closed when Messages is closed and drained
+}
+
+func startOurs(spec *childSpec, h handler) (instance, error) {
+	cfg := kafkaconsumer.NewConfig()
+	cfg.Offsets.Initial = saramaInitial(spec)
+	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
+	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	if err != nil {
+		return nil, err
+	}
+	o := &oursInstance{c: c, done: make(chan struct{})}
+	go func() {
+		for err := range c.Errors() {
+			log.Printf("kafkaconsumer: %v", err)
+		}
+	}()
+	go func() {
+		defer close(o.done)
+		for msg := range c.Messages() {
+			c.Ack(msg)
+			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		}
+	}()
+	return o, nil
+}
+
+func (o *oursInstance) Close() error {
+	err := o.c.Close()
+	<-o.done
+	return err
+}

@@ -1,0 +1,379 @@
+// Command bench measures kafkaconsumer against its peers: raw sarama
+// partition consumers (the ceiling: no group, no marks), sarama's
+// ConsumerGroup, and franz-go's group consumer, on four workloads:
+// throughput with one instance, throughput with four instances, rebalance
+// latency under a steady produce rate (join, graceful leave, kill), and
+// start-up with 1,000 partitions.
+//
+// It runs against the cluster named by ZOOKEEPER_PEERS and KAFKA_PEERS, or
+// starts one with internal/testcluster when they are unset. It prints
+// Markdown tables, and writes the figures as JSON and a chart as PNG.
+//
+//	cd bench && go run . [flags]
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type options struct {
+	runs       int
+	workloads  []string
+	contenders []string
+
+	messages   int64
+	size       int
+	partitions int
+
+	rebalancePartitions int
+	rebalanceRate       int
+	sessionTimeout      time.Duration
+	late                time.Duration
+
+	startupTopics     int
+	startupPartitions int
+
+	jsonOut, pngOut, mdOut string
+	profileDir             string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		childMain()
+		return
+	}
+	log.SetFlags(log.Ltime)
+	var (
+		o                     options
+		workloads, contenders string
+		messages              int64
+	)
+	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
+	flag.StringVar(&workloads, "workloads", "throughput,group,rebalance,startup", "workloads to run (comma-separated)")
+	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated)")
+	flag.Int64Var(&messages, "messages", 1_000_000, "throughput workloads: messages in the topic")
+	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
+	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
+	flag.IntVar(&o.rebalancePartitions, "rebalance-partitions", 64, "rebalance workload: partitions of the topic")
+	flag.IntVar(&o.rebalanceRate, "rebalance-rate", 1280, "rebalance workload: messages produced per second, spread evenly over the partitions")
+	flag.DurationVar(&o.sessionTimeout, "session-timeout", 3*time.Second, "rebalance workload: session timeout of every contender (kafkaconsumer: Zookeeper.Timeout; groups: Consumer.Group.Session.Timeout, at least the broker's group.min.session.timeout.ms)")
+	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance workload: a message first received later than this after it was produced counts as delayed by the rebalance")
+	flag.IntVar(&o.startupTopics, "startup-topics", 50, "start-up workload: topics")
+	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")
+	flag.StringVar(&o.jsonOut, "json", "results.json", "where to write the figures as JSON (empty: nowhere)")
+	flag.StringVar(&o.pngOut, "png", "results.png", "where to write the chart (empty: nowhere)")
+	flag.StringVar(&o.mdOut, "md", "results.md", "where to write the Markdown tables too (empty: nowhere)")
+	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "if set, every throughput child writes a CPU profile there")
+	flag.Parse()
+	o.messages = messages
+	o.workloads = splitPeers(workloads)
+	o.contenders = splitPeers(contenders)
+	for _, w := range o.workloads {
+		if !slices.Contains([]string{"throughput", "group", "rebalance", "startup"}, w) {
+			log.Fatalf("unknown workload %q", w)
+		}
+	}
+	for _, c := range o.contenders {
+		if !slices.Contains(allContenders, c) {
+			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(allContenders, ", "))
+		}
+	}
+	if o.runs < 1 {
+		log.Fatal("-runs must be at least 1")
+	}
+
+	cl, err := openCluster()
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := runAll(cl, &o)
+	cl.close()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	md := markdown(res)
+	fmt.Print(md)
+	if o.mdOut != "" {
+		if err := os.WriteFile(o.mdOut, []byte(md), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if o.jsonOut != "" {
+		data, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(o.jsonOut, append(data, '\n'), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if o.pngOut != "" {
+		if err := chart(res, o.pngOut); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func runAll(cl *cluster, o *options) (*results, error) {
+	res := &results{Meta: machine(cl, o)}
+	start := time.Now()
+	for _, w := range o.workloads {
+		var err error
+		switch w {
+		case "throughput":
+			res.Throughput, err = runThroughput(cl, o, 1)
+		case "group":
+			res.GroupThroughput, err = runThroughput(cl, o, 4)
+		case "rebalance":
+			res.Rebalance, err = runRebalance(cl, o)
+		case "startup":
+			res.Startup, err = runStartup(cl, o)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", w, err)
+		}
+	}
+	res.Meta.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// contendersFor returns the chosen contenders among those of a workload.
+func contendersFor(o *options, of []string) []string {
+	var out []string
+	for _, c := range of {
+		if slices.Contains(o.contenders, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// groupTimeouts returns the session timeout and heartbeat interval of the
+// Kafka-coordinated groups: the asked session timeout, raised to the
+// broker's minimum, and a third of it as heartbeat (Kafka's advice).
+func groupTimeouts(cl *cluster, o *options) (session, heartbeat time.Duration) {
+	session = max(o.sessionTimeout, cl.minSession)
+	return session, session / 3
+}
+
+// baseSpec returns what every child of a workload shares.
+func baseSpec(cl *cluster, o *options, mode string) childSpec {
+	session, heartbeat := groupTimeouts(cl, o)
+	return childSpec{
+		Mode:             mode,
+		Brokers:          cl.brokers,
+		Zookeeper:        cl.zookeeper,
+		ZookeeperTimeout: o.sessionTimeout,
+		GroupSession:     session,
+		GroupHeartbeat:   heartbeat,
+		Timeout:          5 * time.Minute,
+	}
+}
+
+func groupName(workload, contender string, run int) string {
+	return fmt.Sprintf("bench-%s-%s-%d-%d", workload, contender, run, time.Now().UnixNano())
+}
+
+// runDrain runs a drain child and returns its result.
+func runDrain(spec childSpec) (childResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return childResult{}, err
+	}
+	data, _ := json.Marshal(spec)
+	cmd := exec.Command(exe, childArg)
+	cmd.Env = append(os.Environ(), childEnv+"="+string(data))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var res childResult
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "R "); ok {
+			if jerr := json.Unmarshal([]byte(rest), &res); jerr != nil {
+				return res, jerr
+			}
+			if res.Error != "" {
+				return res, fmt.Errorf("%s: %s\n%s", spec.Contender, res.Error, tail(stderr.String(), 3000))
+			}
+			return res, nil
+		}
+	}
+	return res, fmt.Errorf("%s: child failed (%v) without a result:\n%s", spec.Contender, err, tail(stderr.String(), 3000))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// rotate returns the contenders in the order of a run: each run starts with
+// the next one, so that no contender always runs first or last.
+func rotate(cs []string, run int) []string {
+	k := run % len(cs)
+	return append(slices.Clone(cs[k:]), cs[:k]...)
+}
+
+// runThroughput is workloads 1 (instances 1) and 2 (instances 4): consume
+// every message of a topic filled once, with acks or marks per message.
+func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) {
+	parts := int32(o.partitions)
+	topic := fmt.Sprintf("bench.throughput.p%d.s%d.n%d", parts, o.size, o.messages)
+	if err := cl.fill(topic, parts, o.messages, o.size); err != nil {
+		return nil, err
+	}
+	oldest, newest, err := cl.offsets(topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	var n int64
+	targets := make([]int64, parts)
+	for p := range parts {
+		if newest[p] == oldest[p] {
+			return nil, fmt.Errorf("partition %d of %s is empty", p, topic)
+		}
+		n += newest[p] - oldest[p]
+		targets[p] = newest[p] - 1
+	}
+	workload := "throughput"
+	if instances > 1 {
+		workload = "group"
+	}
+	table := &drainTable{
+		Workload:   workload,
+		Topic:      topic,
+		Partitions: int(parts),
+		Messages:   n,
+		Size:       o.size,
+		Instances:  instances,
+	}
+	byContender := map[string][]childResult{}
+	cs := contendersFor(o, allContenders)
+	for run := range o.runs {
+		for _, c := range rotate(cs, run) {
+			spec := baseSpec(cl, o, "drain")
+			spec.Contender = c
+			spec.Instances = instances
+			spec.Group = groupName(workload, c, run)
+			spec.Topics = []string{topic}
+			spec.Partitions = []int32{parts}
+			spec.Targets = [][]int64{targets}
+			spec.Messages = n
+			if o.profileDir != "" {
+				if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+					return nil, err
+				}
+				spec.CPUProfile, _ = filepath.Abs(filepath.Join(o.profileDir, fmt.Sprintf("%s-%s-%d.pprof", workload, c, run)))
+			}
+			r, err := runDrain(spec)
+			if err != nil {
+				return nil, err
+			}
+			log.Printf("%s run %d %-14s %6.2fs %9.0f msgs/s  cpu %5.2fs  rss %4.0f MB  %5.2f allocs/msg  first %.2fs  dup %d",
+				workload, run+1, c, r.Seconds, float64(n)/r.Seconds, r.CPUSeconds, float64(r.PeakRSS)/1e6,
+				float64(r.Mallocs)/float64(n), r.FirstSeconds, r.Received-n)
+			byContender[c] = append(byContender[c], r)
+		}
+	}
+	for _, c := range cs {
+		table.Rows = append(table.Rows, drainRowOf(c, byContender[c], n, o.size))
+	}
+	table.setRatios()
+	return table, nil
+}
+
+// runStartup is workload 4: one instance subscribed to many partitions,
+// each holding messages; the time from Join until each partition delivered
+// its first message.
+func runStartup(cl *cluster, o *options) (*drainTable, error) {
+	parts := int32(o.startupPartitions)
+	spec := baseSpec(cl, o, "drain")
+	spec.Instances = 1
+	var total int
+	for i := range o.startupTopics {
+		topic := fmt.Sprintf("bench.startup.p%d.t%03d", parts, i)
+		if err := cl.fill(topic, parts, int64(parts)*4, o.size); err != nil {
+			return nil, err
+		}
+		oldest, newest, err := cl.offsets(topic, parts)
+		if err != nil {
+			return nil, err
+		}
+		for p := range parts {
+			if newest[p] == oldest[p] {
+				return nil, fmt.Errorf("partition %d of %s is empty", p, topic)
+			}
+		}
+		spec.Topics = append(spec.Topics, topic)
+		spec.Partitions = append(spec.Partitions, parts)
+		spec.Targets = append(spec.Targets, oldest) // done at the first message
+		total += int(parts)
+	}
+	spec.Messages = int64(total)
+	table := &drainTable{Workload: "startup", Partitions: total, Topics: o.startupTopics, Instances: 1}
+	byContender := map[string][]childResult{}
+	cs := contendersFor(o, allContenders)
+	for run := range o.runs {
+		for _, c := range rotate(cs, run) {
+			s := spec
+			s.Contender = c
+			s.Group = groupName("startup", c, run)
+			r, err := runDrain(s)
+			if err != nil {
+				return nil, err
+			}
+			log.Printf("startup run %d %-14s %6.2fs to the first message of all %d partitions (first %.2fs, cpu %.2fs, rss %.0f MB)",
+				run+1, c, r.Seconds, total, r.FirstSeconds, r.CPUSeconds, float64(r.PeakRSS)/1e6)
+			byContender[c] = append(byContender[c], r)
+		}
+	}
+	for _, c := range cs {
+		table.Rows = append(table.Rows, drainRowOf(c, byContender[c], 0, 0))
+	}
+	table.setRatios()
+	return table, nil
+}
+
+func machine(cl *cluster, o *options) meta {
+	m := meta{
+		Date:        time.Now().UTC().Format(time.RFC3339),
+		GoVersion:   runtime.Version(),
+		CPUs:        runtime.NumCPU(),
+		Cluster:     "given (ZOOKEEPER_PEERS, KAFKA_PEERS)",
+		Runs:        o.runs,
+		Args:        os.Args[1:],
+		ZKTimeout:   o.sessionTimeout.String(),
+		RebalanceHz: o.rebalanceRate,
+	}
+	if cl.started != nil {
+		m.Cluster = "started by internal/testcluster (1 ZooKeeper, 1 broker)"
+	}
+	session, heartbeat := groupTimeouts(cl, o)
+	m.GroupSession, m.GroupHeartbeat = session.String(), heartbeat.String()
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				m.Memory = strings.TrimSpace(rest)
+			}
+		}
+	}
+	return m
+}

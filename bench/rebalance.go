@@ -1,0 +1,614 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// events are the rebalance events, in the order a run causes them.
+var events = []string{"join", "leave", "kill"}
+
+// rebalanceTable is the result of workload 3.
+type rebalanceTable struct {
+	Instances  int            `json:"instances"`
+	Partitions int            `json:"partitions"`
+	Rate       int            `json:"produce_rate"`
+	Late       string         `json:"late_threshold"`
+	Rows       []rebalanceRow `json:"rows"`
+}
+
+type rebalanceRow struct {
+	Contender      string `json:"contender"`
+	SessionTimeout string `json:"session_timeout"`
+	// Events holds the medians over the runs, by event.
+	Events map[string]eventFigures  `json:"events"`
+	Runs   []map[string]eventResult `json:"runs"`
+}
+
+type eventFigures struct {
+	Recovery   float64 `json:"recovery_seconds"`
+	Duplicates float64 `json:"duplicates"`
+	Lost       float64 `json:"lost"`
+}
+
+// eventResult is what one event of one run did.
+type eventResult struct {
+	// Recovery is the larger of NewOwner and LastDelayed: the time from the
+	// event until every partition is consumed again.
+	Recovery float64 `json:"recovery_seconds"`
+	// NewOwner: seconds until, for every partition, its owner at the end of
+	// the phase received a message produced after the event.
+	NewOwner float64 `json:"new_owner_seconds"`
+	// LastDelayed: seconds until the last message delayed by more than the
+	// late threshold was first received (0 if none was).
+	LastDelayed float64 `json:"last_delayed_seconds"`
+	// Moved is the count of partitions whose owner changed.
+	Moved int `json:"moved"`
+	// Duplicates counts receipts of a message received before (by anyone),
+	// made between the event and the end of the phase.
+	Duplicates int `json:"duplicates"`
+	// Lost counts messages produced in the phase (but in its last second)
+	// that nobody ever received.
+	Lost int `json:"lost"`
+	// Phase is how long the phase lasted: until the group was stable again.
+	Phase    float64 `json:"phase_seconds"`
+	TimedOut bool    `json:"timed_out,omitempty"`
+}
+
+func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
+	parts := int32(o.rebalancePartitions)
+	topic := fmt.Sprintf("bench.rebalance.p%d", parts)
+	if err := cl.ensureTopic(topic, parts); err != nil {
+		return nil, err
+	}
+	table := &rebalanceTable{Instances: 4, Partitions: int(parts), Rate: o.rebalanceRate, Late: o.late.String()}
+	cs := contendersFor(o, groupContenders)
+	byContender := map[string][]map[string]eventResult{}
+	for run := range o.runs {
+		for _, c := range rotate(cs, run) {
+			r, err := rebalanceRun(cl, o, c, run, topic, parts)
+			if err != nil {
+				return nil, fmt.Errorf("%s run %d: %w", c, run+1, err)
+			}
+			byContender[c] = append(byContender[c], r)
+			for _, ev := range events {
+				e := r[ev]
+				log.Printf("rebalance run %d %-14s %-5s recovery %5.2fs (new owner %.2fs, last delayed %.2fs) moved %2d dup %5d lost %d phase %.1fs%s",
+					run+1, c, ev, e.Recovery, e.NewOwner, e.LastDelayed, e.Moved, e.Duplicates, e.Lost, e.Phase, map[bool]string{true: " TIMED OUT"}[e.TimedOut])
+			}
+		}
+	}
+	session, _ := groupTimeouts(cl, o)
+	for _, c := range cs {
+		row := rebalanceRow{Contender: c, Runs: byContender[c], Events: map[string]eventFigures{}, SessionTimeout: session.String()}
+		if c == kafkaConsumer {
+			row.SessionTimeout = o.sessionTimeout.String() + " (ZooKeeper)"
+		}
+		for _, ev := range events {
+			var rec, dup, lost []float64
+			for _, r := range byContender[c] {
+				rec = append(rec, r[ev].Recovery)
+				dup = append(dup, float64(r[ev].Duplicates))
+				lost = append(lost, float64(r[ev].Lost))
+			}
+			row.Events[ev] = eventFigures{Recovery: median(rec), Duplicates: median(dup), Lost: median(lost)}
+		}
+		table.Rows = append(table.Rows, row)
+	}
+	return table, nil
+}
+
+// rebalanceRun runs 4 instances of the contender, one process each, under
+// a steady produce rate, then: a fifth joins; one leaves with Close; one is
+// killed with SIGKILL. After each event it waits until the group is stable
+// again: every partition is owned by a live instance, and every message is
+// received promptly.
+func rebalanceRun(cl *cluster, o *options, contender string, run int, topic string, parts int32) (map[string]eventResult, error) {
+	rec := newRecorder(parts)
+	prod, err := startSteadyProducer(cl, topic, parts, o.rebalanceRate, o.size, rec)
+	if err != nil {
+		return nil, err
+	}
+	defer prod.stop()
+
+	spec := baseSpec(cl, o, "stream")
+	spec.Contender = contender
+	spec.Instances = 1
+	spec.Group = groupName("rebalance", contender, run)
+	spec.Topics = []string{topic}
+	spec.Partitions = []int32{parts}
+	spec.Newest = true
+
+	var children []*streamChild
+	defer func() {
+		for _, ch := range children {
+			ch.kill()
+		}
+	}()
+	live := func() []int32 {
+		var ids []int32
+		for _, ch := range children {
+			if !ch.gone.Load() {
+				ids = append(ids, int32(ch.idx))
+			}
+		}
+		return ids
+	}
+	start := func(idx int) (*streamChild, error) {
+		ch, err := startStreamChild(spec, idx, rec)
+		if err != nil {
+			return nil, err
+		}
+		children = append(children, ch)
+		return ch, nil
+	}
+	session := o.sessionTimeout
+	if contender != kafkaConsumer {
+		session, _ = groupTimeouts(cl, o)
+	}
+	// waitStable waits until the group is stable again after te, at least
+	// minWait and at most maxWait.
+	waitStable := func(te int64, minWait, maxWait time.Duration) (int64, bool) {
+		for {
+			now := time.Now()
+			since := time.Duration(now.UnixNano() - te)
+			if since >= minWait && rec.stable(now.UnixNano(), int64(1500*time.Millisecond), int64(o.late), live()) {
+				return now.UnixNano(), true
+			}
+			if since > maxWait {
+				return now.UnixNano(), false
+			}
+			for _, ch := range children {
+				if ch.gone.Load() && !ch.expectGone.Load() {
+					return now.UnixNano(), false
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	failure := func(what string) error {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s", what)
+		for _, ch := range children {
+			fmt.Fprintf(&b, "\n--- instance %d stderr:\n%s", ch.idx, tail(ch.stderr.String(), 1500))
+		}
+		return fmt.Errorf("%s", b.String())
+	}
+
+	for i := range 4 {
+		if _, err := start(i); err != nil {
+			return nil, err
+		}
+	}
+	for _, ch := range children {
+		select {
+		case <-ch.started:
+		case <-ch.exited:
+			return nil, failure(fmt.Sprintf("instance %d exited at start", ch.idx))
+		case <-time.After(60 * time.Second):
+			return nil, failure(fmt.Sprintf("instance %d did not start", ch.idx))
+		}
+	}
+	if _, ok := waitStable(time.Now().UnixNano(), 3*time.Second, 90*time.Second); !ok {
+		return nil, failure("the group did not become stable with 4 instances")
+	}
+
+	result := map[string]eventResult{}
+	phase := func(ev string, te int64, minWait, maxWait time.Duration) {
+		end, ok := waitStable(te, minWait, maxWait)
+		r := rec.evaluate(te, end, int64(o.late))
+		r.TimedOut = !ok
+		result[ev] = r
+	}
+
+	// (a) a fifth instance joins; the event is its call to Join.
+	joiner, err := start(4)
+	if err != nil {
+		return nil, err
+	}
+	var te int64
+	select {
+	case te = <-joiner.joined:
+	case <-time.After(30 * time.Second):
+		return nil, failure("the fifth instance did not start")
+	}
+	phase("join", te, 2*time.Second, 30*time.Second)
+
+	// (b) an original instance leaves with Close.
+	leaver := children[0]
+	leaver.expectGone.Store(true)
+	te = time.Now().UnixNano()
+	leaver.close()
+	phase("leave", te, 2*time.Second, 30*time.Second)
+
+	// (c) another original instance is killed.
+	victim := children[1]
+	victim.expectGone.Store(true)
+	te = time.Now().UnixNano()
+	victim.kill()
+	phase("kill", te, 2*time.Second, session+30*time.Second)
+
+	// Stop the others gracefully, all at once.
+	for _, ch := range children {
+		ch.expectGone.Store(true)
+		ch.close()
+	}
+	for _, ch := range children {
+		select {
+		case <-ch.exited:
+		case <-time.After(90 * time.Second):
+			log.Printf("instance %d did not exit after close; killing it", ch.idx)
+			ch.kill()
+		}
+	}
+	return result, nil
+}
+
+// --- child processes
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 1<<16 {
+		b.buf = b.buf[len(b.buf)-1<<15:]
+	}
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// streamChild is an instance running in a child process in stream mode.
+type streamChild struct {
+	idx        int
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	stderr     lockedBuffer
+	joined     chan int64    // receives the time the child called Join
+	started    chan struct{} // closed when the instance started
+	exited     chan struct{} // closed when the process exited
+	gone       atomic.Bool   // set when the process exited
+	expectGone atomic.Bool   // set when the bench closes or kills it
+}
+
+func startStreamChild(spec childSpec, idx int, rec *recorder) (*streamChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	data, _ := json.Marshal(spec)
+	ch := &streamChild{
+		idx:     idx,
+		cmd:     exec.Command(exe, childArg),
+		joined:  make(chan int64, 1),
+		started: make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+	ch.cmd.Env = append(os.Environ(), childEnv+"="+string(data))
+	ch.cmd.Stderr = &ch.stderr
+	if ch.stdin, err = ch.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := ch.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.cmd.Start(); err != nil {
+		return nil, err
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		startedClosed := false
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 0 {
+				continue
+			}
+			switch f[0] {
+			case "M":
+				if len(f) != 5 {
+					continue
+				}
+				p, _ := strconv.ParseInt(f[1], 10, 32)
+				off, _ := strconv.ParseInt(f[2], 10, 64)
+				produced, _ := strconv.ParseInt(f[3], 10, 64)
+				at, _ := strconv.ParseInt(f[4], 10, 64)
+				rec.received(int32(idx), int32(p), off, produced, at)
+			case "J":
+				if len(f) == 2 {
+					ns, _ := strconv.ParseInt(f[1], 10, 64)
+					ch.joined <- ns
+				}
+			case "S":
+				if !startedClosed {
+					close(ch.started)
+					startedClosed = true
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		<-readDone
+		ch.cmd.Wait()
+		ch.gone.Store(true)
+		close(ch.exited)
+	}()
+	return ch, nil
+}
+
+// close asks the child to close its instance and exit.
+func (ch *streamChild) close() {
+	ch.stdin.Write([]byte("close\n"))
+	ch.stdin.Close()
+}
+
+// kill kills the child with SIGKILL, if it still runs.
+func (ch *streamChild) kill() {
+	if !ch.gone.Load() {
+		ch.cmd.Process.Kill()
+	}
+}
+
+// --- the steady producer
+
+type steadyProducer struct {
+	ap      sarama.AsyncProducer
+	stopped chan struct{} // closed by stop, ends the loop
+	wg      sync.WaitGroup
+	failed  atomic.Int64
+}
+
+// startSteadyProducer produces rate messages per second, in rounds of one
+// message to each partition, each value starting with its produce time
+// (unix ns, big endian).
+func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int, rec *recorder) (*steadyProducer, error) {
+	cfg := sarama.NewConfig()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+	cfg.Producer.RequiredAcks = sarama.WaitForLocal
+	ap, err := sarama.NewAsyncProducer(cl.brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sp := &steadyProducer{ap: ap, stopped: make(chan struct{})}
+	sp.wg.Add(2)
+	go func() {
+		defer sp.wg.Done()
+		for msg := range ap.Successes() {
+			rec.produced(msg.Partition, msg.Offset, msg.Metadata.(int64))
+		}
+	}()
+	go func() {
+		defer sp.wg.Done()
+		for e := range ap.Errors() {
+			if sp.failed.Add(1) == 1 {
+				log.Printf("steady producer: %v", e.Err)
+			}
+		}
+	}()
+	period := time.Duration(float64(parts) / float64(rate) * float64(time.Second))
+	sp.wg.Add(1)
+	go func() {
+		defer sp.wg.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sp.stopped:
+				return
+			case <-tick.C:
+			}
+			now := time.Now().UnixNano()
+			for p := range parts {
+				v := make([]byte, size)
+				binary.BigEndian.PutUint64(v, uint64(now))
+				ap.Input() <- &sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.ByteEncoder(v), Metadata: now}
+			}
+		}
+	}()
+	return sp, nil
+}
+
+func (sp *steadyProducer) stop() {
+	close(sp.stopped)
+	sp.ap.AsyncClose()
+	sp.wg.Wait()
+}
+
+// --- what was produced and received
+
+type receipt struct {
+	inst int32
+	at   int64 // unix ns
+}
+
+type msgRecord struct {
+	produced int64 // unix ns
+	receipts []receipt
+}
+
+// first returns the earliest receipt's time, or 0.
+func (m *msgRecord) first() int64 {
+	var first int64
+	for _, r := range m.receipts {
+		if first == 0 || r.at < first {
+			first = r.at
+		}
+	}
+	return first
+}
+
+type partRecords struct {
+	byOffset map[int64]*msgRecord
+	order    []*msgRecord // as the producer learnt their offsets
+}
+
+// recorder holds, per partition, every message produced by the steady
+// producer and every receipt of it by an instance.
+type recorder struct {
+	mu    sync.Mutex
+	parts []partRecords
+}
+
+func newRecorder(parts int32) *recorder {
+	r := &recorder{parts: make([]partRecords, parts)}
+	for i := range r.parts {
+		r.parts[i].byOffset = make(map[int64]*msgRecord)
+	}
+	return r
+}
+
+func (r *recorder) get(p int32, offset int64) *msgRecord {
+	pr := &r.parts[p]
+	m := pr.byOffset[offset]
+	if m == nil {
+		m = &msgRecord{}
+		pr.byOffset[offset] = m
+	}
+	return m
+}
+
+func (r *recorder) produced(p int32, offset, at int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.get(p, offset)
+	m.produced = at
+	r.parts[p].order = append(r.parts[p].order, m)
+}
+
+func (r *recorder) received(inst, p int32, offset, produced, at int64) {
+	if p < 0 || int(p) >= len(r.parts) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.get(p, offset)
+	if m.produced == 0 {
+		m.produced = produced
+	}
+	m.receipts = append(m.receipts, receipt{inst: inst, at: at})
+}
+
+// stable tells whether, at now, every partition is consumed normally: each
+// had a message produced in [now-window, now-late], each such message was
+// first received within late of being produced, and the last receiver of
+// each partition is a live instance, every live instance being one.
+func (r *recorder) stable(now, window, late int64, live []int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lo, hi := now-window, now-late
+	owners := map[int32]bool{}
+	for p := range r.parts {
+		order := r.parts[p].order
+		found := false
+		var owner receipt
+		for i := len(order) - 1; i >= 0; i-- {
+			m := order[i]
+			for _, rc := range m.receipts {
+				if rc.at > owner.at {
+					owner = rc
+				}
+			}
+			if m.produced > hi {
+				continue
+			}
+			if m.produced < lo {
+				break
+			}
+			found = true
+			if f := m.first(); f == 0 || f-m.produced > late {
+				return false
+			}
+		}
+		if !found || !slices.Contains(live, owner.inst) {
+			return false
+		}
+		owners[owner.inst] = true
+	}
+	return len(owners) == len(live)
+}
+
+// evaluate measures the event at te, whose phase ended at end.
+func (r *recorder) evaluate(te, end, late int64) eventResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var res eventResult
+	newOwner, lastDelayed := te, int64(0)
+	for p := range r.parts {
+		var before, final receipt // last receipts before te and until end
+		before.inst, final.inst = -1, -1
+		for _, m := range r.parts[p].byOffset {
+			for _, rc := range m.receipts {
+				if rc.at < te && rc.at > before.at {
+					before = rc
+				}
+				if rc.at <= end && rc.at > final.at {
+					final = rc
+				}
+			}
+		}
+		if before.inst != final.inst {
+			res.Moved++
+		}
+		firstByFinal := int64(0)
+		for _, m := range r.parts[p].byOffset {
+			first := m.first()
+			if m.produced >= te {
+				for _, rc := range m.receipts {
+					if rc.inst == final.inst && rc.at <= end && (firstByFinal == 0 || rc.at < firstByFinal) {
+						firstByFinal = rc.at
+					}
+				}
+				if m.produced <= end-int64(time.Second) && first == 0 {
+					res.Lost++
+				}
+			}
+			if first >= te && first <= end && first-m.produced > late {
+				lastDelayed = max(lastDelayed, first)
+			}
+			for _, rc := range m.receipts {
+				if rc.at >= te && rc.at <= end && rc.at != first {
+					res.Duplicates++
+				}
+			}
+		}
+		if firstByFinal == 0 {
+			firstByFinal = end // never: count the whole phase
+		}
+		newOwner = max(newOwner, firstByFinal)
+	}
+	res.NewOwner = float64(newOwner-te) / 1e9
+	if lastDelayed > 0 {
+		res.LastDelayed = float64(lastDelayed-te) / 1e9
+	}
+	res.Recovery = max(res.NewOwner, res.LastDelayed)
+	res.Phase = float64(end-te) / 1e9
+	return res
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// results is everything a bench run measured; it is written as JSON.
+type results struct {
+	Meta            meta            `json:"meta"`
+	Throughput      *drainTable     `json:"throughput,omitempty"`
+	GroupThroughput *drainTable     `json:"group_throughput,omitempty"`
+	Rebalance       *rebalanceTable `json:"rebalance,omitempty"`
+	Startup         *drainTable     `json:"startup,omitempty"`
+}
+
+type meta struct {
+	Date           string   `json:"date"`
+	GoVersion      string   `json:"go_version"`
+	CPUs           int      `json:"cpus"`
+	CPUModel       string   `json:"cpu_model"`
+	Memory         string   `json:"memory"`
+	Cluster        string   `json:"cluster"`
+	Runs           int      `json:"runs"`
+	Args           []string `json:"args"`
+	ZKTimeout      string   `json:"kafkaconsumer_zookeeper_timeout"`
+	GroupSession   string   `json:"group_session_timeout"`
+	GroupHeartbeat string   `json:"group_heartbeat_interval"`
+	RebalanceHz    int      `json:"rebalance_produce_rate"`
+	Seconds        float64  `json:"seconds"`
+}
+
+// drainTable is the result of a drain workload (throughput, group, startup).
+type drainTable struct {
+	Workload   string     `json:"workload"`
+	Topic      string     `json:"topic,omitempty"`
+	Topics     int        `json:"topics,omitempty"`
+	Partitions int        `json:"partitions"`
+	Messages   int64      `json:"messages,omitempty"`
+	Size       int        `json:"size,omitempty"`
+	Instances  int        `json:"instances"`
+	Rows       []drainRow `json:"rows"`
+}
+
+// drainRow holds one contender's figures: each the median over the runs.
+type drainRow struct {
+	Contender    string  `json:"contender"`
+	Seconds      float64 `json:"seconds"`
+	MsgsPerSec   float64 `json:"msgs_per_sec,omitempty"`
+	MBPerSec     float64 `json:"mb_per_sec,omitempty"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	CPUPerMsgUs  float64 `json:"cpu_us_per_msg,omitempty"`
+	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	AllocsPerMsg float64 `json:"allocs_per_msg,omitempty"`
+	BytesPerMsg  float64 `json:"alloc_bytes_per_msg,omitempty"`
+	FirstSeconds float64 `json:"first_message_seconds"`
+	Duplicates   float64 `json:"duplicates"`
+	// Ratio is the contender's median divided by sarama-raw's median of
+	// the same bench run: msgs/s for throughput (higher is better), seconds
+	// for start-up (lower is better).
+	Ratio float64       `json:"ratio_to_raw,omitempty"`
+	Runs  []childResult `json:"runs"`
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianOf(rs []childResult, f func(childResult) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return median(xs)
+}
+
+// drainRowOf summarises a contender's runs; n and size are the messages
+// and their size for the per-message figures (0 for none).
+func drainRowOf(contender string, rs []childResult, n int64, size int) drainRow {
+	row := drainRow{
+		Contender:    contender,
+		Runs:         rs,
+		Seconds:      medianOf(rs, func(r childResult) float64 { return r.Seconds }),
+		CPUSeconds:   medianOf(rs, func(r childResult) float64 { return r.CPUSeconds }),
+		PeakRSSMB:    medianOf(rs, func(r childResult) float64 { return float64(r.PeakRSS) / (1 << 20) }),
+		FirstSeconds: medianOf(rs, func(r childResult) float64 { return r.FirstSeconds }),
+	}
+	if n > 0 {
+		fn := float64(n)
+		row.MsgsPerSec = medianOf(rs, func(r childResult) float64 { return fn / r.Seconds })
+		row.MBPerSec = medianOf(rs, func(r childResult) float64 { return fn * float64(size) / r.Seconds / 1e6 })
+		row.CPUPerMsgUs = medianOf(rs, func(r childResult) float64 { return r.CPUSeconds / fn * 1e6 })
+		row.AllocsPerMsg = medianOf(rs, func(r childResult) float64 { return float64(r.Mallocs) / fn })
+		row.BytesPerMsg = medianOf(rs, func(r childResult) float64 { return float64(r.AllocBytes) / fn })
+		row.Duplicates = medianOf(rs, func(r childResult) float64 { return float64(r.Received - n) })
+	}
+	return row
+}
+
+func (t *drainTable) setRatios() {
+	var raw *drainRow
+	for i := range t.Rows {
+		if t.Rows[i].Contender == rawSarama {
+			raw = &t.Rows[i]
+		}
+	}
+	if raw == nil {
+		return
+	}
+	for i := range t.Rows {
+		r := &t.Rows[i]
+		if t.Workload == "startup" {
+			r.Ratio = r.Seconds / raw.Seconds
+		} else {
+			r.Ratio = r.MsgsPerSec / raw.MsgsPerSec
+		}
+	}
+}
+
+func (t *drainTable) row(contender string) *drainRow {
+	for i := range t.Rows {
+		if t.Rows[i].Contender == contender {
+			return &t.Rows[i]
+		}
+	}
+	return nil
+}
+
+// markdown renders the results as Markdown tables.
+func markdown(res *results) string {
+	var b strings.Builder
+	m := res.Meta
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s memory, %s. Cluster: %s. Figures are medians of %d runs.\n\n",
+		m.CPUs, m.CPUModel, m.Memory, m.GoVersion, m.Cluster, m.Runs)
+	for _, t := range []*drainTable{res.Throughput, res.GroupThroughput} {
+		if t == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "### Throughput, %d instance(s) in one process: %d messages of %d bytes, %d partitions, ack/mark per message\n\n",
+			t.Instances, t.Messages, t.Size, t.Partitions)
+		b.WriteString("| contender | msgs/s | MB/s | ratio to sarama-raw | CPU s | CPU µs/msg | peak RSS MiB | allocs/msg | B alloc/msg | 1st msg s | duplicates |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range t.Rows {
+			fmt.Fprintf(&b, "| %s | %.0f | %.1f | %s | %.2f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f |\n",
+				r.Contender, r.MsgsPerSec, r.MBPerSec, ratio(r.Ratio), r.CPUSeconds, r.CPUPerMsgUs, r.PeakRSSMB,
+				r.AllocsPerMsg, r.BytesPerMsg, r.FirstSeconds, r.Duplicates)
+		}
+		b.WriteString("\n")
+	}
+	if t := res.Rebalance; t != nil {
+		fmt.Fprintf(&b, "### Rebalance: %d instances (one process each) on %d partitions, %d msgs/s produced\n\n",
+			t.Instances, t.Partitions, t.Rate)
+		b.WriteString("Recovery: seconds from the event until every partition is consumed again " +
+			"(its new owner received a message produced after the event, and no message is delayed more than " +
+			t.Late + " any more). Duplicates: messages handed out a second time after the event.\n\n")
+		b.WriteString("| contender | session timeout | join: recovery s | join: dup | leave (Close): recovery s | leave: dup | kill -9: recovery s | kill: dup | lost |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range t.Rows {
+			fmt.Fprintf(&b, "| %s | %s", r.Contender, r.SessionTimeout)
+			var lost float64
+			for _, ev := range events {
+				e := r.Events[ev]
+				fmt.Fprintf(&b, " | %.2f | %.0f", e.Recovery, e.Duplicates)
+				lost += e.Lost
+			}
+			fmt.Fprintf(&b, " | %.0f |\n", lost)
+		}
+		b.WriteString("\n")
+	}
+	if t := res.Startup; t != nil {
+		fmt.Fprintf(&b, "### Start-up: one instance, %d topics × %d partitions = %d partitions\n\n",
+			t.Topics, t.Partitions/max(t.Topics, 1), t.Partitions)
+		b.WriteString("| contender | s until every partition delivered | ratio to sarama-raw | 1st msg s | CPU s | peak RSS MiB |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|\n")
+		for _, r := range t.Rows {
+			fmt.Fprintf(&b, "| %s | %.2f | %s | %.2f | %.2f | %.0f |\n",
+				r.Contender, r.Seconds, ratio(r.Ratio), r.FirstSeconds, r.CPUSeconds, r.PeakRSSMB)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func ratio(r float64) string {
+	if r == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
