@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -364,5 +365,24 @@ func TestStatsAndRebalanceNames(t *testing.T) {
 	s := stats[0]
 	if s.Topic != "t" || s.Partition != 0 || s.LastHandedOut != 2 || s.LastAcked != 1 || s.Pending != 2 || s.Lag != -1 {
 		t.Fatalf("Stats() = %+v", s)
+	}
+}
+
+// BenchmarkAckSeedBaseline is the seed design's Ack, for comparison in the
+// same run: a string key formatted per ack, a map lookup under a read lock,
+// and the highest mark wins (unsafe out of order).
+func BenchmarkAckSeedBaseline(b *testing.B) {
+	var mu sync.RWMutex
+	pom := newFakeOffsetManager()
+	managers := map[string]*fakeOffsetManager{"topic/3": pom}
+	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		msg.Offset = int64(i)
+		mu.RLock()
+		m := managers[fmt.Sprintf("%s/%d", msg.Topic, msg.Partition)]
+		mu.RUnlock()
+		m.MarkOffset(msg.Offset+1, "")
 	}
 }
