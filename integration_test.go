@@ -565,10 +565,7 @@ func TestIntegrationTakeOver(t *testing.T) {
 func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
 	needCluster(t)
 	client := newTestClient(t)
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-wl")
 	c := join(t, prefix, WhitelistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.in`)), nil)
 	col := collect(c, nil)
@@ -588,10 +585,7 @@ func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
 func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 	needCluster(t)
 	client := newTestClient(t)
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-bl")
 	// Everything but this test's excluded topic: the blacklist also takes
 	// the topics of other tests, which this test ignores.
@@ -626,6 +620,15 @@ func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 			t.Errorf("internal topic %s is consumed", s.Topic)
 		}
 	}
+}
+
+func newTestAdmin(t testing.TB, client sarama.Client) sarama.ClusterAdmin {
+	t.Helper()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatalf("admin: %s", err)
+	}
+	return admin
 }
 
 func createTopic(t testing.TB, admin sarama.ClusterAdmin, name string, partitions int32) {
@@ -667,10 +670,7 @@ func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-retention")
 	createTopic(t, admin, topic, 1)
 	group := uniqueName("it.retention")

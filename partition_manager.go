@@ -120,12 +120,17 @@ func (pm *partitionManager) ack(offset int64) bool {
 	wake := known && pm.waiting
 	pm.mu.Unlock()
 	if wake {
-		select {
-		case pm.wake <- struct{}{}:
-		default:
-		}
+		pm.notify()
 	}
 	return known
+}
+
+// notify sends a token on wake without blocking.
+func (pm *partitionManager) notify() {
+	select {
+	case pm.wake <- struct{}{}:
+	default:
+	}
 }
 
 // withdraw takes back a handed-out message that the user never received,
@@ -136,10 +141,7 @@ func (pm *partitionManager) withdraw(offset int64) {
 	wake := known && pm.waiting
 	pm.mu.Unlock()
 	if wake {
-		select {
-		case pm.wake <- struct{}{}:
-		default:
-		}
+		pm.notify()
 	}
 }
 
