@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer"
 )
 
 // The bench runs every contender in a child process of its own (the bench
@@ -81,6 +84,10 @@ func childMain() {
 	var spec childSpec
 	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &spec); err != nil {
 		log.Fatalf("bad spec: %v", err)
+	}
+	if os.Getenv("KAFKACONSUMER_BENCH_DEBUG") != "" {
+		kafkaconsumer.Logger = log.New(os.Stderr, "kafkaconsumer: ", log.Lmicroseconds)
+		sarama.Logger = log.New(os.Stderr, "sarama: ", log.Lmicroseconds)
 	}
 	switch spec.Mode {
 	case "drain":

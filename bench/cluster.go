@@ -59,6 +59,18 @@ func openCluster() (*cluster, error) {
 		c.close()
 		return nil, err
 	}
+	// The first group coordinator lookup creates the offsets topic: do it
+	// now, so that no contender pays for it.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := c.client.Coordinator("kafkaconsumer-bench-warm-up"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			c.close()
+			return nil, fmt.Errorf("no group coordinator: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	c.minSession = 6 * time.Second // Kafka's default
 	if bs := c.client.Brokers(); len(bs) > 0 {
 		entries, err := c.admin.DescribeConfig(sarama.ConfigResource{

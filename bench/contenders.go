@@ -21,8 +21,17 @@ const (
 	kafkaConsumer = "kafkaconsumer"
 )
 
-// allContenders is the order of the table rows.
+// rawFanIn is a diagnostic contender, run only when named in -contenders:
+// sarama-raw whose partition goroutines forward every message into one
+// shared channel (capacity ChannelBufferSize) that one goroutine reads,
+// the shape of kafkaconsumer's Messages channel, without groups or acks.
+const rawFanIn = "sarama-fanin"
+
+// allContenders are the contenders run by default.
 var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer}
+
+// tableOrder is the order of the table rows.
+var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer}
 
 // groupContenders are those that coordinate a group (workload 3).
 var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer}
@@ -45,6 +54,8 @@ func startInstance(spec *childSpec, share int, h handler) (instance, error) {
 	switch spec.Contender {
 	case rawSarama:
 		return startRaw(spec, share, h)
+	case rawFanIn:
+		return startFanIn(spec, share, h)
 	case saramaGroup:
 		return startSaramaGroup(spec, h)
 	case franzGo:
@@ -72,6 +83,14 @@ type rawInstance struct {
 }
 
 func startRaw(spec *childSpec, share int, h handler) (instance, error) {
+	return startRawWith(spec, share, func(msg *sarama.ConsumerMessage) {
+		h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+	})
+}
+
+// startRawWith starts sarama-raw's instance, passing each message to
+// deliver from the partition's goroutine.
+func startRawWith(spec *childSpec, share int, deliver func(*sarama.ConsumerMessage)) (*rawInstance, error) {
 	cfg := sarama.NewConfig()
 	cfg.Consumer.Offsets.Initial = saramaInitial(spec)
 	client, err := sarama.NewClient(spec.Brokers, cfg)
@@ -126,7 +145,7 @@ func startRaw(spec *childSpec, share int, h handler) (instance, error) {
 			go func() {
 				defer r.wg.Done()
 				for msg := range pc.Messages() {
-					h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+					deliver(msg)
 				}
 			}()
 		}()
@@ -138,6 +157,32 @@ func startRaw(spec *childSpec, share int, h handler) (instance, error) {
 	}
 	return r, nil
 }
+
+// startFanIn starts sarama-raw with its messages merged into one channel.
+func startFanIn(spec *childSpec, share int, h handler) (instance, error) {
+	merged := make(chan *sarama.ConsumerMessage, sarama.NewConfig().ChannelBufferSize)
+	in, err := startRawWith(spec, share, func(msg *sarama.ConsumerMessage) { merged <- msg })
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for msg := range merged {
+			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		}
+	}()
+	return closerFunc(func() error {
+		err := in.Close() // no more sends on merged
+		close(merged)
+		<-done
+		return err
+	}), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 func (r *rawInstance) Close() error {
 	for _, pc := range r.pcs {

@@ -62,7 +62,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
 	flag.StringVar(&workloads, "workloads", "throughput,group,rebalance,startup", "workloads to run (comma-separated)")
 	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated)")
-	flag.Int64Var(&messages, "messages", 1_000_000, "throughput workloads: messages in the topic")
+	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
 	flag.IntVar(&o.rebalancePartitions, "rebalance-partitions", 64, "rebalance workload: partitions of the topic")
@@ -85,8 +85,8 @@ func main() {
 		}
 	}
 	for _, c := range o.contenders {
-		if !slices.Contains(allContenders, c) {
-			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(allContenders, ", "))
+		if !slices.Contains(tableOrder, c) {
+			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(tableOrder, ", "))
 		}
 	}
 	if o.runs < 1 {
@@ -258,7 +258,7 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 		Instances:  instances,
 	}
 	byContender := map[string][]childResult{}
-	cs := contendersFor(o, allContenders)
+	cs := contendersFor(o, tableOrder)
 	for run := range o.runs {
 		for _, c := range rotate(cs, run) {
 			spec := baseSpec(cl, o, "drain")
@@ -322,7 +322,7 @@ func runStartup(cl *cluster, o *options) (*drainTable, error) {
 	spec.Messages = int64(total)
 	table := &drainTable{Workload: "startup", Partitions: total, Topics: o.startupTopics, Instances: 1}
 	byContender := map[string][]childResult{}
-	cs := contendersFor(o, allContenders)
+	cs := contendersFor(o, tableOrder)
 	for run := range o.runs {
 		for _, c := range rotate(cs, run) {
 			s := spec
