@@ -329,6 +329,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 	var (
 		held    *sarama.ConsumerMessage // read from pc, waiting for room
 		sending *sarama.ConsumerMessage // in the bookkeeping, being sent
+		before  int64                   // lastHandedOut before sending's push
 	)
 	pcErrors, pomErrors := pc.Errors(), pom.Errors()
 	for {
@@ -348,6 +349,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 			if sending != nil {
 				pm.mu.Lock()
 				pm.pending.unpush()
+				pm.lastHandedOut = before
 				pm.mu.Unlock()
 			}
 			return true
@@ -359,9 +361,6 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 			held = msg
 
 		case out <- sending:
-			pm.mu.Lock()
-			pm.lastHandedOut = sending.Offset
-			pm.mu.Unlock()
 			sending = nil
 
 		case err, ok := <-pcErrors:
@@ -381,15 +380,27 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 		case <-pm.wake:
 		}
 
-		if held != nil {
-			pm.mu.Lock()
-			if pm.pending.push(held.Offset) {
-				sending, held = held, nil
-				pm.waiting = false
-			} else {
-				pm.waiting = true // an ack wakes us when there is room
-			}
-			pm.mu.Unlock()
+		if held == nil {
+			continue
+		}
+		// One lock per message: enter the bookkeeping and count the message
+		// as handed out; then hand it out at once if the channel has room,
+		// without another pass through the select.
+		pm.mu.Lock()
+		pushed := pm.pending.push(held.Offset)
+		if pushed {
+			before, pm.lastHandedOut = pm.lastHandedOut, held.Offset
+		}
+		pm.waiting = !pushed // when full, an ack wakes us when there is room
+		pm.mu.Unlock()
+		if !pushed {
+			continue
+		}
+		sending, held = held, nil
+		select {
+		case cm.messages <- sending:
+			sending = nil
+		default:
 		}
 	}
 }
