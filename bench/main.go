@@ -61,7 +61,7 @@ func main() {
 	)
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
 	flag.StringVar(&workloads, "workloads", "throughput,group,rebalance,startup", "workloads to run (comma-separated)")
-	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated)")
+	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated); sarama-fanin, a diagnostic, runs only when named")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
