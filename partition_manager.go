@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	samuelzk "github.com/samuel/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -201,6 +202,12 @@ func (pm *partitionManager) claim() bool {
 			pm.mu.Unlock()
 			return true
 		}
+		if errors.Is(err, samuelzk.ErrNodeExists) && attempt < 10 {
+			// kazoo-go creates /consumers/<group>/owners/<topic> with
+			// "exists, then create"; the partitions of a topic race on it,
+			// and the losers see the node that the winner created.
+			continue
+		}
 		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
 			owner, released, err := group.WatchPartitionOwner(pm.tp.topic, pm.tp.partition)
 			switch {
@@ -319,88 +326,153 @@ func (pm *partitionManager) restartAtInitial(pom sarama.PartitionOffsetManager, 
 	return pc, nil
 }
 
+// handOutBatch is the most messages consume takes from its partition
+// consumer, enters into the bookkeeping under one lock, and hands out in a
+// row.
+const handOutBatch = 64
+
 // consume hands messages of pc out on the Messages channel until killed (it
 // returns true) or until pc stops by itself (false). Each message enters the
 // ack bookkeeping before it is sent, so that an ack can never come first.
 // When MaxPendingAcks messages are pending, it stops reading pc until an ack
 // makes room. Errors of pc and pom go to the Errors channel.
+//
+// This is the hot path. It takes what pc has ready, up to handOutBatch
+// messages, without blocking; enters them under one lock; and sends each
+// with a plain send first. It blocks in a select (with the tomb, errors and
+// wake-ups) only when a channel is not ready. The channels are read once,
+// up front: tomb.v1's Dying takes a mutex on every call.
 func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.PartitionOffsetManager) bool {
 	cm := pm.parent
 	var (
-		held    *sarama.ConsumerMessage // read from pc, waiting for room
-		sending *sarama.ConsumerMessage // in the bookkeeping, being sent
-		before  int64                   // lastHandedOut before sending's push
+		dying     = pm.t.Dying()
+		in        = pc.Messages()
+		out       = cm.messages
+		pcErrors  = pc.Errors()
+		pomErrors = pom.Errors()
+		batch     = make([]*sarama.ConsumerMessage, 0, handOutBatch)
+		closed    bool // pc closed its Messages channel
 	)
-	pcErrors, pomErrors := pc.Errors(), pom.Errors()
-	for {
-		var (
-			in  <-chan *sarama.ConsumerMessage
-			out chan<- *sarama.ConsumerMessage
-		)
-		switch {
-		case sending != nil:
-			out = cm.messages
-		case held == nil:
-			in = pc.Messages()
+	// forward passes an error on; ok is false when its channel is closed.
+	forward := func(err error, ok bool, ch *<-chan *sarama.ConsumerError) {
+		if !ok {
+			*ch = nil
+			return
+		}
+		cm.sendError(err)
+	}
+
+	for !closed {
+		select {
+		case <-dying:
+			return true
+		default:
 		}
 
+		// Take one message, blocking only when none is ready.
 		select {
-		case <-pm.t.Dying():
-			if sending != nil {
-				pm.mu.Lock()
-				pm.pending.unpush()
-				pm.lastHandedOut = before
-				pm.mu.Unlock()
-			}
-			return true
-
 		case msg, ok := <-in:
 			if !ok {
 				return false
 			}
-			held = msg
-
-		case out <- sending:
-			sending = nil
-
-		case err, ok := <-pcErrors:
-			if !ok {
-				pcErrors = nil
-				continue
-			}
-			cm.sendError(err)
-
-		case err, ok := <-pomErrors:
-			if !ok {
-				pomErrors = nil
-				continue
-			}
-			cm.sendError(err)
-
-		case <-pm.wake:
-		}
-
-		if held == nil {
-			continue
-		}
-		// One lock per message: enter the bookkeeping and count the message
-		// as handed out; then hand it out at once if the channel has room,
-		// without another pass through the select.
-		pm.mu.Lock()
-		pushed := pm.pending.push(held.Offset)
-		if pushed {
-			before, pm.lastHandedOut = pm.lastHandedOut, held.Offset
-		}
-		pm.waiting = !pushed // when full, an ack wakes us when there is room
-		pm.mu.Unlock()
-		if !pushed {
-			continue
-		}
-		sending, held = held, nil
-		select {
-		case cm.messages <- sending:
-			sending = nil
+			batch = append(batch[:0], msg)
 		default:
+			select {
+			case <-dying:
+				return true
+			case msg, ok := <-in:
+				if !ok {
+					return false
+				}
+				batch = append(batch[:0], msg)
+			case err, ok := <-pcErrors:
+				forward(err, ok, &pcErrors)
+				continue
+			case err, ok := <-pomErrors:
+				forward(err, ok, &pomErrors)
+				continue
+			}
+		}
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case msg, ok := <-in:
+				if !ok {
+					closed = true
+					break drain
+				}
+				batch = append(batch, msg)
+			default:
+				break drain
+			}
+		}
+
+		for len(batch) > 0 {
+			// Enter as many as there is room for.
+			pm.mu.Lock()
+			n := 0
+			for n < len(batch) && pm.pending.push(batch[n].Offset) {
+				n++
+			}
+			before := pm.lastHandedOut
+			if n > 0 {
+				pm.lastHandedOut = batch[n-1].Offset
+			}
+			pm.waiting = n == 0 // when full, an ack wakes us when there is room
+			pm.mu.Unlock()
+
+			if n == 0 {
+				select {
+				case <-dying:
+					return true
+				case <-pm.wake:
+				case err, ok := <-pcErrors:
+					forward(err, ok, &pcErrors)
+				case err, ok := <-pomErrors:
+					forward(err, ok, &pomErrors)
+				}
+				continue
+			}
+
+			for i, msg := range batch[:n] {
+				select {
+				case out <- msg:
+					continue
+				default:
+				}
+				if !pm.send(msg, dying, &pcErrors, &pomErrors, forward) {
+					// Killed: take back what was entered and not sent.
+					pm.mu.Lock()
+					for j := i; j < n; j++ {
+						pm.pending.unpush()
+					}
+					pm.lastHandedOut = before
+					if i > 0 {
+						pm.lastHandedOut = batch[i-1].Offset
+					}
+					pm.mu.Unlock()
+					return true
+				}
+			}
+			batch = batch[:copy(batch, batch[n:])]
+		}
+	}
+	return false
+}
+
+// send sends msg on the Messages channel, forwarding errors meanwhile. It
+// reports false when the partition manager is killed first.
+func (pm *partitionManager) send(msg *sarama.ConsumerMessage, dying <-chan struct{}, pcErrors, pomErrors *<-chan *sarama.ConsumerError, forward func(error, bool, *<-chan *sarama.ConsumerError)) bool {
+	for {
+		select {
+		case pm.parent.messages <- msg:
+			return true
+		case <-dying:
+			return false
+		case err, ok := <-*pcErrors:
+			forward(err, ok, pcErrors)
+		case err, ok := <-*pomErrors:
+			forward(err, ok, pomErrors)
 		}
 	}
 }
