@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"regexp"
@@ -71,4 +72,53 @@ func ExampleJoin_errors() {
 	// Output:
 	// true
 	// kafkaconsumer: invalid configuration: Offsets.Initial must be sarama.OffsetOldest (-2) or sarama.OffsetNewest (-1), got 42
+}
+
+// Stats shows, per partition, where the instance stands: for progress
+// lines, health checks or metrics.
+func ExampleConsumer_Stats() {
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", nil)
+	if err != nil {
+		log.Fatalln(err)
+	}
+	defer consumer.Close()
+
+	ticker := time.NewTicker(10 * time.Second)
+	defer ticker.Stop()
+	for range ticker.C {
+		var lag int64
+		for _, s := range consumer.Stats() {
+			if s.Lag > 0 {
+				lag += s.Lag
+			}
+			log.Printf("%s/%d: handed out %d, committed %d, pending %d, lag %d",
+				s.Topic, s.Partition, s.LastHandedOut, s.Committed, s.Pending, s.Lag)
+		}
+		log.Printf("total lag %d", lag)
+	}
+}
+
+// OnRebalance reports the partitions an instance stopped and started, from
+// the consumer's manager goroutine: keep it short.
+func ExampleConfig_rebalance() {
+	config := kafkaconsumer.NewConfig()
+	config.OnRebalance = func(r kafkaconsumer.Rebalance) {
+		for _, tp := range r.Revoked {
+			log.Printf("stopped %s/%d (acked offsets committed)", tp.Topic, tp.Partition)
+		}
+		for _, tp := range r.Assigned {
+			log.Printf("started %s/%d", tp.Topic, tp.Partition)
+		}
+	}
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+	defer consumer.Close()
+}
+
+// The package Logger is silent by default; this sends its lines, and the
+// ZooKeeper client's, to log/slog. Set it before the first Join.
+func Example_slog() {
+	kafkaconsumer.Logger = slog.NewLogLogger(slog.NewTextHandler(os.Stderr, nil), slog.LevelInfo)
 }
