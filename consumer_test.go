@@ -235,6 +235,23 @@ func TestAckAfterClose(t *testing.T) {
 	}
 }
 
+// waitForAcksAsync runs pm.waitForAcks in a goroutine; the channel is closed
+// when it returns.
+func waitForAcksAsync(pm *partitionManager, pom sarama.PartitionOffsetManager) <-chan struct{} {
+	done := waitForAcksAsync(pm, pom)
+	return done
+}
+
+// waitClosed fails the test with what unless done is closed within 10 s.
+func waitClosed(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
 func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
 	t.Parallel()
 	config := NewConfig()
@@ -243,11 +260,7 @@ func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
 	handOut(0, 1, 2)
 	cm.Ack(message(1))
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pm.waitForAcks(pom)
-	}()
+	done := waitForAcksAsync(pm, pom)
 	cm.Ack(message(2))
 	cm.Ack(message(2)) // a double ack of the last one: no double close
 	select {
@@ -256,11 +269,7 @@ func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	cm.Ack(message(0))
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("waitForAcks did not return after every message was acked")
-	}
+	waitClosed(t, done, "waitForAcks did not return after every message was acked")
 	if got := pom.last(); got != 3 {
 		t.Fatalf("marked %d, want 3", got)
 	}
@@ -272,16 +281,8 @@ func TestWaitForAcksGivesUpAfterMaxProcessingTime(t *testing.T) {
 	config.MaxProcessingTime = 100 * time.Millisecond
 	_, pm, pom, handOut := testManager(t, config)
 	handOut(0)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pm.waitForAcks(pom)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("waitForAcks did not give up after MaxProcessingTime")
-	}
+	done := waitForAcksAsync(pm, pom)
+	waitClosed(t, done, "waitForAcks did not give up after MaxProcessingTime")
 	if got := pom.last(); got != -1 {
 		t.Fatalf("marked %d without any ack", got)
 	}
@@ -292,32 +293,28 @@ func TestWaitForAcksCountsWithdrawn(t *testing.T) {
 	cm, pm, pom, handOut := testManager(t, nil)
 	handOut(0, 1)
 	cm.Ack(message(0))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pm.waitForAcks(pom)
-	}()
+	done := waitForAcksAsync(pm, pom)
 	cm.withdraw(message(1))
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("waitForAcks waited for a withdrawn message")
-	}
+	waitClosed(t, done, "waitForAcks waited for a withdrawn message")
 	if got := pom.last(); got != 1 {
 		t.Fatalf("marked %d, want 1", got)
 	}
 }
 
+// benchManager returns a consumer manager without connections running one
+// partition manager (topic "topic", partition 3) and a message of it.
+func benchManager() (*consumerManager, *partitionManager, *sarama.ConsumerMessage) {
+	cm := &consumerManager{config: NewConfig()}
+	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1}))
+	pm.pom = newFakeOffsetManager()
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	return cm, pm, &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+}
+
 // BenchmarkAck measures the hot path: Ack of in-order messages of an owned
 // partition, each handed out first. It allocates nothing.
 func BenchmarkAck(b *testing.B) {
-	config := NewConfig()
-	cm := &consumerManager{config: config}
-	partition := (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1})
-	pm := newPartitionManager(cm, partition)
-	pm.pom = newFakeOffsetManager()
-	cm.pms.Store(&partitionManagers{pm.tp: pm})
-	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+	cm, pm, msg := benchManager()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -331,13 +328,7 @@ func BenchmarkAck(b *testing.B) {
 
 // BenchmarkAckOutOfOrder acks each window of 64 messages in reverse order.
 func BenchmarkAckOutOfOrder(b *testing.B) {
-	config := NewConfig()
-	cm := &consumerManager{config: config}
-	partition := (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1})
-	pm := newPartitionManager(cm, partition)
-	pm.pom = newFakeOffsetManager()
-	cm.pms.Store(&partitionManagers{pm.tp: pm})
-	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
+	cm, pm, msg := benchManager()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += 64 {
