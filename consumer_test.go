@@ -238,7 +238,11 @@ func TestAckAfterClose(t *testing.T) {
 // waitForAcksAsync runs pm.waitForAcks in a goroutine; the channel is closed
 // when it returns.
 func waitForAcksAsync(pm *partitionManager, pom sarama.PartitionOffsetManager) <-chan struct{} {
-	done := waitForAcksAsync(pm, pom)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pm.waitForAcks(pom)
+	}()
 	return done
 }
 
