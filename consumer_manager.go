@@ -127,10 +127,10 @@ type PartitionStats struct {
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
-// Join waits at most config.Zookeeper.Timeout for a ZooKeeper session. On
-// any error it returns it (wrapping one of the Err* values of this package,
-// or the error of sarama or ZooKeeper) and leaves nothing running or
-// registered.
+// Join waits at most config.Zookeeper.Timeout for a ZooKeeper session (and
+// up to a second more to close a failed attempt). On any error it returns
+// it (wrapping one of the Err* values of this package, or the error of
+// sarama or ZooKeeper) and leaves nothing running or registered.
 func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)

@@ -223,21 +223,24 @@ func (c *child) signal(t *testing.T, sig syscall.Signal) {
 // kill kills the child with SIGKILL and waits until it is gone.
 func (c *child) kill(t *testing.T) {
 	t.Helper()
+	c.stop(t, syscall.SIGKILL)
+	<-c.exited
+}
+
+// stop marks the child as no longer live and sends it sig.
+func (c *child) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	c.signal(t, syscall.SIGKILL)
-	<-c.exited
+	c.signal(t, sig)
 }
 
 // terminate sends SIGTERM and waits until the child closed its consumer and
 // exited.
 func (c *child) terminate(t *testing.T) {
 	t.Helper()
-	c.mu.Lock()
-	c.dead = true
-	c.mu.Unlock()
-	c.signal(t, syscall.SIGTERM)
+	c.stop(t, syscall.SIGTERM)
 	select {
 	case <-c.exited:
 	case <-time.After(60 * time.Second):

@@ -244,7 +244,6 @@ type collector struct {
 	mu     sync.Mutex
 	counts map[string]int  // guarded by mu: times each value was received
 	acked  map[string]bool // guarded by mu: values acked
-	total  int             // guarded by mu
 }
 
 func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
@@ -254,7 +253,6 @@ func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
 		for msg := range c.Messages() {
 			col.mu.Lock()
 			col.counts[string(msg.Value)]++
-			col.total++
 			col.mu.Unlock()
 			if col.ack == nil || col.ack(msg) {
 				c.Ack(msg)
@@ -269,16 +267,10 @@ func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
 
 // has reports whether every value was received at least once.
 func (col *collector) has(values []string) bool {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	for _, v := range values {
-		if col.counts[v] == 0 {
-			return false
-		}
-	}
-	return true
+	return col.received(values) == len(values)
 }
 
+// received returns how many of the values were received at least once.
 func (col *collector) received(values []string) int {
 	col.mu.Lock()
 	defer col.mu.Unlock()

@@ -29,10 +29,9 @@ type topicPartition struct {
 // handed out is acked (or withdrawn at Close) or MaxProcessingTime passes,
 // commits the acked prefix, closes the offset manager and releases the claim.
 type partitionManager struct {
-	parent    *consumerManager
-	partition *kazoo.Partition
-	tp        topicPartition
-	prefix    string // log prefix naming instance and partition
+	parent *consumerManager
+	tp     topicPartition
+	prefix string // log prefix naming instance and partition
 
 	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
 
@@ -63,7 +62,6 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 	tp := topicPartition{topic: partition.Topic().Name, partition: partition.ID}
 	return &partitionManager{
 		parent:        parent,
-		partition:     partition,
 		tp:            tp,
 		prefix:        fmt.Sprintf("[instance=%s] [partition=%s/%d] ", parent.shortID(), tp.topic, tp.partition),
 		wake:          make(chan struct{}, 1),
@@ -182,12 +180,6 @@ func (pm *partitionManager) run() {
 	pm.waitForAcks(pom)
 }
 
-// sleep waits for the retry delay of the given attempt (100 ms doubling up
-// to 1 s), and reports false when the partition manager was killed first.
-func (pm *partitionManager) sleep(attempt int) bool {
-	return sleepOrDie(&pm.t, attempt)
-}
-
 // claim takes the partition's owner node in ZooKeeper. When another
 // instance owns it, it waits until the owner lets go (it may still be
 // finishing its last messages). It retries errors until killed, and reports
@@ -225,7 +217,7 @@ func (pm *partitionManager) claim() bool {
 			}
 		}
 		pm.logf("Failed to claim partition: %s. Trying again.", convertError(err))
-		if !pm.sleep(attempt) {
+		if !sleepOrDie(&pm.t, attempt) {
 			return false
 		}
 	}
@@ -261,7 +253,7 @@ func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
 			return pom
 		}
 		pm.logf("Failed to start offset manager: %s. Trying again.", err)
-		if !pm.sleep(attempt) {
+		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
 	}
@@ -294,7 +286,7 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 		}
 		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
 		cm.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
-		if !pm.sleep(attempt) {
+		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
 	}
