@@ -65,9 +65,12 @@ type Consumer interface {
 	// that of the first handed-out message not acked yet (or one past the
 	// last one handed out), following sarama's convention that a committed
 	// offset is the next message to read: acking message N, with every
-	// earlier one acked, commits N+1. Commits go out every
-	// Config.Consumer.Offsets.AutoCommit.Interval and when a partition
-	// stops. Ack never blocks on the network and does not allocate. Acking
+	// earlier one acked, commits N+1. The acked prefix is handed to
+	// sarama's offset manager within 100 ms (or AutoCommit.Interval, when
+	// shorter); commits go out every
+	// Config.Consumer.Offsets.AutoCommit.Interval, and when a partition
+	// stops, with every ack made before it stopped. Ack never blocks on the
+	// network and does not allocate. Acking
 	// nil, a message twice, or a message of a partition this instance no
 	// longer owns (after a rebalance or Close) does nothing but, for the
 	// last case, log a line.
@@ -105,9 +108,11 @@ type PartitionStats struct {
 	LastAcked int64
 	// Pending is the number of handed-out messages not acked yet.
 	Pending int
-	// Committed is the offset marked for commit: the next message to read
-	// after the acked prefix. It reaches Kafka within
-	// Config.Consumer.Offsets.AutoCommit.Interval. -1 when unknown.
+	// Committed is the offset to commit: the next message to read after
+	// the acked prefix, or the committed offset the partition started from
+	// when nothing was acked yet. It reaches Kafka within
+	// Config.Consumer.Offsets.AutoCommit.Interval plus 100 ms. -1 when
+	// unknown.
 	Committed int64
 	// HighWaterMark is the offset the next message produced to the
 	// partition will get, as of the last fetch; -1 when not consuming.
@@ -191,8 +196,42 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		return nil, err
 	}
 
+	cm.markStop, cm.markDone = make(chan struct{}), make(chan struct{})
+	go cm.markLoop()
 	go cm.run()
 	return cm, nil
+}
+
+// maxMarkDelay bounds how long the end of a partition's acked prefix waits
+// before it is marked in the offset manager, whence the next auto-commit
+// takes it. Acks do not mark one by one: see partitionManager.ack.
+const maxMarkDelay = 100 * time.Millisecond
+
+// markInterval returns how often the marker marks: every maxMarkDelay, or
+// every auto-commit interval when that is shorter.
+func markInterval(cfg *sarama.Config) time.Duration {
+	if i := cfg.Consumer.Offsets.AutoCommit.Interval; i > 0 && i < maxMarkDelay {
+		return i
+	}
+	return maxMarkDelay
+}
+
+// markLoop is the marker goroutine: every markInterval it marks the acked
+// prefix of every partition, until shutdown closes markStop.
+func (cm *consumerManager) markLoop() {
+	defer close(cm.markDone)
+	ticker := time.NewTicker(markInterval(cm.config.Config))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-cm.markStop:
+			return
+		case <-ticker.C:
+			for _, pm := range *cm.pms.Load() {
+				pm.markAcked()
+			}
+		}
+	}
 }
 
 // connect does the work of Join after validation: ZooKeeper registration,
@@ -274,11 +313,20 @@ type consumerManager struct {
 
 	// pms holds the partition managers, for Ack; written by run only.
 	pms atomic.Pointer[partitionManagers]
+	// ackCache holds, per partition number modulo ackCacheSize, the
+	// partition manager that Ack looked up last, so that Ack does not hash
+	// the topic of every message. A cached manager that was retired is
+	// looked up again.
+	ackCache [ackCacheSize]atomic.Pointer[partitionManager]
 
 	// leftovers counts the goroutines that partition managers left behind
 	// (a final commit still draining); shutdown waits for them after closing
 	// the offset manager.
 	leftovers sync.WaitGroup
+
+	// The marker goroutine (markLoop), started by Join and stopped by
+	// shutdown, marks the partitions' acked prefixes every markInterval.
+	markStop, markDone chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
@@ -304,13 +352,21 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	if msg == nil {
 		return
 	}
-	pm := (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]
-	if pm == nil {
-		cm.logf("Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
-		return
+	slot := &cm.ackCache[uint32(msg.Partition)%ackCacheSize]
+	pm := slot.Load()
+	if pm == nil || pm.tp.partition != msg.Partition || pm.tp.topic != msg.Topic || pm.retired.Load() {
+		pm = (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]
+		if pm == nil {
+			cm.logf("Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
+			return
+		}
+		slot.Store(pm)
 	}
 	pm.ack(msg.Offset)
 }
+
+// ackCacheSize is the number of slots of consumerManager.ackCache.
+const ackCacheSize = 64
 
 // Stats implements Consumer.
 func (cm *consumerManager) Stats() []PartitionStats {
@@ -518,6 +574,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		if err := pm.t.Wait(); err != nil {
 			pm.logf("Stopped with error: %s.", err)
 		}
+		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
 
@@ -555,9 +612,11 @@ func (cm *consumerManager) shutdown() {
 			}
 		}
 	}()
-	cm.managePartitionManagers(nil)
+	cm.managePartitionManagers(nil) // each marks and commits its last acks
 	close(stop)
 	<-drained
+	close(cm.markStop)
+	<-cm.markDone
 	for len(cm.messages) > 0 {
 		<-cm.messages // no partition manager is left to account for them
 	}

@@ -124,6 +124,8 @@ type fakeOffsetManager struct {
 	mu     sync.Mutex
 	mark   int64 // the highest offset marked, or -1
 	errors chan *sarama.ConsumerError
+	// markAcked, when set, is called by last first: the marker's work.
+	markAcked func()
 }
 
 func newFakeOffsetManager() *fakeOffsetManager {
@@ -143,7 +145,17 @@ func (f *fakeOffsetManager) Errors() <-chan *sarama.ConsumerError { return f.err
 func (f *fakeOffsetManager) AsyncClose()                          {}
 func (f *fakeOffsetManager) Close() error                         { return nil }
 
+// last returns the highest offset marked, after a mark of the acked
+// prefix as the marker goroutine makes every markInterval.
 func (f *fakeOffsetManager) last() int64 {
+	if f.markAcked != nil {
+		f.markAcked()
+	}
+	return f.marked()
+}
+
+// marked returns the highest offset marked so far.
+func (f *fakeOffsetManager) marked() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mark
@@ -161,6 +173,7 @@ func testManager(t *testing.T, config *Config) (*consumerManager, *partitionMana
 	partition := (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1})
 	pm := newPartitionManager(cm, partition)
 	pom := newFakeOffsetManager()
+	pom.markAcked = pm.markAcked
 	pm.pom = pom
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	handOut := func(offsets ...int64) {
@@ -195,6 +208,62 @@ func TestAckCommitsNextOffset(t *testing.T) {
 	cm.Ack(message(1))
 	if got := pom.last(); got != 3 {
 		t.Fatalf("after acking 1, marked %d, want 3", got)
+	}
+}
+
+func TestMarkerMarksAckedPrefix(t *testing.T) {
+	t.Parallel()
+	cm, _, pom, handOut := testManager(t, nil)
+	handOut(0, 1, 2)
+	cm.markStop, cm.markDone = make(chan struct{}), make(chan struct{})
+	go cm.markLoop()
+	defer func() {
+		close(cm.markStop)
+		<-cm.markDone
+	}()
+	cm.Ack(message(1))
+	cm.Ack(message(0))
+	deadline := time.Now().Add(10 * time.Second)
+	for pom.marked() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the marker marked %d within 10 s, want 2", pom.marked())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAckCacheFollowsNewManager(t *testing.T) {
+	t.Parallel()
+	cm, old, _, handOut := testManager(t, nil)
+	handOut(0, 1)
+	cm.Ack(message(0)) // caches old
+	// A rebalance stops old and, later, starts a new manager of the
+	// same partition.
+	old.retired.Store(true)
+	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1}))
+	pom := newFakeOffsetManager()
+	pom.markAcked = pm.markAcked
+	pm.pom = pom
+	pm.pending.push(1)
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	cm.Ack(message(1))
+	if got := pom.last(); got != 2 {
+		t.Fatalf("the new manager marked %d, want 2: the ack went to the retired one", got)
+	}
+	if got := old.pending.pending(); got != 1 {
+		t.Fatalf("the retired manager has %d pending, want 1", got)
+	}
+}
+
+func TestMarkInterval(t *testing.T) {
+	t.Parallel()
+	cfg := NewConfig()
+	if got := markInterval(cfg.Config); got != maxMarkDelay {
+		t.Fatalf("markInterval with the default auto-commit interval = %s, want %s", got, maxMarkDelay)
+	}
+	cfg.Consumer.Offsets.AutoCommit.Interval = 20 * time.Millisecond
+	if got := markInterval(cfg.Config); got != 20*time.Millisecond {
+		t.Fatalf("markInterval with a 20ms auto-commit interval = %s, want 20ms", got)
 	}
 }
 

@@ -3,7 +3,9 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -35,6 +37,10 @@ type partitionManager struct {
 
 	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
 
+	// retired is set when the consumer manager removed this partition
+	// manager, after it stopped: Ack's cache must not return it any more.
+	retired atomic.Bool
+
 	// wake receives a token, without blocking the sender, when waiting is set
 	// and an ack or withdrawal resolves a pending message.
 	wake chan struct{}
@@ -54,6 +60,8 @@ type partitionManager struct {
 	lastHandedOut int64
 	// lastAcked is the highest offset acked, or -1.
 	lastAcked int64
+	// marked is the last offset given to pom.MarkOffset, or -1.
+	marked int64
 	// claimed is set while this instance holds the partition's owner node.
 	claimed bool
 }
@@ -68,6 +76,7 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
 		lastAcked:     -1,
+		marked:        -1,
 	}
 }
 
@@ -85,7 +94,9 @@ func (pm *partitionManager) stats() PartitionStats {
 		HighWaterMark:  -1,
 		Lag:            -1,
 	}
-	if pm.pom != nil {
+	if c := pm.pending.commitOffset(); c >= 0 {
+		s.Committed = c
+	} else if pm.pom != nil {
 		if next, _ := pm.pom.NextOffset(); next >= 0 {
 			s.Committed = next // else nothing committed: Offsets.Initial
 		}
@@ -103,18 +114,17 @@ func (pm *partitionManager) logf(format string, args ...interface{}) {
 	Logger.Printf(pm.prefix+format, args...)
 }
 
-// ack marks the message at offset as processed, and marks the end of the
-// acked prefix in the offset manager. It is called from Ack, on any
-// goroutine. An offset this partition manager does not hold (acked twice,
-// or handed out by an earlier owner) is ignored; it reports false.
+// ack records that the message at offset was processed. It is called from
+// Ack, on any goroutine. The end of the acked prefix reaches the offset
+// manager at the next mark (see markAcked), not here: a MarkOffset per ack
+// cost about 7% of the hand-out path (BenchmarkHandOut). An offset this
+// partition manager does not hold (acked twice, or handed out by an
+// earlier owner) is ignored; it reports false.
 func (pm *partitionManager) ack(offset int64) bool {
 	pm.mu.Lock()
-	known, advanced := pm.pending.ack(offset)
+	known, _ := pm.pending.ack(offset)
 	if known && offset > pm.lastAcked {
 		pm.lastAcked = offset
-	}
-	if advanced && pm.pom != nil {
-		pm.pom.MarkOffset(pm.pending.commitOffset(), "")
 	}
 	wake := known && pm.waiting
 	pm.mu.Unlock()
@@ -122,6 +132,26 @@ func (pm *partitionManager) ack(offset int64) bool {
 		pm.notify()
 	}
 	return known
+}
+
+// markAcked marks the end of the acked prefix in the offset manager, if it
+// moved since the last mark. The consumer manager's marker calls it every
+// markInterval, and closeOffsetManager once more before the final commit.
+func (pm *partitionManager) markAcked() {
+	pm.mu.Lock()
+	pm.markLocked()
+	pm.mu.Unlock()
+}
+
+// markLocked is markAcked with pm.mu held.
+func (pm *partitionManager) markLocked() {
+	if pm.pom == nil {
+		return
+	}
+	if c := pm.pending.commitOffset(); c > pm.marked {
+		pm.pom.MarkOffset(c, "")
+		pm.marked = c
+	}
 }
 
 // notify sends a token on wake without blocking.
@@ -447,6 +477,12 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 				}
 			}
 			batch = batch[:copy(batch, batch[n:])]
+			// Let the receiver run: a send to it while it waited made
+			// it runnable on this goroutine's P, where it would wait
+			// behind this loop. In the bench (9 runs, 4 M messages) this
+			// took CPU per message from 0.62 to 0.57 µs, and throughput
+			// from 0.74 to 0.81 of raw sarama.
+			runtime.Gosched()
 		}
 	}
 	return false
@@ -517,6 +553,7 @@ func (pm *partitionManager) waitForAcks(pom sarama.PartitionOffsetManager) {
 func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager) {
 	cm := pm.parent
 	pm.mu.Lock()
+	pm.markLocked()
 	pm.pom = nil
 	pm.mu.Unlock()
 
