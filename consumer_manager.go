@@ -70,10 +70,9 @@ type Consumer interface {
 	// shorter); commits go out every
 	// Config.Consumer.Offsets.AutoCommit.Interval, and when a partition
 	// stops, with every ack made before it stopped. Ack never blocks on the
-	// network and does not allocate. Acking
-	// nil, a message twice, or a message of a partition this instance no
-	// longer owns (after a rebalance or Close) does nothing but, for the
-	// last case, log a line.
+	// network and does not allocate. Acking nil, a message twice, or a
+	// message of a partition this instance no longer owns (after a
+	// rebalance or Close) does nothing but, for the last case, log a line.
 	Ack(*sarama.ConsumerMessage)
 
 	// Stats returns the state of each partition this instance runs, sorted

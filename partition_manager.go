@@ -60,8 +60,6 @@ type partitionManager struct {
 	lastHandedOut int64
 	// lastAcked is the highest offset acked, or -1.
 	lastAcked int64
-	// marked is the last offset given to pom.MarkOffset, or -1.
-	marked int64
 	// claimed is set while this instance holds the partition's owner node.
 	claimed bool
 }
@@ -76,7 +74,6 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
 		lastAcked:     -1,
-		marked:        -1,
 	}
 }
 
@@ -134,9 +131,10 @@ func (pm *partitionManager) ack(offset int64) bool {
 	return known
 }
 
-// markAcked marks the end of the acked prefix in the offset manager, if it
-// moved since the last mark. The consumer manager's marker calls it every
-// markInterval, and closeOffsetManager once more before the final commit.
+// markAcked marks the end of the acked prefix in the offset manager, which
+// ignores a mark that does not move it forward. The consumer manager's
+// marker calls it every markInterval, and closeOffsetManager once more
+// before the final commit.
 func (pm *partitionManager) markAcked() {
 	pm.mu.Lock()
 	pm.markLocked()
@@ -148,9 +146,8 @@ func (pm *partitionManager) markLocked() {
 	if pm.pom == nil {
 		return
 	}
-	if c := pm.pending.commitOffset(); c > pm.marked {
+	if c := pm.pending.commitOffset(); c >= 0 {
 		pm.pom.MarkOffset(c, "")
-		pm.marked = c
 	}
 }
 
