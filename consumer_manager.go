@@ -11,13 +11,9 @@
 package kafkaconsumer
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -677,72 +673,4 @@ func (cm *consumerManager) shortID() string {
 
 func (cm *consumerManager) logf(format string, args ...interface{}) {
 	Logger.Printf("[instance=%s] "+format, append([]interface{}{cm.shortID()}, args...)...)
-}
-
-// newInstanceID returns "<hostname>:<random UUID>", the form of kazoo-go's
-// instance IDs (whose generator panics where this returns an error).
-func newInstanceID() (string, error) {
-	hostname, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("instance id: %w", err)
-	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("instance id: %w", err)
-	}
-	b[6] = b[6]&0x0f | 0x40 // version 4
-	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
-	h := hex.EncodeToString(b[:])
-	return fmt.Sprintf("%s:%s-%s-%s-%s-%s", hostname, h[0:8], h[8:12], h[12:16], h[16:20], h[20:]), nil
-}
-
-// parseZookeeper splits a connection string "host:port,host:port/chroot"
-// into its servers and chroot, and checks them.
-func parseZookeeper(connection string) (nodes []string, chroot string, err error) {
-	if strings.TrimSpace(connection) == "" {
-		return nil, "", fmt.Errorf("%w: it is empty", ErrInvalidZookeeper)
-	}
-	nodes, chroot = kazoo.ParseConnectionString(connection)
-	for _, node := range nodes {
-		host, port, hasPort := strings.Cut(node, ":")
-		if host == "" || strings.ContainsAny(node, " \t") {
-			return nil, "", fmt.Errorf("%w: %q has an empty or malformed server %q", ErrInvalidZookeeper, connection, node)
-		}
-		if hasPort {
-			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-				return nil, "", fmt.Errorf("%w: %q has server %q with invalid port", ErrInvalidZookeeper, connection, node)
-			}
-		}
-	}
-	chroot = strings.TrimRight(chroot, "/")
-	if strings.Contains(chroot, "//") {
-		return nil, "", fmt.Errorf("%w: %q has an empty chroot path element", ErrInvalidZookeeper, connection)
-	}
-	return nodes, chroot, nil
-}
-
-// probeZookeeper waits up to the configured timeout for a session with one of
-// the servers, so that Join fails fast and leaves nothing behind when
-// ZooKeeper cannot be reached. (kazoo-go's client would wait forever.)
-func probeZookeeper(nodes []string, config *kazoo.Config) error {
-	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
-	}
-	defer conn.Close()
-	deadline := time.NewTimer(config.Timeout)
-	defer deadline.Stop()
-	for {
-		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				return nil
-			}
-			if ev.State == zk.StateAuthFailed {
-				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, strings.Join(nodes, ","))
-			}
-		case <-deadline.C:
-			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, strings.Join(nodes, ","), config.Timeout)
-		}
-	}
 }

@@ -3,6 +3,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,20 +69,28 @@ func TestParseZookeeper(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		in     string
-		nodes  int
+		nodes  string // joined with ","
 		chroot string
 	}{
-		{"zk1:2181", 1, ""},
-		{"zk1:2181,zk2:2181,zk3", 3, ""},
-		{"zk1:2181/kafka", 1, "/kafka"},
-		{"zk1:2181/kafka/", 1, "/kafka"},
-		{"zk1:2181/", 1, ""},
-		{"zk1:2181,zk2:2182/a/b", 2, "/a/b"},
+		{"zk1:2181", "zk1:2181", ""},
+		{"zk1:2181,zk2:2181,zk3", "zk1:2181,zk2:2181,zk3:2181", ""},
+		{"zk1:2181/kafka", "zk1:2181", "/kafka"},
+		{"zk1:2181/kafka/", "zk1:2181", "/kafka"},
+		{"zk1:2181/", "zk1:2181", ""},
+		{"zk1:2181,zk2:2182/a/b", "zk1:2181,zk2:2182", "/a/b"},
+		{"[::1]:2181", "[::1]:2181", ""},
+		{"[::1]", "[::1]:2181", ""},
+		{"[fe80::1]:2182,127.0.0.1:2181/kafka", "[fe80::1]:2182,127.0.0.1:2181", "/kafka"},
 	}
 	for _, tc := range cases {
 		nodes, chroot, err := parseZookeeper(tc.in)
-		if err != nil || len(nodes) != tc.nodes || chroot != tc.chroot {
-			t.Errorf("parseZookeeper(%q) = %v, %q, %v; want %d nodes, %q", tc.in, nodes, chroot, err, tc.nodes, tc.chroot)
+		if err != nil || strings.Join(nodes, ",") != tc.nodes || chroot != tc.chroot {
+			t.Errorf("parseZookeeper(%q) = %v, %q, %v; want %s, %q", tc.in, nodes, chroot, err, tc.nodes, tc.chroot)
+		}
+	}
+	for _, in := range []string{"::1:2181", "[::1", "[::1]:x", "[zk1]:2181", "[::1]:0", ":2181"} {
+		if nodes, _, err := parseZookeeper(in); !errors.Is(err, ErrInvalidZookeeper) {
+			t.Errorf("parseZookeeper(%q) = %v, %v; want ErrInvalidZookeeper", in, nodes, err)
 		}
 	}
 }

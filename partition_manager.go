@@ -464,9 +464,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 				if !pm.send(msg, dying, &pcErrors, &pomErrors, forward) {
 					// Killed: take back what was entered and not sent.
 					pm.mu.Lock()
-					for j := i; j < n; j++ {
-						pm.pending.unpush()
-					}
+					pm.pending.unpushFrom(msg.Offset)
 					pm.lastHandedOut = before
 					if i > 0 {
 						pm.lastHandedOut = batch[i-1].Offset

@@ -62,14 +62,22 @@ func (p *pendingAcks) push(offset int64) bool {
 	return true
 }
 
-// unpush forgets the entry that the last push recorded, for a message that
-// was not handed out after all. It must still be pending.
-func (p *pendingAcks) unpush() {
-	if p.n == 0 {
-		return
+// unpushFrom forgets the entries at offset and after, for messages that
+// were entered but not handed out after all. An entry among them may have
+// been resolved already by a stale ack (of an earlier owner's hand-out of
+// the same offset): it is not pending any more, so it is not counted
+// again; one that the ack dropped from the prefix is gone already.
+func (p *pendingAcks) unpushFrom(offset int64) {
+	for p.n > 0 {
+		last := &p.ring[(p.head+p.n-1)&(len(p.ring)-1)]
+		if last.offset < offset {
+			return
+		}
+		if last.state == slotPending {
+			p.open--
+		}
+		p.n--
 	}
-	p.n--
-	p.open--
 }
 
 func (p *pendingAcks) grow() {

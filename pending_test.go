@@ -125,9 +125,41 @@ func TestPendingAcksUnpush(t *testing.T) {
 	p.push(0)
 	p.ack(0)
 	p.push(1)
-	p.unpush()
+	p.unpushFrom(1)
 	if p.pending() != 0 || p.commitOffset() != 1 {
 		t.Fatalf("after unpush: pending %d, commit %d; want 0, 1", p.pending(), p.commitOffset())
+	}
+}
+
+// TestPendingAcksUnpushAfterStaleAck: a stale ack (of an earlier owner's
+// hand-out of the same offset) may resolve an entry that was entered but
+// not sent yet; taking the unsent entries back must not count it twice, or
+// waitForAcks returns while a message is still pending.
+func TestPendingAcksUnpushAfterStaleAck(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	p.push(0) // sent
+	p.push(1) // entered, not sent
+	p.push(2) // entered, not sent
+	if known, _ := p.ack(2); !known {
+		t.Fatal("ack(2) unknown")
+	}
+	p.unpushFrom(1)
+	if p.pending() != 1 || p.size() != 1 {
+		t.Fatalf("after unpushFrom(1): pending %d, size %d; want 1, 1 (offset 0 is still out)", p.pending(), p.size())
+	}
+	if known, _ := p.ack(0); !known || p.pending() != 0 || p.commitOffset() != 1 {
+		t.Fatalf("after ack(0): known %v, pending %d, commit %d; want true, 0, 1", known, p.pending(), p.commitOffset())
+	}
+
+	// A stale ack of the head entry drops it from the prefix at once.
+	p = newPendingAcks(10)
+	p.push(5)
+	p.push(6)
+	p.ack(5)
+	p.unpushFrom(5)
+	if p.pending() != 0 || p.size() != 0 || p.commitOffset() != 6 {
+		t.Fatalf("after a stale ack of the head: pending %d, size %d, commit %d; want 0, 0, 6", p.pending(), p.size(), p.commitOffset())
 	}
 }
 

@@ -1,0 +1,120 @@
+package kafkaconsumer
+
+// The ZooKeeper connection helpers of Join: the connection string, the
+// first session, and instance IDs.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// newInstanceID returns "<hostname>:<random UUID>", the form of kazoo-go's
+// instance IDs (whose generator panics where this returns an error).
+func newInstanceID() (string, error) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("instance id: %w", err)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("instance id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	h := hex.EncodeToString(b[:])
+	return fmt.Sprintf("%s:%s-%s-%s-%s-%s", hostname, h[0:8], h[8:12], h[12:16], h[16:20], h[20:]), nil
+}
+
+// parseZookeeper splits a connection string "host:port,host:port/chroot"
+// into its servers and chroot, and checks them. An IPv6 address is written
+// in brackets, "[::1]:2181"; a server without a port gets ZooKeeper's
+// default, 2181.
+func parseZookeeper(connection string) (nodes []string, chroot string, err error) {
+	if strings.TrimSpace(connection) == "" {
+		return nil, "", fmt.Errorf("%w: it is empty", ErrInvalidZookeeper)
+	}
+	nodes, chroot = kazoo.ParseConnectionString(connection)
+	for i, node := range nodes {
+		server, err := parseZookeeperServer(node)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %q has %w", ErrInvalidZookeeper, connection, err)
+		}
+		nodes[i] = server
+	}
+	chroot = strings.TrimRight(chroot, "/")
+	if strings.Contains(chroot, "//") {
+		return nil, "", fmt.Errorf("%w: %q has an empty chroot path element", ErrInvalidZookeeper, connection)
+	}
+	return nodes, chroot, nil
+}
+
+// defaultZookeeperPort is the port of a ZooKeeper server given without one.
+const defaultZookeeperPort = "2181"
+
+// parseZookeeperServer checks one server of a connection string, "host",
+// "host:port", "[ipv6]" or "[ipv6]:port", and returns it as "host:port"
+// (the ZooKeeper client adds the default port only to names without a
+// colon, which would leave "[::1]" without one).
+func parseZookeeperServer(node string) (string, error) {
+	if node == "" || strings.ContainsAny(node, " \t") {
+		return "", fmt.Errorf("an empty or malformed server %q", node)
+	}
+	host, port := node, defaultZookeeperPort
+	switch {
+	case strings.HasPrefix(node, "["):
+		if !strings.Contains(node, "]:") {
+			node += ":" + defaultZookeeperPort
+		}
+		h, p, err := net.SplitHostPort(node)
+		if err != nil || net.ParseIP(h) == nil {
+			return "", fmt.Errorf("a malformed IPv6 server %q (want [address]:port)", node)
+		}
+		host, port = h, p
+	case strings.Count(node, ":") > 1:
+		return "", fmt.Errorf("server %q: write an IPv6 address in brackets, [address]:port", node)
+	case strings.Contains(node, ":"):
+		host, port, _ = strings.Cut(node, ":")
+	}
+	if host == "" {
+		return "", fmt.Errorf("an empty or malformed server %q", node)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", fmt.Errorf("server %q with invalid port", node)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// probeZookeeper waits up to the configured timeout for a session with one of
+// the servers, so that Join fails fast and leaves nothing behind when
+// ZooKeeper cannot be reached. (kazoo-go's client would wait forever.)
+func probeZookeeper(nodes []string, config *kazoo.Config) error {
+	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
+	}
+	defer conn.Close()
+	deadline := time.NewTimer(config.Timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return nil
+			}
+			if ev.State == zk.StateAuthFailed {
+				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, strings.Join(nodes, ","))
+			}
+		case <-deadline.C:
+			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, strings.Join(nodes, ","), config.Timeout)
+		}
+	}
+}
