@@ -70,6 +70,9 @@ type Config struct {
 	// Close from it (Interrupt is fine). Default nil.
 	OnRebalance func(Rebalance)
 
+	// hooks are fault injection points for tests; nil in normal use.
+	hooks *testHooks
+
 	// Offsets configures where consumption starts.
 	Offsets struct {
 		// Initial is the offset to start at when the group has no committed
@@ -127,4 +130,12 @@ func (c *Config) saramaConfig() *sarama.Config {
 	sc := *c.Config
 	sc.Consumer.Offsets.Initial = c.Offsets.Initial
 	return &sc
+}
+
+// testHooks are the fault injection points of the tests: each, when set,
+// runs before the ZooKeeper call it names, and an error it returns fails
+// that call.
+type testHooks struct {
+	// releasePartition runs before each release of a partition's claim.
+	releasePartition func(topic string, partition int32) error
 }

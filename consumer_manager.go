@@ -41,8 +41,22 @@ type Consumer interface {
 	// instance is deregistered, and the Messages and Errors channels are
 	// closed. Messages still buffered in the Messages channel are taken back
 	// unprocessed: they are not committed, and the next owner of their
-	// partition consumes them again. Close returns the error that stopped the
-	// consumer, if any; a second call returns the same.
+	// partition consumes them again.
+	//
+	// Close is bounded: the partitions stop within MaxProcessingTime + 5 s
+	// (acks until MaxProcessingTime, then the final commit and the release
+	// of the claim), and the Kafka client closes within 5 s more (then
+	// sarama's retries are cut short by closing it; a dial in progress still
+	// takes up to Net.DialTimeout). ZooKeeper requests fail, rather than
+	// wait, while no server is reachable.
+	//
+	// Close returns nil when all of that completed. Otherwise it returns
+	// what did not (several errors joined; test them with errors.Is):
+	// ErrCommitTimeout when a final commit was not confirmed (the next owner
+	// consumes again what was acked after the last confirmed commit),
+	// ErrReleaseFailed when a claim could not be released (it goes when the
+	// ZooKeeper session expires), or the error of deregistering. A second
+	// call returns the same.
 	Close() error
 
 	// Messages returns the channel of messages to process; Ack each of them
@@ -93,9 +107,14 @@ type Rebalance struct {
 // PartitionStats is the state of one partition that an instance runs.
 type PartitionStats struct {
 	TopicPartition
-	// Claimed is true once the instance owns the partition in ZooKeeper;
-	// until then it waits for the previous owner.
+	// Claimed is true while the instance owns the partition in ZooKeeper;
+	// until then it waits for the previous owner. It turns false when the
+	// ZooKeeper session that held the claim is lost.
 	Claimed bool
+	// Paused is true while the partition hands out nothing because
+	// MaxPendingAcks handed-out messages are not committable yet (the
+	// oldest of them is not acked); see ErrMaxPendingAcks.
+	Paused bool
 	// LastHandedOut is the offset of the last message handed out on
 	// Messages, or -1.
 	LastHandedOut int64
@@ -191,10 +210,19 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		return nil, err
 	}
 
-	cm.markStop, cm.markDone = make(chan struct{}), make(chan struct{})
-	go cm.markLoop()
+	cm.startLoops()
 	go cm.run()
 	return cm, nil
+}
+
+// startLoops starts the marker and committer goroutines, which shutdown
+// stops.
+func (cm *consumerManager) startLoops() {
+	cm.markStop, cm.markDone = make(chan struct{}), make(chan struct{})
+	cm.commitRequest = make(chan struct{}, 1)
+	cm.commitStop, cm.commitDone = make(chan struct{}), make(chan struct{})
+	go cm.markLoop()
+	go cm.commitLoop()
 }
 
 // maxMarkDelay bounds how long the end of a partition's acked prefix waits
@@ -229,9 +257,10 @@ func (cm *consumerManager) markLoop() {
 	}
 }
 
-// connect does the work of Join after validation: ZooKeeper registration,
-// broker discovery, and the sarama client, offset manager and consumer.
-// On error, closeConnections undoes what was done.
+// connect does the work of Join after validation: broker discovery through
+// ZooKeeper, the sarama client, offset manager and consumer, and last the
+// registration, so that the group never hands a share to an instance that
+// cannot consume it. On error, closeConnections undoes what was done.
 func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON []byte) error {
 	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
 	if err != nil {
@@ -241,22 +270,6 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 	cm.kzGroup = kz.Consumergroup(cm.group)
 	cm.instance = cm.kzGroup.Instance(id)
 	cm.subscriptionJSON = subscriptionJSON
-
-	if exists, err := cm.kzGroup.Exists(); err != nil {
-		return fmt.Errorf("look up consumer group %s: %w", cm.group, convertError(err))
-	} else if !exists {
-		if err := cm.kzGroup.Create(); err != nil && !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) {
-			if exists, _ := cm.kzGroup.Exists(); !exists { // another instance may have created it
-				return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
-			}
-		}
-	}
-
-	if err := cm.registerInstance(); err != nil {
-		return fmt.Errorf("register instance %s: %w", id, convertError(err))
-	}
-	cm.registered = true
-	cm.logf("Consumer instance registered (%s).", id)
 
 	brokers, err := kz.BrokerList()
 	if err != nil {
@@ -276,6 +289,22 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
 		return fmt.Errorf("start consumer: %w", err)
 	}
+
+	if exists, err := cm.kzGroup.Exists(); err != nil {
+		return fmt.Errorf("look up consumer group %s: %w", cm.group, convertError(err))
+	} else if !exists {
+		if err := cm.kzGroup.Create(); err != nil && !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) {
+			if exists, _ := cm.kzGroup.Exists(); !exists { // another instance may have created it
+				return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
+			}
+		}
+	}
+
+	if err := cm.registerInstance(); err != nil {
+		return fmt.Errorf("register instance %s: %w", id, convertError(err))
+	}
+	cm.registered = true
+	cm.logf("Consumer instance registered (%s).", id)
 	return nil
 }
 
@@ -314,14 +343,33 @@ type consumerManager struct {
 	// looked up again.
 	ackCache [ackCacheSize]atomic.Pointer[partitionManager]
 
-	// leftovers counts the goroutines that partition managers left behind
-	// (a final commit still draining); shutdown waits for them after closing
-	// the offset manager.
-	leftovers sync.WaitGroup
+	// forwarders counts the goroutines that forward the errors of the
+	// partitions' offset managers (forwardOffsetErrors); each ends when
+	// sarama releases its offset manager. closeKafka waits for them after
+	// closing the offset manager, which releases every one.
+	forwarders sync.WaitGroup
 
 	// The marker goroutine (markLoop), started by Join and stopped by
 	// shutdown, marks the partitions' acked prefixes every markInterval.
 	markStop, markDone chan struct{}
+
+	// The committer goroutine (commitLoop), started by Join and stopped by
+	// closeKafka, runs the commit rounds that commit asks for.
+	commitRequest chan struct{} // a token per round asked for; buffer 1
+	commitStop    chan struct{} // closed by closeKafka to stop it
+	commitDone    chan struct{} // closed by commitLoop when it returns
+	commitMu      sync.Mutex    // guards nextRound and commitStopped
+	// nextRound is closed when the commit round asked for last is over;
+	// nil when none is asked for.
+	nextRound     chan struct{}
+	commitStopped bool
+
+	orphanMu sync.Mutex // guards orphans
+	// orphans are partitions whose owner node may still hold this
+	// instance's ID though no partition manager runs them: a release that
+	// failed, a claim whose outcome was lost, a lost session. The manager
+	// goroutine deletes those nodes (releaseOrphans).
+	orphans map[topicPartition]bool
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
@@ -425,7 +473,8 @@ func (cm *consumerManager) run() {
 		if instances.Find(cm.instance.ID) == nil {
 			cm.logf("This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
 			cm.sendError(ErrRegistrationLost)
-			cm.managePartitionManagers(nil)
+			cm.loseClaims()
+			cm.reportStops(cm.managePartitionManagers(nil))
 			if !cm.register() {
 				return
 			}
@@ -439,18 +488,126 @@ func (cm *consumerManager) run() {
 		for _, p := range distribution[cm.instance.ID] {
 			assigned[topicPartition{topic: p.Topic().Name, partition: p.ID}] = p
 		}
-		cm.managePartitionManagers(assigned)
+		cm.reportStops(cm.managePartitionManagers(assigned))
 
+		if !cm.sleep(&partitionsChange, &instancesChange) {
+			return
+		}
+	}
+}
+
+// sleep waits until a watch fires, and clears that watch, or until the
+// manager is interrupted (it returns false). Meanwhile it releases the
+// orphan claims, retrying those that fail.
+func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event) bool {
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		var retryC <-chan time.Time
+		if left := cm.releaseOrphans(); len(left) > 0 {
+			if retry == nil {
+				retry = time.NewTimer(retryDelay(attempt))
+			} else {
+				retry.Reset(retryDelay(attempt))
+			}
+			retryC = retry.C
+		}
 		select {
 		case <-cm.t.Dying():
 			cm.logf("Interrupted, shutting down...")
-			return
-		case ev := <-partitionsChange:
+			return false
+		case ev := <-*partitionsChange:
 			cm.logf("Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
-			partitionsChange = nil
-		case ev := <-instancesChange:
+			*partitionsChange = nil
+			return true
+		case ev := <-*instancesChange:
 			cm.logf("Woke up because the list of running instances changed (%s).", describeEvent(ev))
-			instancesChange = nil
+			*instancesChange = nil
+			return true
+		case <-retryC:
+		}
+	}
+}
+
+// loseClaims records that the claims of every partition manager went with
+// a lost ZooKeeper session (Stats no longer shows them claimed). In case
+// the session did survive (the registration was deleted by hand), the
+// owner nodes are swept as orphans once the managers stopped.
+func (cm *consumerManager) loseClaims() {
+	for tp, pm := range *cm.pms.Load() {
+		if pm.loseClaim() {
+			cm.addOrphan(tp)
+		}
+	}
+}
+
+// addOrphan records a partition whose owner node may hold this instance's
+// ID while no partition manager runs it. Safe from any goroutine.
+func (cm *consumerManager) addOrphan(tp topicPartition) {
+	cm.orphanMu.Lock()
+	defer cm.orphanMu.Unlock()
+	if cm.orphans == nil {
+		cm.orphans = make(map[topicPartition]bool)
+	}
+	cm.orphans[tp] = true
+}
+
+// releaseOrphans deletes the owner nodes of the orphans that hold this
+// instance's ID, and returns the orphans it could not check or delete (to
+// try again). An orphan that a partition manager runs again is left to it:
+// its claim takes over a node with this instance's ID. It runs on the
+// manager goroutine, which alone changes the partition managers.
+func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
+	cm.orphanMu.Lock()
+	orphans := make([]topicPartition, 0, len(cm.orphans))
+	for tp := range cm.orphans {
+		orphans = append(orphans, tp)
+	}
+	cm.orphanMu.Unlock()
+	running := *cm.pms.Load()
+	for _, tp := range orphans {
+		if running[tp] == nil {
+			err := cm.releasePartition(tp)
+			switch {
+			case err == nil:
+				cm.logf("Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
+			case errors.Is(err, kazoo.ErrPartitionNotClaimed):
+				// gone, or another instance's
+			default:
+				cm.logf("Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
+				left = append(left, tp)
+				continue
+			}
+		}
+		cm.orphanMu.Lock()
+		delete(cm.orphans, tp)
+		cm.orphanMu.Unlock()
+	}
+	return left
+}
+
+// releasePartition deletes the partition's owner node if it holds this
+// instance's ID; kazoo.ErrPartitionNotClaimed when it is gone or another
+// instance's.
+func (cm *consumerManager) releasePartition(tp topicPartition) error {
+	if h := cm.config.hooks; h != nil && h.releasePartition != nil {
+		if err := h.releasePartition(tp.topic, tp.partition); err != nil {
+			return err
+		}
+	}
+	return cm.instance.ReleasePartition(tp.topic, tp.partition)
+}
+
+// reportStops sends to Errors() what did not complete in time when the
+// given partition managers stopped.
+func (cm *consumerManager) reportStops(stopped []*partitionManager) {
+	for _, pm := range stopped {
+		if err := pm.t.Err(); err != nil {
+			cm.sendError(err)
 		}
 	}
 }
@@ -530,8 +687,8 @@ func (cm *consumerManager) register() bool {
 // managePartitionManagers makes the running partition managers those of the
 // assigned partitions: it stops the others, waiting until they are done,
 // and starts the missing ones. Stopping managers stay visible to Ack until
-// they are done, since they wait for acks.
-func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*kazoo.Partition) {
+// they are done, since they wait for acks. It returns the stopped ones.
+func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*kazoo.Partition) (stopped []*partitionManager) {
 	current := *cm.pms.Load()
 	var stopping []*partitionManager
 	next := make(partitionManagers, len(assigned))
@@ -566,9 +723,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		go pm.run()
 	}
 	for _, pm := range stopping {
-		if err := pm.t.Wait(); err != nil {
-			pm.logf("Stopped with error: %s.", err)
-		}
+		_ = pm.t.Wait() // what did not complete is logged, and returned
 		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
@@ -576,6 +731,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 	if cm.config.OnRebalance != nil && len(stopping)+len(started) > 0 {
 		cm.config.OnRebalance(Rebalance{Revoked: sortedPartitions(stopping), Assigned: sortedPartitions(started)})
 	}
+	return stopping
 }
 
 func sortedPartitions(pms []*partitionManager) []TopicPartition {
@@ -591,9 +747,11 @@ func sortedPartitions(pms []*partitionManager) []TopicPartition {
 //  1. stop every partition manager; meanwhile take back the messages still
 //     buffered in the Messages channel, so that partitions do not wait for
 //     acks of messages nobody received;
-//  2. close the consumer, the offset manager (its last commits), the client;
-//  3. deregister the instance and close the ZooKeeper connection;
-//  4. close the Messages and Errors channels.
+//  2. release the claims left behind;
+//  3. close the consumer, the offset manager (its last commits), the client;
+//  4. deregister the instance and close the ZooKeeper connection;
+//  5. close the Messages and Errors channels;
+//  6. make what did not complete the tomb's reason, which Close returns.
 func (cm *consumerManager) shutdown() {
 	stop, drained := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -607,7 +765,12 @@ func (cm *consumerManager) shutdown() {
 			}
 		}
 	}()
-	cm.managePartitionManagers(nil) // each marks and commits its last acks
+	var errs []error
+	for _, pm := range cm.managePartitionManagers(nil) { // each marks and commits its last acks
+		if pm.commitErr != nil {
+			errs = append(errs, pm.commitErr)
+		}
+	}
 	close(stop)
 	<-drained
 	close(cm.markStop)
@@ -615,10 +778,23 @@ func (cm *consumerManager) shutdown() {
 	for len(cm.messages) > 0 {
 		<-cm.messages // no partition manager is left to account for them
 	}
+	if left := cm.releaseOrphans(); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))
+	}
 
-	cm.closeConnections()
+	errs = append(errs, cm.closeConnections()...)
 	close(cm.messages)
 	close(cm.errors)
+	cm.t.Kill(errors.Join(errs...))
+}
+
+func describePartitions(tps []topicPartition) string {
+	names := make([]string, len(tps))
+	for i, tp := range tps {
+		names[i] = fmt.Sprintf("%s/%d", tp.topic, tp.partition)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // withdraw takes back a message that was handed out but never received.
@@ -628,28 +804,76 @@ func (cm *consumerManager) withdraw(msg *sarama.ConsumerMessage) {
 	}
 }
 
-// closeConnections closes what connect opened, in reverse order. Each step
-// runs only if its part was opened.
-func (cm *consumerManager) closeConnections() {
-	if cm.consumer != nil {
-		if err := cm.consumer.Close(); err != nil {
-			cm.logf("Failed to close consumer: %s.", err)
+// commit asks the committer for a commit round of every partition, and
+// returns a channel that is closed when a round that began after the call
+// is over, or at once when the committer has stopped. Requests coalesce:
+// many partitions stopping at once share rounds. Safe from any goroutine.
+func (cm *consumerManager) commit() <-chan struct{} {
+	cm.commitMu.Lock()
+	defer cm.commitMu.Unlock()
+	if cm.commitStopped {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if cm.nextRound == nil {
+		cm.nextRound = make(chan struct{})
+		select {
+		case cm.commitRequest <- struct{}{}:
+		default: // a round is asked for already; it takes this one along
 		}
 	}
-	if cm.offsetManager != nil {
-		if err := cm.offsetManager.Close(); err != nil {
-			cm.logf("Failed to close offset manager: %s.", err)
+	return cm.nextRound
+}
+
+// commitLoop is the committer goroutine: it runs the offset manager's
+// commit rounds that commit asks for, one at a time, until closeKafka
+// closes commitStop. Commit blocks while Kafka is unreachable (sarama
+// retries the coordinator); the callers wait with their own deadlines.
+func (cm *consumerManager) commitLoop() {
+	defer close(cm.commitDone)
+	for {
+		select {
+		case <-cm.commitStop:
+			cm.commitMu.Lock()
+			cm.commitStopped = true
+			if cm.nextRound != nil {
+				close(cm.nextRound)
+				cm.nextRound = nil
+			}
+			cm.commitMu.Unlock()
+			return
+		case <-cm.commitRequest:
+		}
+		cm.commitMu.Lock()
+		round := cm.nextRound
+		cm.nextRound = nil
+		cm.commitMu.Unlock()
+		cm.offsetManager.Commit()
+		if round != nil {
+			close(round)
 		}
 	}
-	cm.leftovers.Wait()
-	if cm.client != nil {
-		if err := cm.client.Close(); err != nil {
-			cm.logf("Failed to close Kafka client: %s.", err)
-		}
+}
+
+// closeGrace bounds how long Close waits for sarama's offset manager to
+// close (its last commit round, with retries) before it closes the Kafka
+// client under it, which makes the remaining retries fail at once.
+const closeGrace = 5 * time.Second
+
+// closeConnections closes what connect opened, in reverse order, and
+// returns what did not complete. Each step runs only if its part was
+// opened.
+func (cm *consumerManager) closeConnections() []error {
+	var errs []error
+	if err := cm.closeKafka(); err != nil {
+		errs = append(errs, err)
 	}
 	if cm.registered {
 		if err := cm.instance.Deregister(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
-			cm.logf("Failed to deregister consumer instance: %s.", convertError(err))
+			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
+			cm.logf("Failed to %s.", err)
+			errs = append(errs, err)
 		}
 		cm.registered = false
 	}
@@ -658,6 +882,58 @@ func (cm *consumerManager) closeConnections() {
 			cm.logf("Failed to close ZooKeeper connection: %s.", err)
 		}
 	}
+	return errs
+}
+
+// closeKafka closes the consumer, the committer, the offset manager (which
+// commits the last marks and releases every partition's offset manager,
+// ending their error forwarders) and the client. With Kafka unreachable,
+// sarama's offset manager retries its coordinator for long (per broker
+// Net.DialTimeout, times Metadata.Retry.Max, for each of
+// Offsets.Retry.Max flushes): after closeGrace the client is closed under
+// it, so that its retries fail at once. It returns ErrCommitTimeout then.
+func (cm *consumerManager) closeKafka() error {
+	closed := make(chan struct{})
+	go func() { // owned by closeKafka, which waits for it
+		defer close(closed)
+		if cm.consumer != nil {
+			if err := cm.consumer.Close(); err != nil {
+				cm.logf("Failed to close consumer: %s.", err)
+			}
+		}
+		if cm.commitStop != nil {
+			close(cm.commitStop)
+			<-cm.commitDone
+		}
+		if cm.offsetManager != nil {
+			if err := cm.offsetManager.Close(); err != nil {
+				cm.logf("Failed to close offset manager: %s.", err)
+			}
+		}
+		cm.forwarders.Wait()
+	}()
+
+	var err error
+	clientClosed := false
+	timeout := time.NewTimer(closeGrace)
+	defer timeout.Stop()
+	select {
+	case <-closed:
+	case <-timeout.C:
+		err = fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
+		cm.logf("%s.", err)
+		if cm.client != nil {
+			_ = cm.client.Close()
+			clientClosed = true
+		}
+		<-closed
+	}
+	if cm.client != nil && !clientClosed {
+		if err := cm.client.Close(); err != nil {
+			cm.logf("Failed to close Kafka client: %s.", err)
+		}
+	}
+	return err
 }
 
 func (cm *consumerManager) shortID() string {

@@ -313,13 +313,14 @@ func TestAckAfterClose(t *testing.T) {
 	}
 }
 
-// waitForAcksAsync runs pm.waitForAcks in a goroutine; the channel is closed
-// when it returns.
-func waitForAcksAsync(pm *partitionManager, pom sarama.PartitionOffsetManager) <-chan struct{} {
+// waitForAcksAsync runs pm.waitForAcks, with MaxProcessingTime from now,
+// in a goroutine; the channel is closed when it returns.
+func waitForAcksAsync(pm *partitionManager) <-chan struct{} {
 	done := make(chan struct{})
+	due := time.Now().Add(pm.parent.config.MaxProcessingTime)
 	go func() {
 		defer close(done)
-		pm.waitForAcks(pom)
+		pm.waitForAcks(due)
 	}()
 	return done
 }
@@ -342,7 +343,7 @@ func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
 	handOut(0, 1, 2)
 	cm.Ack(message(1))
 
-	done := waitForAcksAsync(pm, pom)
+	done := waitForAcksAsync(pm)
 	cm.Ack(message(2))
 	cm.Ack(message(2)) // a double ack of the last one: no double close
 	select {
@@ -363,7 +364,7 @@ func TestWaitForAcksGivesUpAfterMaxProcessingTime(t *testing.T) {
 	config.MaxProcessingTime = 100 * time.Millisecond
 	_, pm, pom, handOut := testManager(t, config)
 	handOut(0)
-	done := waitForAcksAsync(pm, pom)
+	done := waitForAcksAsync(pm)
 	waitClosed(t, done, "waitForAcks did not give up after MaxProcessingTime")
 	if got := pom.last(); got != -1 {
 		t.Fatalf("marked %d without any ack", got)
@@ -375,7 +376,7 @@ func TestWaitForAcksCountsWithdrawn(t *testing.T) {
 	cm, pm, pom, handOut := testManager(t, nil)
 	handOut(0, 1)
 	cm.Ack(message(0))
-	done := waitForAcksAsync(pm, pom)
+	done := waitForAcksAsync(pm)
 	cm.withdraw(message(1))
 	waitClosed(t, done, "waitForAcks waited for a withdrawn message")
 	if got := pom.last(); got != 1 {

@@ -33,6 +33,39 @@ var (
 	// delivered again to other instances.
 	ErrRegistrationLost = errors.New("kafkaconsumer: zookeeper registration lost; registering again")
 
+	// ErrMaxPendingAcks is sent on Errors(), wrapped in a
+	// *sarama.ConsumerError, when a partition pauses because
+	// Config.MaxPendingAcks handed-out messages are not committable yet:
+	// the oldest of them is not acked. It hands out nothing more until
+	// that message is acked. Every message must be acked, not only the
+	// last of a batch. Sent once per pause; PartitionStats.Paused tells
+	// the state.
+	ErrMaxPendingAcks = errors.New("kafkaconsumer: partition paused at MaxPendingAcks")
+
+	// ErrLogTruncated is sent on Errors(), wrapped in a
+	// *sarama.ConsumerError, when a partition's log no longer holds the
+	// position consumed so far: the topic was deleted and created again,
+	// or an unclean leader election truncated the log. The partition
+	// starts again at Offsets.Initial of the new log, whose messages are
+	// all delivered; their offsets repeat ones handed out before.
+	ErrLogTruncated = errors.New("kafkaconsumer: partition log truncated below the consumed position")
+
+	// ErrCommitTimeout is sent on Errors() when a partition stops in a
+	// rebalance, and returned by Close, when the final offset commit of a
+	// stopping partition was not confirmed by Kafka within
+	// MaxProcessingTime + 5 s (or, at Close, when the offset manager did not
+	// close within 5 s more). Nothing is lost: the next owner starts at
+	// the last confirmed commit and consumes again what was acked after it.
+	ErrCommitTimeout = errors.New("kafkaconsumer: final offset commit not confirmed in time")
+
+	// ErrReleaseFailed is sent on Errors() when a partition stops in a
+	// rebalance, and returned by Close, when the claim of a stopping
+	// partition could not be released in ZooKeeper in time. The consumer
+	// goes on trying in the background while it runs; after Close, the
+	// claim goes when the ZooKeeper session expires (Zookeeper.Timeout).
+	// Until then the next owner waits.
+	ErrReleaseFailed = errors.New("kafkaconsumer: partition claim not released")
+
 	// ErrNoBrokers is returned by Join when ZooKeeper lists no Kafka broker.
 	ErrNoBrokers = errors.New("kafkaconsumer: no kafka brokers registered in zookeeper")
 )

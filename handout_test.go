@@ -82,7 +82,7 @@ func BenchmarkHandOut(b *testing.B) {
 		consuming.Add(1)
 		go func() {
 			defer consuming.Done()
-			pm.consume(pcs[p], pom)
+			pm.consume(pcs[p])
 		}()
 	}
 	cm.pms.Store(&pms)

@@ -14,6 +14,12 @@ import (
 	"gopkg.in/tomb.v1"
 )
 
+// stopGrace is how long a stopping partition may take, past
+// MaxProcessingTime, for its final commit and the release of its claim.
+// With Kafka and ZooKeeper reachable both take milliseconds; the grace
+// covers a coordinator that moves (a broker restart).
+const stopGrace = 5 * time.Second
+
 // topicPartition identifies a partition. It is the key of the maps on the
 // Ack path, so that a lookup neither formats nor allocates.
 type topicPartition struct {
@@ -27,9 +33,9 @@ type topicPartition struct {
 //
 // run claims the partition in ZooKeeper, starts its offset manager and
 // partition consumer, and hands messages out on the shared Messages channel
-// until it is killed. It then stops consuming, waits until every message it
-// handed out is acked (or withdrawn at Close) or MaxProcessingTime passes,
-// commits the acked prefix, closes the offset manager and releases the claim.
+// until it is killed. Then it stops (see stop): it waits for the acks of
+// what it handed out, commits the acked prefix and releases the claim,
+// all within MaxProcessingTime + stopGrace of the kill.
 type partitionManager struct {
 	parent *consumerManager
 	tp     topicPartition
@@ -44,6 +50,12 @@ type partitionManager struct {
 	// wake receives a token, without blocking the sender, when waiting is set
 	// and an ack or withdrawal resolves a pending message.
 	wake chan struct{}
+
+	// pomDone is closed by the goroutine that forwards the offset manager's
+	// errors (forwardOffsetErrors) when sarama has released the offset
+	// manager: after the final commit of its marks. Set by run before it
+	// reads it.
+	pomDone chan struct{}
 
 	mu sync.Mutex // guards the fields below, shared with Ack's goroutines
 	// pending is the ack bookkeeping of the handed-out messages.
@@ -60,8 +72,17 @@ type partitionManager struct {
 	lastHandedOut int64
 	// lastAcked is the highest offset acked, or -1.
 	lastAcked int64
-	// claimed is set while this instance holds the partition's owner node.
+	// claimed is set while this instance holds the partition's owner node;
+	// the consumer manager clears it when the ZooKeeper session that held
+	// the claim is gone.
 	claimed bool
+	// paused is set while MaxPendingAcks messages are pending, so that
+	// nothing more is handed out.
+	paused bool
+
+	// commitErr and releaseErr are what did not complete in time when run
+	// stopped; written by run before it ends, read after its tomb is done.
+	commitErr, releaseErr error
 }
 
 func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *partitionManager {
@@ -84,6 +105,7 @@ func (pm *partitionManager) stats() PartitionStats {
 	s := PartitionStats{
 		TopicPartition: TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition},
 		Claimed:        pm.claimed,
+		Paused:         pm.paused,
 		LastHandedOut:  pm.lastHandedOut,
 		LastAcked:      pm.lastAcked,
 		Pending:        pm.pending.pending(),
@@ -109,6 +131,12 @@ func (pm *partitionManager) stats() PartitionStats {
 
 func (pm *partitionManager) logf(format string, args ...interface{}) {
 	Logger.Printf(pm.prefix+format, args...)
+}
+
+// errorf returns a *sarama.ConsumerError of this partition, as Errors()
+// carries them, wrapping the formatted error.
+func (pm *partitionManager) errorf(format string, args ...interface{}) error {
+	return &sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: fmt.Errorf(format, args...)}
 }
 
 // ack records that the message at offset was processed. It is called from
@@ -171,48 +199,38 @@ func (pm *partitionManager) withdraw(offset int64) {
 	}
 }
 
-// run is the partition manager's goroutine.
+// loseClaim records that the claim went with a lost ZooKeeper session. It
+// reports whether the partition manager believed it held it.
+func (pm *partitionManager) loseClaim() bool {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	held := pm.claimed
+	pm.claimed = false
+	return held
+}
+
+// run is the partition manager's goroutine: claim, start the offset
+// manager, consume until killed, then stop. What did not complete in time
+// when it stopped is its tomb's reason.
 func (pm *partitionManager) run() {
 	defer pm.t.Done()
-
-	if !pm.claim() {
-		return
-	}
-	defer pm.release()
-
-	pom := pm.startOffsetManager()
-	if pom == nil {
-		return
-	}
-	defer pm.closeOffsetManager(pom)
-
-	for {
-		pc := pm.startConsumer(pom)
-		if pc == nil {
-			break
+	if pm.claim() {
+		if pom := pm.startOffsetManager(); pom != nil {
+			pm.consumeUntilKilled(pom)
 		}
-		stopped := pm.consume(pc, pom)
-		pm.mu.Lock()
-		pm.pc = nil
-		pm.mu.Unlock()
-		if err := pc.Close(); err != nil && !stopped {
-			pm.logf("Partition consumer stopped: %s.", err)
-		}
-		if stopped {
-			break
-		}
-		pm.logf("Partition consumer stopped by itself; starting it again.")
 	}
-
-	pm.waitForAcks(pom)
+	pm.t.Kill(pm.stop())
 }
 
 // claim takes the partition's owner node in ZooKeeper. When another
 // instance owns it, it waits until the owner lets go (it may still be
 // finishing its last messages). It retries errors until killed, and reports
-// whether it holds the claim.
+// whether it holds the claim. Killed after an attempt whose outcome is
+// unknown (the connection failed while the node may have been created), it
+// leaves the partition to the consumer manager's sweep of orphan claims.
 func (pm *partitionManager) claim() bool {
 	instance, group := pm.parent.instance, pm.parent.kzGroup
+	uncertain := false
 	for attempt := 0; ; attempt++ {
 		err := instance.ClaimPartition(pm.tp.topic, pm.tp.partition)
 		if err == nil {
@@ -242,38 +260,32 @@ func (pm *partitionManager) claim() bool {
 					continue
 				}
 			}
+		} else {
+			uncertain = true
 		}
 		pm.logf("Failed to claim partition: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&pm.t, attempt) {
+			if uncertain {
+				pm.parent.addOrphan(pm.tp)
+			}
 			return false
 		}
 	}
 }
 
-// release gives up the claim, if this instance still holds it.
-func (pm *partitionManager) release() {
-	pm.mu.Lock()
-	claimed := pm.claimed
-	pm.claimed = false
-	pm.mu.Unlock()
-	if !claimed {
-		return
-	}
-	err := pm.parent.instance.ReleasePartition(pm.tp.topic, pm.tp.partition)
-	if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
-		pm.logf("Claim was already gone (ZooKeeper session lost?).")
-	} else if err != nil {
-		pm.logf("Failed to release partition: %s.", convertError(err))
-	}
-}
-
 // startOffsetManager starts the partition's offset manager, retrying until
-// killed (an earlier one may still be flushing its last commit). It returns
-// nil when killed.
+// killed (an earlier one may still be flushing its last commit), and a
+// goroutine that forwards its errors to Errors() for as long as it lives:
+// sarama blocks every commit round on an unread error. It returns nil when
+// killed.
 func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
+	cm := pm.parent
 	for attempt := 0; ; attempt++ {
-		pom, err := pm.parent.offsetManager.ManagePartition(pm.tp.topic, pm.tp.partition)
+		pom, err := cm.offsetManager.ManagePartition(pm.tp.topic, pm.tp.partition)
 		if err == nil {
+			pm.pomDone = make(chan struct{})
+			cm.forwarders.Add(1)
+			go pm.forwardOffsetErrors(pom, pm.pomDone)
 			pm.mu.Lock()
 			pm.pom = pom
 			pm.mu.Unlock()
@@ -286,63 +298,144 @@ func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
 	}
 }
 
+// forwardOffsetErrors passes the errors of pom to Errors() until sarama
+// closes pom's Errors channel, when it releases pom: after the commit
+// round that follows pom.AsyncClose, or at the offset manager's Close.
+// It then closes done. The consumer manager owns it (forwarders) and waits
+// for it after closing the offset manager.
+func (pm *partitionManager) forwardOffsetErrors(pom sarama.PartitionOffsetManager, done chan<- struct{}) {
+	defer pm.parent.forwarders.Done()
+	defer close(done)
+	for err := range pom.Errors() {
+		pm.parent.sendError(err)
+	}
+}
+
+// consumeUntilKilled runs partition consumers and hands their messages
+// out until killed, starting a new consumer when one stops by itself.
+func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager) {
+	for {
+		pc := pm.startConsumer(pom)
+		if pc == nil {
+			return
+		}
+		killed := pm.consume(pc)
+		pm.mu.Lock()
+		pm.pc = nil
+		pm.mu.Unlock()
+		if err := pc.Close(); err != nil && !killed {
+			pm.logf("Partition consumer stopped: %s.", err)
+		}
+		if killed {
+			return
+		}
+		pm.logf("Partition consumer stopped by itself; starting it again.")
+	}
+}
+
 // startConsumer starts consuming where the group left off: after the last
 // handed-out message when this partition manager restarts its consumer, else
-// at the committed offset. When that offset is out of range, it starts at
-// Offsets.Initial and moves the commit point there. It retries other errors
-// until killed, and returns nil when killed.
+// at the committed offset; at Offsets.Initial when there is none, or when
+// the offset is out of range (see startAtInitial). It retries errors until
+// killed, and returns nil when killed.
 func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sarama.PartitionConsumer {
-	cm := pm.parent
 	for attempt := 0; ; attempt++ {
-		pm.mu.Lock()
-		offset := pm.lastHandedOut + 1
-		pm.mu.Unlock()
-		if offset == 0 {
-			offset, _ = pom.NextOffset()
-		}
-
-		pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
-		if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-			pc, err = pm.restartAtInitial(pom, offset)
-		}
+		offset, pc, err := pm.tryStartConsumer(pom)
 		if err == nil {
 			pm.mu.Lock()
 			pm.pc = pc
 			pm.mu.Unlock()
 			return pc
 		}
+		select {
+		case <-pm.t.Dying():
+			return nil
+		default:
+		}
 		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
-		cm.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+		pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
 		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
 	}
 }
 
-// restartAtInitial starts the consumer at Offsets.Initial, for a partition
-// whose offset to resume at is no longer available.
-func (pm *partitionManager) restartAtInitial(pom sarama.PartitionOffsetManager, offset int64) (sarama.PartitionConsumer, error) {
+// tryStartConsumer is one attempt of startConsumer; it returns the offset
+// it tried.
+func (pm *partitionManager) tryStartConsumer(pom sarama.PartitionOffsetManager) (int64, sarama.PartitionConsumer, error) {
+	pm.mu.Lock()
+	offset := pm.lastHandedOut + 1
+	pm.mu.Unlock()
+	if offset == 0 {
+		if offset, _ = pom.NextOffset(); offset < 0 {
+			// Nothing committed: NextOffset returned Offsets.Initial.
+			pc, err := pm.startAtInitial(pom, -1)
+			return offset, pc, err
+		}
+	}
+	pc, err := pm.parent.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		pc, err = pm.startAtInitial(pom, offset)
+	}
+	return offset, pc, err
+}
+
+// startAtInitial starts the consumer at Offsets.Initial, for a partition
+// with no committed offset (from is -1) or whose offset to resume at, from,
+// is out of range. It resolves Initial to a concrete offset and makes that
+// the offset to commit before anything is handed out, as Kafka's own
+// consumer does: else a partition that stops before its first ack commits
+// nothing, and with OffsetNewest its next owner starts at the then-newest
+// offset, skipping what was produced in between. With OffsetNewest it
+// waits for that commit; with OffsetOldest a missing commit loses nothing.
+//
+// When from is above the new start, the log no longer holds the consumed
+// position: the topic was deleted and created again, or an unclean leader
+// election truncated it. Then the bookkeeping starts afresh at the new
+// start, and ErrLogTruncated goes to Errors(). That waits until every
+// handed-out message is resolved: offsets must increase while any is
+// pending.
+func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, from int64) (sarama.PartitionConsumer, error) {
 	cm := pm.parent
 	start, err := cm.client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
 	if err != nil {
 		return nil, err
 	}
 	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	if pm.pending.size() > 0 || start <= pm.lastHandedOut {
-		// Offsets must keep increasing while messages are pending; wait for
-		// them before moving back.
-		return nil, fmt.Errorf("offset %d out of range, and %d handed-out messages pending: %w",
-			offset, pm.pending.size(), sarama.ErrOffsetOutOfRange)
+	if n := pm.pending.size(); n > 0 {
+		pm.mu.Unlock()
+		return nil, fmt.Errorf("offset %d out of range, and %d handed-out messages pending: %w", from, n, sarama.ErrOffsetOutOfRange)
 	}
-	pm.logf("Offset %d is out of range; starting at %d (Offsets.Initial %d).", offset, start, cm.config.Offsets.Initial)
-	pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
-	if err != nil {
-		return nil, err
+	truncated := from >= 0 && start <= pm.lastHandedOut
+	if truncated {
+		pm.lastAcked = -1
 	}
-	pom.ResetOffset(start, "")
+	pm.pending = newPendingAcks(cm.config.MaxPendingAcks) // forget the old prefix's end
 	pm.lastHandedOut = start - 1
-	return pc, nil
+	pm.mu.Unlock()
+
+	// sarama's ResetOffset only moves back and MarkOffset only forward.
+	pom.ResetOffset(start, "")
+	pom.MarkOffset(start, "")
+	switch {
+	case truncated:
+		err := pm.errorf("%w: offset %d is past the end of the log; consuming again from offset %d (Offsets.Initial %d)",
+			ErrLogTruncated, from, start, cm.config.Offsets.Initial)
+		pm.logf("%s.", err)
+		cm.sendError(err)
+	case from >= 0:
+		pm.logf("Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
+	default:
+		pm.logf("No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
+	}
+	if cm.config.Offsets.Initial == sarama.OffsetNewest {
+		select {
+		case <-cm.commit():
+		case <-pm.t.Dying():
+			return nil, tomb.ErrDying
+		}
+	}
+	return cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
 }
 
 // handOutBatch is the most messages consume takes from its partition
@@ -355,125 +448,39 @@ const handOutBatch = 256
 // consume hands messages of pc out on the Messages channel until killed (it
 // returns true) or until pc stops by itself (false). Each message enters the
 // ack bookkeeping before it is sent, so that an ack can never come first.
-// When MaxPendingAcks messages are pending, it stops reading pc until an ack
-// makes room. Errors of pc and pom go to the Errors channel.
+// When MaxPendingAcks messages are pending, it pauses: it stops reading pc
+// until an ack makes room. Errors of pc go to the Errors channel.
 //
 // This is the hot path. It takes what pc has ready, up to handOutBatch
-// messages, without blocking; enters them under one lock; and sends each
-// with a plain send first. It blocks in a select (with the tomb, errors and
-// wake-ups) only when a channel is not ready. The channels are read once,
-// up front: tomb.v1's Dying takes a mutex on every call.
-func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.PartitionOffsetManager) bool {
-	cm := pm.parent
-	var (
-		dying     = pm.t.Dying()
-		in        = pc.Messages()
-		out       = cm.messages
-		pcErrors  = pc.Errors()
-		pomErrors = pom.Errors()
-		batch     = make([]*sarama.ConsumerMessage, 0, handOutBatch)
-		closed    bool // pc closed its Messages channel
-	)
-	// forward passes an error on; ok is false when its channel is closed.
-	forward := func(err error, ok bool, ch *<-chan *sarama.ConsumerError) {
-		if !ok {
-			*ch = nil
-			return
-		}
-		cm.sendError(err)
+// messages, without blocking (handOut.receive); enters them under one lock
+// (enter); and sends each with a plain send first (handOut.send). It blocks
+// in a select (with the tomb, errors and wake-ups) only when a channel is
+// not ready.
+func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
+	h := &handOut{
+		pm:    pm,
+		dying: pm.t.Dying(),
+		in:    pc.Messages(),
+		errs:  pc.Errors(),
+		out:   pm.parent.messages,
+		batch: make([]*sarama.ConsumerMessage, 0, handOutBatch),
 	}
-
-	for !closed {
-		select {
-		case <-dying:
-			return true
-		default:
+	for {
+		if !h.receive() {
+			return h.killed
 		}
-
-		// Take one message, blocking only when none is ready.
-		select {
-		case msg, ok := <-in:
-			if !ok {
-				return false
-			}
-			batch = append(batch[:0], msg)
-		default:
-			select {
-			case <-dying:
-				return true
-			case msg, ok := <-in:
-				if !ok {
-					return false
-				}
-				batch = append(batch[:0], msg)
-			case err, ok := <-pcErrors:
-				forward(err, ok, &pcErrors)
-				continue
-			case err, ok := <-pomErrors:
-				forward(err, ok, &pomErrors)
-				continue
-			}
-		}
-	drain:
-		for len(batch) < cap(batch) {
-			select {
-			case msg, ok := <-in:
-				if !ok {
-					closed = true
-					break drain
-				}
-				batch = append(batch, msg)
-			default:
-				break drain
-			}
-		}
-
-		for len(batch) > 0 {
-			// Enter as many as there is room for.
-			pm.mu.Lock()
-			n := 0
-			for n < len(batch) && pm.pending.push(batch[n].Offset) {
-				n++
-			}
-			before := pm.lastHandedOut
-			if n > 0 {
-				pm.lastHandedOut = batch[n-1].Offset
-			}
-			pm.waiting = n == 0 // when full, an ack wakes us when there is room
-			pm.mu.Unlock()
-
+		for len(h.batch) > 0 {
+			n, before := pm.enter(h.batch)
 			if n == 0 {
-				select {
-				case <-dying:
+				if !h.waitForRoom() {
 					return true
-				case <-pm.wake:
-				case err, ok := <-pcErrors:
-					forward(err, ok, &pcErrors)
-				case err, ok := <-pomErrors:
-					forward(err, ok, &pomErrors)
 				}
 				continue
 			}
-
-			for i, msg := range batch[:n] {
-				select {
-				case out <- msg:
-					continue
-				default:
-				}
-				if !pm.send(msg, dying, &pcErrors, &pomErrors, forward) {
-					// Killed: take back what was entered and not sent.
-					pm.mu.Lock()
-					pm.pending.unpushFrom(msg.Offset)
-					pm.lastHandedOut = before
-					if i > 0 {
-						pm.lastHandedOut = batch[i-1].Offset
-					}
-					pm.mu.Unlock()
-					return true
-				}
+			if !h.send(n, before) {
+				return true
 			}
-			batch = batch[:copy(batch, batch[n:])]
+			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
 			// Let the receiver run: a send to it while it waited made
 			// it runnable on this goroutine's P, where it would wait
 			// behind this loop. In the bench (9 runs, 4 M messages, with
@@ -481,31 +488,207 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer, pom sarama.Part
 			// 0.57 µs, and throughput from 0.74 to 0.81 of raw sarama.
 			runtime.Gosched()
 		}
-	}
-	return false
-}
-
-// send sends msg on the Messages channel, forwarding errors meanwhile. It
-// reports false when the partition manager is killed first.
-func (pm *partitionManager) send(msg *sarama.ConsumerMessage, dying <-chan struct{}, pcErrors, pomErrors *<-chan *sarama.ConsumerError, forward func(error, bool, *<-chan *sarama.ConsumerError)) bool {
-	for {
-		select {
-		case pm.parent.messages <- msg:
-			return true
-		case <-dying:
+		if h.closed {
 			return false
-		case err, ok := <-*pcErrors:
-			forward(err, ok, pcErrors)
-		case err, ok := <-*pomErrors:
-			forward(err, ok, pomErrors)
 		}
 	}
 }
 
-// waitForAcks waits until no handed-out message is pending, or until
-// MaxProcessingTime has passed.
-func (pm *partitionManager) waitForAcks(pom sarama.PartitionOffsetManager) {
-	cm := pm.parent
+// handOut is the state of one consume loop. Its channels are read once, up
+// front: tomb.v1's Dying takes a mutex on every call.
+type handOut struct {
+	pm     *partitionManager
+	dying  <-chan struct{}                // the partition manager's tomb
+	in     <-chan *sarama.ConsumerMessage // the partition consumer's messages
+	errs   <-chan *sarama.ConsumerError   // its errors; nil once it closed them
+	out    chan<- *sarama.ConsumerMessage // the consumer's Messages channel
+	batch  []*sarama.ConsumerMessage      // received, not handed out yet
+	closed bool                           // the partition consumer closed in
+	killed bool                           // the tomb is dying
+}
+
+// receive fills the batch with what the partition consumer has ready, up to
+// handOutBatch messages, blocking only for the first. It reports false,
+// with nothing in the batch, when killed or when the partition consumer
+// stopped; closed tells that it stopped after the batch.
+func (h *handOut) receive() bool {
+	msg, ok := h.next()
+	if !ok {
+		return false
+	}
+	h.batch = append(h.batch[:0], msg)
+	for len(h.batch) < cap(h.batch) {
+		select {
+		case msg, ok := <-h.in:
+			if !ok {
+				h.closed = true
+				return true
+			}
+			h.batch = append(h.batch, msg)
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// next returns the next message, waiting for one and forwarding errors
+// meanwhile. It reports false when killed or when the partition consumer
+// stopped.
+func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
+	select {
+	case <-h.dying:
+		h.killed = true
+		return nil, false
+	default:
+	}
+	for {
+		select {
+		case msg, ok := <-h.in:
+			h.closed = !ok
+			return msg, ok
+		default:
+		}
+		select {
+		case <-h.dying:
+			h.killed = true
+			return nil, false
+		case msg, ok := <-h.in:
+			h.closed = !ok
+			return msg, ok
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+}
+
+// enter records the first messages of batch as handed out, as many as
+// MaxPendingAcks leaves room for, under one lock. It returns how many, and
+// lastHandedOut before them. With no room it pauses the partition: an ack
+// wakes the consume loop when there is (waiting).
+func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, before int64) {
+	pm.mu.Lock()
+	for n < len(batch) && pm.pending.push(batch[n].Offset) {
+		n++
+	}
+	before = pm.lastHandedOut
+	if n > 0 {
+		pm.lastHandedOut = batch[n-1].Offset
+	}
+	pm.waiting = n == 0
+	changed := pm.paused != (n == 0)
+	pm.paused = n == 0
+	pm.mu.Unlock()
+	if changed {
+		pm.reportPause(n == 0)
+	}
+	return n, before
+}
+
+// reportPause tells, once per pause, that the partition stopped handing out
+// because MaxPendingAcks messages are not committable yet, and when it goes
+// on.
+func (pm *partitionManager) reportPause(paused bool) {
+	if !paused {
+		pm.logf("Resumed: an ack made room below MaxPendingAcks.")
+		return
+	}
+	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
+		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
+	pm.logf("%s.", err)
+	pm.parent.sendError(err)
+}
+
+// send hands out the first n messages of the batch, forwarding errors while
+// the Messages channel is full. Killed first, it takes back what it did not
+// send (before is lastHandedOut before the batch) and reports false.
+func (h *handOut) send(n int, before int64) bool {
+	for i, msg := range h.batch[:n] {
+		select {
+		case h.out <- msg:
+			continue
+		default:
+		}
+		if !h.sendWaiting(msg) {
+			if i > 0 {
+				before = h.batch[i-1].Offset
+			}
+			h.pm.takeBack(msg.Offset, before)
+			return false
+		}
+	}
+	return true
+}
+
+// sendWaiting sends msg on the Messages channel, forwarding errors
+// meanwhile. It reports false when killed first.
+func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
+	for {
+		select {
+		case h.out <- msg:
+			return true
+		case <-h.dying:
+			h.killed = true
+			return false
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+}
+
+// waitForRoom waits, while paused, for an ack that may have made room. It
+// reports false when killed.
+func (h *handOut) waitForRoom() bool {
+	select {
+	case <-h.dying:
+		h.killed = true
+		return false
+	case <-h.pm.wake:
+	case err, ok := <-h.errs:
+		h.forward(err, ok)
+	}
+	return true
+}
+
+// forward passes an error of the partition consumer on; ok is false when
+// its channel is closed.
+func (h *handOut) forward(err *sarama.ConsumerError, ok bool) {
+	if !ok {
+		h.errs = nil
+		return
+	}
+	h.pm.parent.sendError(err)
+}
+
+// takeBack forgets the messages from offset on, entered but not handed
+// out; lastHandedOut goes back to last.
+func (pm *partitionManager) takeBack(offset, last int64) {
+	pm.mu.Lock()
+	pm.pending.unpushFrom(offset)
+	pm.lastHandedOut = last
+	pm.mu.Unlock()
+}
+
+// stop ends run once the partition manager is killed. One deadline bounds
+// it: it waits for the acks of what was handed out until MaxProcessingTime
+// has passed, then commits the acked prefix and releases the claim within
+// stopGrace more. It returns what did not complete in time.
+func (pm *partitionManager) stop() error {
+	acksDue := time.Now().Add(pm.parent.config.MaxProcessingTime)
+	deadline := acksDue.Add(stopGrace)
+	pm.mu.Lock()
+	pom := pm.pom
+	pm.mu.Unlock()
+	if pom != nil {
+		pm.waitForAcks(acksDue)
+		pm.commitErr = pm.closeOffsetManager(pom, deadline)
+	}
+	pm.releaseErr = pm.release(deadline)
+	return errors.Join(pm.commitErr, pm.releaseErr)
+}
+
+// waitForAcks waits until no handed-out message is pending, or until due.
+func (pm *partitionManager) waitForAcks(due time.Time) {
 	pm.mu.Lock()
 	left := pm.pending.pending()
 	pm.waiting = left > 0
@@ -513,10 +696,8 @@ func (pm *partitionManager) waitForAcks(pom sarama.PartitionOffsetManager) {
 	if left == 0 {
 		return
 	}
-
-	timeout := time.NewTimer(cm.config.MaxProcessingTime)
+	timeout := time.NewTimer(time.Until(due))
 	defer timeout.Stop()
-	pomErrors := pom.Errors()
 	for {
 		select {
 		case <-pm.wake:
@@ -526,63 +707,109 @@ func (pm *partitionManager) waitForAcks(pom sarama.PartitionOffsetManager) {
 			if left == 0 {
 				return
 			}
-		case err, ok := <-pomErrors:
-			if !ok {
-				pomErrors = nil
-				continue
-			}
-			cm.sendError(err)
 		case <-timeout.C:
 			pm.logf("%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
-				left, cm.config.MaxProcessingTime)
+				left, pm.parent.config.MaxProcessingTime)
 			return
 		}
 	}
 }
 
-// closeOffsetManager commits the acked prefix and closes the partition's
-// offset manager. sarama releases a closed partition offset manager only
-// in a commit round; this starts one rather than waiting for the next
-// tick, so the partition is handed over without delay. Its errors are
-// drained meanwhile (sarama blocks on them otherwise). If the final commit
-// does not go through within MaxProcessingTime, the drain is handed to the
-// consumer manager, which waits for it at shutdown.
-func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager) {
+// closeOffsetManager marks the acked prefix, closes the partition's offset
+// manager and waits until deadline for sarama to release it, which it does
+// in the first commit round that commits the marks. It asks the committer
+// for rounds rather than waiting for the next auto-commit tick, so the
+// partition is handed over without delay. It returns ErrCommitTimeout
+// when the commit was not confirmed by the deadline: sarama goes on trying
+// in the background, and the next owner may consume again what was acked.
+func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager, deadline time.Time) error {
 	cm := pm.parent
 	pm.mu.Lock()
 	pm.markLocked()
 	pm.pom = nil
 	pm.mu.Unlock()
-
 	pom.AsyncClose()
-	drained := make(chan struct{})
-	cm.leftovers.Add(1)
-	go func() {
-		defer cm.leftovers.Done()
-		defer close(drained)
-		for err := range pom.Errors() {
-			cm.sendError(err)
-		}
-	}()
 
-	cm.offsetManager.Commit()
-	timeout := time.NewTimer(cm.config.MaxProcessingTime)
+	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
-	select {
-	case <-drained:
-	case <-timeout.C:
-		pm.logf("Final offset commit did not complete within MaxProcessingTime; it is retried in the background.")
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-pm.pomDone:
+			return nil
+		case <-cm.commit():
+		case <-timeout.C:
+			return pm.commitTimeout()
+		}
+		// The round is over; sarama released the offset manager in it
+		// unless its commit failed. Give the forwarder a moment to see it.
+		retry := time.NewTimer(retryDelay(attempt))
+		select {
+		case <-pm.pomDone:
+			retry.Stop()
+			return nil
+		case <-retry.C:
+		case <-timeout.C:
+			retry.Stop()
+			return pm.commitTimeout()
+		}
 	}
 }
 
-// sleepOrDie waits the retry delay of the given attempt (100 ms doubling to
-// at most 1 s) and reports whether t is still alive.
-func sleepOrDie(t *tomb.Tomb, attempt int) bool {
-	delay := time.Second
-	if attempt < 4 {
-		delay = 100 * time.Millisecond << attempt
+func (pm *partitionManager) commitTimeout() error {
+	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; sarama goes on trying, and the next owner may consume acked messages again",
+		ErrCommitTimeout, pm.parent.config.MaxProcessingTime, stopGrace)
+	pm.logf("%s.", err)
+	return err
+}
+
+// release gives up the claim, if this instance still holds it. It retries
+// until the owner node is deleted, gone, or someone else's, or until the
+// deadline; then it leaves the claim to the consumer manager's sweep of
+// orphan claims and returns ErrReleaseFailed. An owner node left behind
+// would make the next owner wait for ever.
+func (pm *partitionManager) release(deadline time.Time) error {
+	pm.mu.Lock()
+	claimed := pm.claimed
+	pm.claimed = false
+	pm.mu.Unlock()
+	if !claimed {
+		return nil
 	}
-	timer := time.NewTimer(delay)
+	for attempt := 0; ; attempt++ {
+		err := pm.parent.releasePartition(pm.tp)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
+			pm.logf("Claim was already gone (ZooKeeper session lost?).")
+			return nil
+		}
+		delay := retryDelay(attempt)
+		if time.Now().Add(delay).After(deadline) {
+			pm.parent.addOrphan(pm.tp)
+			err := pm.errorf("%w: %w; trying again in the background", ErrReleaseFailed, convertError(err))
+			pm.logf("%s.", err)
+			return err
+		}
+		pm.logf("Failed to release partition: %s. Trying again.", convertError(err))
+		sleep := time.NewTimer(delay)
+		<-sleep.C
+	}
+}
+
+// retryDelay is the delay before retry number attempt (from 0): 100 ms
+// doubling to at most 1 s.
+func retryDelay(attempt int) time.Duration {
+	if attempt < 4 {
+		return 100 * time.Millisecond << attempt
+	}
+	return time.Second
+}
+
+// sleepOrDie waits the retry delay of the given attempt and reports whether
+// t is still alive.
+func sleepOrDie(t *tomb.Tomb, attempt int) bool {
+	timer := time.NewTimer(retryDelay(attempt))
 	defer timer.Stop()
 	select {
 	case <-t.Dying():
