@@ -1,0 +1,536 @@
+package kafkaconsumer
+
+// Real-cluster reproductions of defects found by a review. Each test fails
+// on the code it was written against (see the comment of each for what it
+// showed) and should pass once the defect is fixed.
+//
+// Set KAFKACONSUMER_REVIEW_LOG=1 to see the package's and sarama's log lines
+// on stderr while they run (see reviewLogs).
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+)
+
+// reviewLogs routes the package's and sarama's logs to stderr when
+// KAFKACONSUMER_REVIEW_LOG is set, for investigation; otherwise it leaves
+// the loggers untouched. Once set, they stay set for the rest of the test
+// binary: restoring them would race with the goroutines that sarama leaves
+// behind to close broker connections asynchronously.
+func reviewLogs(t *testing.T) {
+	t.Helper()
+	if os.Getenv("KAFKACONSUMER_REVIEW_LOG") == "" {
+		return
+	}
+	reviewLogsOnce.Do(func() {
+		Logger = log.New(os.Stderr, "[kafkaconsumer] ", log.LstdFlags|log.Lmicroseconds)
+		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.LstdFlags|log.Lmicroseconds)
+	})
+}
+
+var reviewLogsOnce sync.Once
+
+// joinReview joins like join, and closes the consumer at the end of the test
+// if the test did not (Close is idempotent), so that a failing test leaves
+// nothing running.
+func joinReview(t *testing.T, group string, subscription Subscription, config *Config) Consumer {
+	t.Helper()
+	c := join(t, group, subscription, config)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitConsuming waits until the consumer runs n partitions and every one of
+// them is consuming (its partition consumer reported a high-water mark).
+func waitConsuming(t *testing.T, c Consumer, n int, who string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s to consume %d partitions", who, n), func() bool {
+		stats := c.Stats()
+		if len(stats) != n {
+			return false
+		}
+		for _, s := range stats {
+			if s.HighWaterMark < 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitReceived waits up to timeout until col received every one of values,
+// and returns how many it received. Unlike waitFor it does not fail the
+// test: the caller reports what was lost.
+func waitReceived(col *collector, values []string, timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for !col.has(values) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	return col.received(values)
+}
+
+// waitCommitted polls the group's committed offsets of topic for up to 5 s
+// until they are want, and returns the last ones read. Close commits before
+// it returns; the grace covers the coordinator's view catching up.
+func waitCommitted(t testing.TB, client sarama.Client, group, topic string, want map[int32]int64) map[int32]int64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		committed := committedOffsets(t, client, group, topic)
+		same := len(committed) == len(want)
+		for p, o := range want {
+			same = same && committed[p] == o
+		}
+		if same || time.Now().After(deadline) {
+			return committed
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// errorLog records what a consumer reports on Errors until it is closed.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []string
+	done chan struct{}
+}
+
+func logErrors(c Consumer) *errorLog {
+	el := &errorLog{done: make(chan struct{})}
+	go func() {
+		defer close(el.done)
+		for err := range c.Errors() {
+			el.mu.Lock()
+			el.errs = append(el.errs, err.Error())
+			el.mu.Unlock()
+		}
+	}()
+	return el
+}
+
+// summary returns the number of errors and the distinct messages among them.
+func (el *errorLog) summary() string {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	distinct := make(map[string]int)
+	var order []string
+	for _, e := range el.errs {
+		if distinct[e] == 0 {
+			order = append(order, e)
+		}
+		distinct[e]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, e := range order {
+		parts = append(parts, fmt.Sprintf("%dx %q", distinct[e], e))
+	}
+	return fmt.Sprintf("%d errors: %s", len(el.errs), strings.Join(parts, "; "))
+}
+
+// commitOffsetsChecked commits offsets for the group and checks that they
+// were committed. (commitOffsets of integration_test.go only calls
+// ResetOffset, which sarama ignores for an offset above the stored one: for
+// a group that has committed nothing, whose stored offset is -1, it commits
+// nothing.) MarkOffset moves the offset forward, ResetOffset back.
+func commitOffsetsChecked(t testing.TB, client sarama.Client, group, topic string, offsets map[int32]int64) {
+	t.Helper()
+	om, err := sarama.NewOffsetManagerFromClient(group, client)
+	if err != nil {
+		t.Fatalf("offset manager: %s", err)
+	}
+	for p, o := range offsets {
+		pom, err := om.ManagePartition(topic, p)
+		if err != nil {
+			t.Fatalf("manage %s/%d: %s", topic, p, err)
+		}
+		pom.MarkOffset(o, "")
+		pom.ResetOffset(o, "")
+		pom.AsyncClose()
+	}
+	om.Commit()
+	if err := om.Close(); err != nil {
+		t.Fatalf("close offset manager: %s", err)
+	}
+	committed := committedOffsets(t, client, group, topic)
+	for p, o := range offsets {
+		if committed[p] != o {
+			t.Fatalf("committed %d for %s/%d of group %s; the group's offset is %d", o, topic, p, group, committed[p])
+		}
+	}
+}
+
+// TestReviewNewestStartIsCommitted: with Offsets.Initial = OffsetNewest, a
+// partition without a committed offset starts at the newest offset. That
+// start must be committed: otherwise, when the instance stops before any
+// ack, the next owner starts at the then-newest offset, and skips what was
+// produced in between.
+//
+// On the code it was written against: nothing is committed (-1 for each
+// partition) after A closes, and B receives none of the 10 messages.
+func TestReviewNewestStartIsCommitted(t *testing.T) {
+	needCluster(t)
+	reviewLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("rv-newest")
+	createTopic(t, admin, topic, 2)
+	group := uniqueName("rv.newest")
+	before := produce(t, client, topic, "before", 10)
+	start := newestOffsets(t, client, topic) // nothing is produced from here until A closed
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	a := joinReview(t, group, TopicSubscription(topic), config)
+	colA := collect(a, func(*sarama.ConsumerMessage) bool { return false })
+	waitConsuming(t, a, 2, "A")
+	colA.close(t)
+	if n := colA.received(before); n != 0 {
+		t.Errorf("A (OffsetNewest) received %d messages produced before it joined", n)
+	}
+
+	committed := waitCommitted(t, client, group, topic, start)
+	for p, o := range start {
+		if committed[p] != o {
+			t.Errorf("%s/%d: after A closed, the committed offset is %d; want %d, the newest offset A started at (-1: nothing committed)",
+				topic, p, committed[p], o)
+		}
+	}
+
+	after := produce(t, client, topic, "after", 10)
+	b := joinReview(t, group, TopicSubscription(topic), config)
+	colB := collect(b, nil)
+	waitConsuming(t, b, 2, "B")
+	got := waitReceived(colB, after, 10*time.Second)
+	stats := b.Stats()
+	colB.close(t)
+	if got != len(after) {
+		t.Errorf("B received %d of the %d messages produced after A started at %v and closed: %d lost (B's stats: %+v)",
+			got, len(after), start, len(after)-got, stats)
+	}
+	if n := colB.received(before); n != 0 {
+		t.Errorf("B received %d messages produced before the group started", n)
+	}
+	checkDeregistered(t, group, a, b)
+}
+
+// TestReviewNewestResetIsCommitted: with Offsets.Initial = OffsetNewest, a
+// committed offset that fell out of range makes the partition restart at the
+// newest offset. That new start must be committed: sarama's ResetOffset
+// ignores an offset above the stored one, so the old, out-of-range offset
+// stays committed, and the next owner restarts at its own newest offset,
+// skipping what was produced in between.
+//
+// On the code it was written against: the committed offset after A closes
+// is still 2, not 20, and B receives none of the 5 messages.
+func TestReviewNewestResetIsCommitted(t *testing.T) {
+	needCluster(t)
+	reviewLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("rv-reset")
+	createTopic(t, admin, topic, 1)
+	group := uniqueName("rv.reset")
+
+	gone := produce(t, client, topic, "gone", 10)
+	commitOffsetsChecked(t, client, group, topic, map[int32]int64{0: 2})
+	kept := produce(t, client, topic, "kept", 10)
+	// As retention would: the committed offset 2 falls out of range.
+	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
+		t.Fatalf("delete records: %s", err)
+	}
+	newest := newestOffsets(t, client, topic)[0] // 20; nothing is produced from here until A closed
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	a := joinReview(t, group, TopicSubscription(topic), config)
+	colA := collect(a, func(*sarama.ConsumerMessage) bool { return false })
+	waitConsuming(t, a, 1, "A")
+	colA.close(t)
+	if n := colA.received(gone) + colA.received(kept); n != 0 {
+		t.Errorf("A (OffsetNewest) received %d messages produced before it joined", n)
+	}
+
+	if committed := waitCommitted(t, client, group, topic, map[int32]int64{0: newest})[0]; committed != newest {
+		t.Errorf("%s/0: after A closed, the committed offset is %d; want %d, the newest offset A restarted at when the committed 2 was out of range",
+			topic, committed, newest)
+	}
+
+	fresh := produce(t, client, topic, "fresh", 5)
+	b := joinReview(t, group, TopicSubscription(topic), config)
+	colB := collect(b, nil)
+	waitConsuming(t, b, 1, "B")
+	got := waitReceived(colB, fresh, 10*time.Second)
+	stats := b.Stats()
+	colB.close(t)
+	if got != len(fresh) {
+		t.Errorf("B received %d of the %d messages produced after A restarted at offset %d and closed: %d lost (B's stats: %+v)",
+			got, len(fresh), newest, len(fresh)-got, stats)
+	}
+	if n := colB.received(gone) + colB.received(kept); n != 0 {
+		t.Errorf("B received %d messages produced before the group restarted at %d", n, newest)
+	}
+	checkDeregistered(t, group, a, b)
+}
+
+// TestReviewLogShrinksBelowPosition: a partition's log shrinks below the
+// position its partition manager consumed up to, here because the topic is
+// deleted and created again while the partition manager lives on. The
+// manager must start over at Offsets.Initial on the new log, not wait for
+// the new log to grow past the old position.
+//
+// The consumer manager would stop the partition manager when the topic
+// disappears from ZooKeeper; to keep it alive, the test blocks the manager
+// goroutine in its first OnRebalance call, made after it started the
+// partition manager (no rebalance proceeds until OnRebalance returns).
+//
+// What happens on the code it was written against (seen in the logs with
+// KAFKACONSUMER_REVIEW_LOG=1; Kafka 3.9 in ZooKeeper mode, where deleting
+// and creating the topic again took about 0.3 s):
+//
+//   - The broker answers the partition consumer's next fetch with
+//     UNKNOWN_TOPIC_OR_PARTITION. sarama abandons the subscription and
+//     re-dispatches by itself after Consumer.Retry.Backoff (2 s); the
+//     partition manager sees only the one error it forwards to Errors. The
+//     partition consumer does not stop.
+//   - By then the topic exists again. The partition consumer fetches offset
+//     20 from the new, 5-message log, gets OFFSET_OUT_OF_RANGE and shuts
+//     down ("Partition consumer stopped by itself; starting it again").
+//   - The partition manager retries ConsumePartition at lastHandedOut+1 =
+//     20, which sarama refuses (ErrOffsetOutOfRange: above the newest offset
+//     5); restartAtInitial refuses the oldest offset 0 because it is not
+//     above lastHandedOut 19, with the misleading "offset 20 out of range,
+//     and 0 handed-out messages pending". This repeats every second (31
+//     times in the 30 s, each also sent to Errors) and would go on until
+//     the new log grows past offset 20, where consumption would resume: the
+//     new log's first 20 messages would never be delivered. Stats meanwhile
+//     show LastHandedOut 19, Committed 20, HighWaterMark -1. None of the 5
+//     arrives.
+func TestReviewLogShrinksBelowPosition(t *testing.T) {
+	needCluster(t)
+	reviewLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("rv-shrink")
+	createTopic(t, admin, topic, 1)
+	group := uniqueName("rv.shrink")
+	old := produce(t, client, topic, "old", 20)
+
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	entered := make(chan Rebalance, 1)
+	var calls atomic.Int32
+	config := testConfig() // Offsets.Initial: oldest
+	config.OnRebalance = func(r Rebalance) {
+		if calls.Add(1) == 1 {
+			entered <- r
+			<-release
+		}
+	}
+	c := join(t, group, TopicSubscription(topic), config)
+	// Close must not wait for a blocked OnRebalance, whatever happens.
+	t.Cleanup(func() {
+		unblock()
+		_ = c.Close()
+	})
+	errs := logErrors(c)
+	col := collect(c, nil)
+
+	select {
+	case r := <-entered:
+		if len(r.Assigned) != 1 {
+			t.Fatalf("first OnRebalance = %+v; want the topic's partition assigned", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnRebalance was not called within 30s")
+	}
+	waitFor(t, 30*time.Second, "the 20 messages to be received", func() bool { return col.has(old) })
+	waitFor(t, 30*time.Second, "the 20 acks to show as Committed 20", func() bool {
+		stats := c.Stats()
+		return len(stats) == 1 && stats[0].Committed == 20
+	})
+
+	if err := admin.DeleteTopic(topic); err != nil {
+		t.Fatalf("delete topic %s: %s", topic, err)
+	}
+	waitFor(t, 30*time.Second, "the topic to be gone from the cluster", func() bool {
+		topics, err := admin.ListTopics()
+		if err != nil {
+			t.Fatalf("list topics: %s", err)
+		}
+		_, ok := topics[topic]
+		return !ok
+	})
+	waitFor(t, 30*time.Second, "the topic to be created again", func() bool {
+		err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
+		var topicErr *sarama.TopicError
+		if errors.As(err, &topicErr) && topicErr.Err == sarama.ErrTopicAlreadyExists {
+			return false // its deletion is still being completed
+		}
+		if err != nil {
+			t.Fatalf("create topic %s again: %s", topic, err)
+		}
+		return true
+	})
+	// A fresh client: the first one cached the old topic's metadata.
+	producerClient := newTestClient(t)
+	waitFor(t, 30*time.Second, "the new topic's partition to have a leader", func() bool {
+		if err := producerClient.RefreshMetadata(topic); err != nil {
+			return false
+		}
+		_, err := producerClient.Leader(topic, 0)
+		return err == nil
+	})
+	fresh := produce(t, producerClient, topic, "fresh", 5)
+
+	got := waitReceived(col, fresh, 30*time.Second)
+	stats := c.Stats()
+	unblock()
+	col.close(t)
+	<-errs.done
+	t.Logf("Errors: %s", errs.summary())
+	if got != len(fresh) {
+		t.Errorf("received %d of the %d messages produced to the topic created again (offsets 0-%d of the new log) within 30s: %d lost; stats: %+v",
+			got, len(fresh), len(fresh)-1, len(fresh)-got, stats)
+	}
+	if n := calls.Load(); n < 1 {
+		t.Errorf("OnRebalance called %d times", n)
+	}
+	checkDeregistered(t, group, c)
+}
+
+// TestReviewJoinRegistersLast: Join must connect to Kafka before it registers
+// the instance in ZooKeeper. An instance that registers first and then
+// cannot reach Kafka makes the group hand it a share of the partitions,
+// which nobody consumes while sarama retries; then Join fails and the group
+// rebalances again.
+//
+// The test points Join at a chroot of the test ZooKeeper that lists one
+// Kafka broker at 127.0.0.1:1, where nothing listens, and watches the
+// group's registrations while Join runs.
+//
+// On the code it was written against: Join registers the instance, fails to
+// connect to Kafka, and deregisters it: the watch fires.
+func TestReviewJoinRegistersLast(t *testing.T) {
+	needCluster(t)
+	reviewLogs(t)
+	verifyNoClusterLeaks(t)
+	nodes, baseChroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+
+	chroot := baseChroot + "/" + uniqueName("review-join")
+	group := uniqueName("rv.join")
+	t.Cleanup(func() {
+		if err := deleteRecursive(conn, chroot); err != nil {
+			t.Errorf("delete %s: %s", chroot, err)
+		}
+	})
+	broker := []byte(`{"version":5,"host":"127.0.0.1","port":1,"jmx_port":-1,"timestamp":"0",` +
+		`"endpoints":["PLAINTEXT://127.0.0.1:1"],"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"}}`)
+	ids := chroot + "/consumers/" + group + "/ids"
+	for _, node := range []struct {
+		path string
+		data []byte
+	}{
+		{chroot, nil},
+		{chroot + "/brokers", nil},
+		{chroot + "/brokers/ids", nil},
+		{chroot + "/brokers/ids/1", broker},
+		{chroot + "/brokers/topics", nil},
+		{chroot + "/consumers", nil},
+		{chroot + "/consumers/" + group, nil},
+		{ids, nil},
+	} {
+		if _, err := conn.Create(node.path, node.data, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("create %s: %s", node.path, err)
+		}
+	}
+	children, _, registrations, err := conn.ChildrenW(ids)
+	if err != nil {
+		t.Fatalf("watch %s: %s", ids, err)
+	}
+	if len(children) != 0 {
+		t.Fatalf("%s has children before Join: %v", ids, children)
+	}
+
+	config := testConfig()
+	config.Net.DialTimeout = 500 * time.Millisecond
+	config.Metadata.Retry.Max = 1
+	config.Metadata.Retry.Backoff = 10 * time.Millisecond
+	began := time.Now()
+	c, err := Join(group, TopicSubscription("rv-join-topic"), strings.Join(nodes, ",")+chroot, config)
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("Join with an unreachable Kafka succeeded (in %s)", took)
+	}
+	t.Logf("Join failed after %s: %s", took, err)
+	if took > 15*time.Second {
+		t.Errorf("Join took %s to fail; want it bounded by the sarama timeouts (about a second)", took)
+	}
+
+	// ZooKeeper delivers a watch event before the answer to any later
+	// request that sees the change: after this Children call, the watch
+	// channel holds the event if a registration was created meanwhile.
+	left, _, err := conn.Children(ids)
+	if err != nil {
+		t.Fatalf("list %s: %s", ids, err)
+	}
+	if len(left) != 0 {
+		t.Errorf("Join failed but left registrations in %s: %v", ids, left)
+	}
+	select {
+	case ev := <-registrations:
+		t.Errorf("Join registered the instance in %s before it failed to reach Kafka (watch fired: %s on %s), so the group would have rebalanced twice for an instance that never consumed",
+			ids, ev.Type, ev.Path)
+	default:
+	}
+	owners, _, err := conn.Children(chroot + "/consumers/" + group + "/owners")
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("list owners: %s", err)
+	}
+	if len(owners) != 0 {
+		t.Errorf("Join failed but left partition claims: %v", owners)
+	}
+}
+
+// deleteRecursive deletes path and everything below it; a missing node is
+// not an error.
+func deleteRecursive(conn *zk.Conn, path string) error {
+	children, _, err := conn.Children(path)
+	if err == zk.ErrNoNode {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, child := range children {
+		if err := deleteRecursive(conn, path+"/"+child); err != nil {
+			return err
+		}
+	}
+	if err := conn.Delete(path, -1); err != nil && err != zk.ErrNoNode {
+		return err
+	}
+	return nil
+}
