@@ -335,6 +335,10 @@ type consumerManager struct {
 
 	t tomb.Tomb // the manager goroutine: run's first line defers t.Done
 
+	// watches holds the subscription's watches that have not fired yet;
+	// used by the manager goroutine only (watchSubscription).
+	watches watchCache
+
 	// pms holds the partition managers, for Ack; written by run only.
 	pms atomic.Pointer[partitionManagers]
 	// ackCache holds, per partition number modulo ackCacheSize, the
@@ -623,7 +627,7 @@ func describeEvent(ev zk.Event) string {
 // them, retrying errors until the manager is interrupted (ok is false then).
 func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.Event, bool) {
 	for attempt := 0; ; attempt++ {
-		partitions, changed, err := cm.subscription.WatchPartitions(cm.kz)
+		partitions, changed, err := watchPartitions(cm.subscription, cm.kz, &cm.watches)
 		if err == nil {
 			return partitions, changed, true
 		}

@@ -22,6 +22,17 @@ type Subscription interface {
 	// WatchPartitions returns the partitions to consume now, and a channel
 	// that receives one event (and is then closed) at the first change to
 	// them. When an error is returned, the caller tries again later.
+	//
+	// The consumer calls it again each time the channel fires. kazoo-go's
+	// watches are one-shot, and its ZooKeeper client keeps every watch it
+	// sets until that watch fires: an implementation that sets a watch on
+	// each of many nodes at every call leaves one more watcher per node
+	// that did not change, each time. For the subscriptions of this
+	// package, the consumer avoids that: it keeps the watches that have not
+	// fired yet and reuses them (it keeps them itself, so one subscription
+	// value may serve several consumers); their WatchPartitions, called
+	// directly, sets new watches every time. A custom Subscription's
+	// WatchPartitions is called as it is.
 	WatchPartitions(kazoo *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error)
 
 	// JSON returns the subscription as it is stored with the instance's
@@ -104,21 +115,26 @@ func (ss *staticSubscription) validate() error {
 	return nil
 }
 
-// WatchPartitions implements Subscription.
+// WatchPartitions implements Subscription. Every call sets new watches.
 func (ss *staticSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
+	return ss.watchPartitionsCached(kz, new(watchCache))
+}
+
+// watchPartitionsCached implements cachingSubscription.
+func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
 	names := make([]string, 0, len(ss.topics))
 	for topic := range ss.topics {
 		names = append(names, topic)
 	}
 	sort.Strings(names)
 
+	cache.begin()
 	var (
 		result  kazoo.PartitionList
-		watches []<-chan samuelzk.Event
 		missing bool
 	)
 	for _, name := range names {
-		partitions, changed, err := kz.Topic(name).WatchPartitions()
+		partitions, err := cache.watchTopic(kz, name)
 		if errors.Is(err, samuelzk.ErrNoNode) {
 			Logger.Printf("Topic %s of the subscription does not exist; skipping it until it is created.", name)
 			missing = true
@@ -127,18 +143,15 @@ func (ss *staticSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionL
 			return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", name, convertError(err))
 		}
 		result = append(result, partitions...)
-		watches = append(watches, changed)
 	}
 	if missing {
 		// A missing topic has no node to watch: watch the topic list, so
 		// that its creation wakes the manager.
-		_, changed, err := kz.WatchTopics()
-		if err != nil {
+		if _, err := cache.watchTopics(kz); err != nil {
 			return nil, nil, fmt.Errorf("watch topic list: %w", convertError(err))
 		}
-		watches = append(watches, changed)
 	}
-	return result, firstEvent(watches), nil
+	return result, cache.end(), nil
 }
 
 // JSON implements Subscription.
@@ -178,30 +191,34 @@ func (rs *regexpSubscription) selects(topic string) bool {
 	return !internalTopics[topic] && rs.regexp.MatchString(topic) == rs.include
 }
 
-// WatchPartitions implements Subscription.
+// WatchPartitions implements Subscription. Every call sets new watches.
 func (rs *regexpSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
-	topics, topicsChanged, err := kz.WatchTopics()
+	return rs.watchPartitionsCached(kz, new(watchCache))
+}
+
+// watchPartitionsCached implements cachingSubscription.
+func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
+	cache.begin()
+	topics, err := cache.watchTopics(kz)
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch topic list: %w", convertError(err))
 	}
-	sort.Sort(topics)
+	sort.Sort(topics) // the cache's copy: sorted once, then already in order
 
 	var result kazoo.PartitionList
-	watches := []<-chan samuelzk.Event{topicsChanged}
 	for _, topic := range topics {
 		if !rs.selects(topic.Name) {
 			continue
 		}
-		partitions, changed, err := topic.WatchPartitions()
+		partitions, err := cache.watchTopic(kz, topic.Name)
 		if errors.Is(err, samuelzk.ErrNoNode) {
 			continue // deleted since it was listed: the list watch fires
 		} else if err != nil {
 			return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", topic.Name, convertError(err))
 		}
 		result = append(result, partitions...)
-		watches = append(watches, changed)
 	}
-	return result, firstEvent(watches), nil
+	return result, cache.end(), nil
 }
 
 // JSON implements Subscription.
@@ -221,34 +238,215 @@ func validateTopicName(topic string) error {
 	return nil
 }
 
+// cachingSubscription is implemented by the subscriptions of this package.
+// watchPartitionsCached is WatchPartitions, but reuses the watches in cache
+// that have not fired yet instead of setting new ones next to them, and
+// leaves the watches it sets there for the next call.
+type cachingSubscription interface {
+	watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error)
+}
+
+// watchPartitions watches the partitions of s: through cache when s is one
+// of this package's subscriptions, else with s.WatchPartitions.
+func watchPartitions(s Subscription, kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
+	if cs, ok := s.(cachingSubscription); ok {
+		return cs.watchPartitionsCached(kz, cache)
+	}
+	return s.WatchPartitions(kz)
+}
+
+// watchCache holds the watches that a consumer's subscription set and that
+// have not fired yet, each with what was read when it was set.
+//
+// kazoo-go's watches are one-shot, and the ZooKeeper client keeps each of
+// them (a buffered channel in its watcher list) until its node changes or
+// the connection closes. The consumer watches its subscription again each
+// time one watch fires, e.g. the topic list at every topic created in the
+// cluster; setting a new watch on every subscribed topic then would leave
+// one more watcher per topic each time. Through the cache, a topic whose
+// watch has not fired keeps its watch and the partitions read with it (they
+// cannot have changed, or the watch would have fired), so the client holds
+// one watcher per watched node.
+//
+// A round of watching is begin, then watchTopics and watchTopic for what the
+// subscription needs, then end, which merges the round's watches into one
+// channel with a goroutine (merger). No channel of a watch is ever read by
+// two parties: begin stops the last round's merger, and notes the watch
+// whose event it took, before the cache looks at any watch itself.
+//
+// A watchCache belongs to one consumer and is used by its manager goroutine
+// only: it is not safe for concurrent use. Its zero value is empty and ready
+// to use.
+type watchCache struct {
+	topics map[string]*pendingWatch // topic name -> the watch on its node
+	list   *pendingWatch            // the watch on the topic list, or nil
+
+	round uint64          // counts the rounds; a topic watch not used in the last one is dropped
+	used  []*pendingWatch // the watches of the round, in the order of merge's cases
+	// merge is the goroutine that waits for the first event of the last
+	// ended round's watches, or nil. Started by end, stopped by the next
+	// begin; it also ends at the first event, and when the ZooKeeper
+	// connection closes (which closes every watch's channel).
+	merge *merger
+}
+
+// pendingWatch is a watch that the cache holds, and what was read when it
+// was set.
+type pendingWatch struct {
+	changed    <-chan samuelzk.Event
+	fired      bool                // its event was taken (by a merger or by hasFired)
+	partitions kazoo.PartitionList // of a topic's watch
+	topics     kazoo.TopicList     // of the topic list's watch
+	round      uint64              // the last round that used it
+}
+
+// hasFired tells whether the watch fired; it takes the event to find out,
+// which is safe only when no merger may be reading the channel.
+func (w *pendingWatch) hasFired() bool {
+	if !w.fired {
+		select {
+		case <-w.changed: // the event, or the close that follows it
+			w.fired = true
+		default:
+		}
+	}
+	return w.fired
+}
+
+// begin starts a round: it stops the merger of the last round, and marks the
+// watch whose event that merger took as fired.
+func (c *watchCache) begin() {
+	if c.merge != nil {
+		if i := c.merge.stop(); i >= 0 {
+			c.used[i].fired = true
+		}
+		c.merge = nil
+	}
+	c.used = c.used[:0]
+	c.round++
+}
+
+// watchTopics returns the topic list and adds its watch to the round: the
+// pending one when it has not fired, else a new one.
+func (c *watchCache) watchTopics(kz *kazoo.Kazoo) (kazoo.TopicList, error) {
+	if c.list == nil || c.list.hasFired() {
+		c.list = nil
+		topics, changed, err := kz.WatchTopics()
+		if err != nil {
+			return nil, err
+		}
+		c.list = &pendingWatch{changed: changed, topics: topics}
+	}
+	c.list.round = c.round
+	c.used = append(c.used, c.list)
+	return c.list.topics, nil
+}
+
+// watchTopic returns the partitions of the topic and adds the watch on its
+// node to the round: the pending one when it has not fired, else a new one.
+func (c *watchCache) watchTopic(kz *kazoo.Kazoo, name string) (kazoo.PartitionList, error) {
+	w := c.topics[name]
+	if w == nil || w.hasFired() {
+		delete(c.topics, name)
+		partitions, changed, err := kz.Topic(name).WatchPartitions()
+		if err != nil {
+			return nil, err
+		}
+		w = &pendingWatch{changed: changed, partitions: partitions}
+		if c.topics == nil {
+			c.topics = make(map[string]*pendingWatch)
+		}
+		c.topics[name] = w
+	}
+	w.round = c.round
+	c.used = append(c.used, w)
+	return w.partitions, nil
+}
+
+// end ends the round: it drops the topic watches that the round did not use
+// (their topics were deleted or left the subscription; the client still
+// holds them until they fire), and returns a channel that receives the
+// first event of the round's watches, as firstEvent does. The topic list's
+// watch is kept even when unused, for a later round that needs it.
+func (c *watchCache) end() <-chan zk.Event {
+	for name, w := range c.topics {
+		if w.round != c.round {
+			delete(c.topics, name)
+		}
+	}
+	watches := make([]<-chan samuelzk.Event, len(c.used))
+	for i, w := range c.used {
+		watches[i] = w.changed
+	}
+	var out <-chan zk.Event
+	c.merge, out = startMerger(watches)
+	return out
+}
+
 // firstEvent merges one-shot ZooKeeper watches of kazoo-go (which uses the
 // archived samuel/go-zookeeper client) into one channel of go-zookeeper's
 // events: it receives the first event of any of them, and is then closed.
 // This is the one place where the two clients' types meet.
 //
-// Its goroutine ends with the first event. The watches that have not fired
-// then are left to the ZooKeeper client, which sends their one event into a
-// buffered channel and closes it when they fire or when the connection is
-// closed, so nothing is left running after Close.
+// Its goroutine (a merger that nobody stops) ends with the first event. The
+// watches that have not fired then are left to the ZooKeeper client, which
+// sends their one event into a buffered channel and closes it when they fire
+// or when the connection is closed, so nothing is left running after Close.
 func firstEvent(watches []<-chan samuelzk.Event) <-chan zk.Event {
+	_, out := startMerger(watches)
+	return out
+}
+
+// merger is a goroutine that waits for the first event of a set of watches
+// and passes it on, converted, to its output channel (buffered, so that it
+// never blocks); it then closes the channel and ends. stop ends it early,
+// closing the channel without an event.
+type merger struct {
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed by the goroutine when it ends
+	// took is the index of the watch whose event (or close) the goroutine
+	// took, or -1; written by the goroutine before it closes done.
+	took int
+}
+
+// startMerger starts a merger of the watches and returns it with its output
+// channel. Without watches, it starts nothing, and the channel never fires.
+func startMerger(watches []<-chan samuelzk.Event) (*merger, <-chan zk.Event) {
+	m := &merger{quit: make(chan struct{}), done: make(chan struct{}), took: -1}
 	out := make(chan zk.Event, 1)
 	if len(watches) == 0 {
-		return out // nothing to watch: it never fires
+		close(m.done)
+		return m, out
 	}
-	cases := make([]reflect.SelectCase, len(watches))
+	cases := make([]reflect.SelectCase, len(watches)+1)
 	for i, w := range watches {
 		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)}
 	}
+	cases[len(watches)] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(m.quit)}
 	go func() {
+		defer close(m.done)
 		defer close(out)
-		_, v, ok := reflect.Select(cases)
+		i, v, ok := reflect.Select(cases)
+		if i == len(watches) {
+			return // stopped: the output is abandoned
+		}
+		m.took = i
 		if !ok {
 			out <- zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Err: zk.ErrClosing}
 			return
 		}
 		out <- convertEvent(v.Interface().(samuelzk.Event))
 	}()
-	return out
+	return m, out
+}
+
+// stop ends the merger, if it is still waiting, and waits until it is gone.
+// It returns the index of the watch whose event the merger took, or -1. It
+// is called once, by the merger's owner.
+func (m *merger) stop() int {
+	close(m.quit)
+	<-m.done
+	return m.took
 }
 
 // convertEvent converts an event of the archived ZooKeeper client into one of
