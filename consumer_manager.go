@@ -353,6 +353,11 @@ type consumerManager struct {
 	// closing the offset manager, which releases every one.
 	forwarders sync.WaitGroup
 
+	// closers counts the goroutines that finish closing the partition
+	// consumers of stopped partitions (closeInBackground); closeKafka waits
+	// for them.
+	closers sync.WaitGroup
+
 	// The marker goroutine (markLoop), started by Join and stopped by
 	// shutdown, marks the partitions' acked prefixes every markInterval.
 	markStop, markDone chan struct{}
@@ -860,6 +865,21 @@ func (cm *consumerManager) commitLoop() {
 	}
 }
 
+// closeInBackground closes a partition consumer without waiting: sarama's
+// Close waits until the fetch in flight returns, which against a hung
+// broker takes up to Net.ReadTimeout, and a stopping partition must not
+// wait for that. Its goroutine drains the errors (sarama may block on them)
+// until sarama closes them; closeKafka waits for it.
+func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
+	pc.AsyncClose()
+	cm.closers.Add(1)
+	go func() {
+		defer cm.closers.Done()
+		for range pc.Errors() {
+		}
+	}()
+}
+
 // closeGrace bounds how long Close waits for sarama's offset manager to
 // close (its last commit round, with retries) before it closes the Kafka
 // client under it, which makes the remaining retries fail at once.
@@ -905,6 +925,7 @@ func (cm *consumerManager) closeKafka() error {
 				cm.logf("Failed to close consumer: %s.", err)
 			}
 		}
+		cm.closers.Wait()
 		if cm.commitStop != nil {
 			close(cm.commitStop)
 			<-cm.commitDone

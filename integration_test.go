@@ -144,7 +144,10 @@ func newestOffsets(t testing.TB, client sarama.Client, topic string) map[int32]i
 	return result
 }
 
-// commitOffsets commits offsets for the group, as its starting point.
+// commitOffsets commits offsets for the group, as its starting point, and
+// checks that they were committed. sarama's MarkOffset moves the offset to
+// commit forward only, and ResetOffset back only: for a group that has
+// committed nothing (its offset is -1), ResetOffset alone commits nothing.
 func commitOffsets(t testing.TB, client sarama.Client, group, topic string, offsets map[int32]int64) {
 	t.Helper()
 	om, err := sarama.NewOffsetManagerFromClient(group, client)
@@ -156,12 +159,19 @@ func commitOffsets(t testing.TB, client sarama.Client, group, topic string, offs
 		if err != nil {
 			t.Fatalf("manage %s/%d: %s", topic, p, err)
 		}
+		pom.MarkOffset(o, "")
 		pom.ResetOffset(o, "")
 		pom.AsyncClose()
 	}
 	om.Commit()
 	if err := om.Close(); err != nil {
 		t.Fatalf("close offset manager: %s", err)
+	}
+	committed := committedOffsets(t, client, group, topic)
+	for p, o := range offsets {
+		if committed[p] != o {
+			t.Fatalf("committed %d for %s/%d of group %s; the group's offset is %d", o, topic, p, group, committed[p])
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ package kafkaconsumer
 // full, and when it stops.
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +110,68 @@ func TestOffsetManagerErrorsReadWhileConsumerRestarts(t *testing.T) {
 	<-restarting
 	close(pom.errors) // sarama closes it when it releases the partition
 	cm.forwarders.Wait()
+}
+
+// receiveWithin receives from ch or fails the test after 3 s.
+func receiveWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(3 * time.Second):
+		t.Fatalf("no %s within 3 s", what)
+		var zero T
+		return zero
+	}
+}
+
+// TestPauseAtMaxPendingAcksIsReported: a partition that reaches
+// MaxPendingAcks hands out nothing until its oldest message is acked. A
+// user who acks only the last message of each batch stops there for good;
+// it must say so, once per pause: ErrMaxPendingAcks on Errors(), a log
+// line, and Stats().Paused.
+func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
+	verifyNoLeaks(t)
+	config := NewConfig()
+	config.MaxPendingAcks = 4
+	cm, pm := fakeManager(config, nil, nil)
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	pc := newFakePartitionConsumer(16)
+	for o := int64(0); o < 10; o++ {
+		pc.messages <- &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o}
+	}
+	killed := make(chan bool, 1)
+	go func() { killed <- pm.consume(pc) }()
+	defer func() {
+		pm.t.Kill(nil)
+		receiveWithin(t, killed, "end of consume after the kill")
+	}()
+
+	var got []*sarama.ConsumerMessage
+	for i := 0; i < 4; i++ {
+		got = append(got, receiveWithin(t, cm.messages, "message"))
+	}
+	err := receiveWithin(t, (<-chan error)(cm.errors), "error after the pause")
+	var ce *sarama.ConsumerError
+	if !errors.Is(err, ErrMaxPendingAcks) || !errors.As(err, &ce) || ce.Topic != "t" {
+		t.Fatalf("error = %v; want a *sarama.ConsumerError of t/0 wrapping ErrMaxPendingAcks", err)
+	}
+	if s := cm.Stats(); len(s) != 1 || !s[0].Paused || s[0].Pending != 4 {
+		t.Fatalf("Stats = %+v; want t/0 paused with 4 pending", s)
+	}
+
+	cm.Ack(got[3]) // not the oldest: still no room
+	cm.Ack(got[1])
+	cm.Ack(got[0]) // 0 and 1 leave: room for two more
+	got = append(got, receiveWithin(t, cm.messages, "message after the ack"), receiveWithin(t, cm.messages, "message after the ack"))
+	if got[4].Offset != 4 || got[5].Offset != 5 {
+		t.Fatalf("after the ack, handed out %d and %d; want 4 and 5", got[4].Offset, got[5].Offset)
+	}
+	err = receiveWithin(t, (<-chan error)(cm.errors), "error after the second pause")
+	if !errors.Is(err, ErrMaxPendingAcks) {
+		t.Fatalf("error = %v; want ErrMaxPendingAcks", err)
+	}
+	if n := len(cm.errors); n != 0 {
+		t.Fatalf("%d more errors; want one per pause", n)
+	}
 }

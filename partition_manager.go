@@ -323,11 +323,12 @@ func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager
 		pm.mu.Lock()
 		pm.pc = nil
 		pm.mu.Unlock()
-		if err := pc.Close(); err != nil && !killed {
-			pm.logf("Partition consumer stopped: %s.", err)
-		}
 		if killed {
+			pm.parent.closeInBackground(pc)
 			return
+		}
+		if err := pc.Close(); err != nil {
+			pm.logf("Partition consumer stopped: %s.", err)
 		}
 		pm.logf("Partition consumer stopped by itself; starting it again.")
 	}

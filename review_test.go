@@ -15,11 +15,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // reviewLogs routes the package's and sarama's logs to stderr when
@@ -101,7 +103,7 @@ func waitCommitted(t testing.TB, client sarama.Client, group, topic string, want
 // errorLog records what a consumer reports on Errors until it is closed.
 type errorLog struct {
 	mu   sync.Mutex
-	errs []string
+	errs []error
 	done chan struct{}
 }
 
@@ -111,7 +113,7 @@ func logErrors(c Consumer) *errorLog {
 		defer close(el.done)
 		for err := range c.Errors() {
 			el.mu.Lock()
-			el.errs = append(el.errs, err.Error())
+			el.errs = append(el.errs, err)
 			el.mu.Unlock()
 		}
 	}()
@@ -124,7 +126,8 @@ func (el *errorLog) summary() string {
 	defer el.mu.Unlock()
 	distinct := make(map[string]int)
 	var order []string
-	for _, e := range el.errs {
+	for _, err := range el.errs {
+		e := err.Error()
 		if distinct[e] == 0 {
 			order = append(order, e)
 		}
@@ -137,36 +140,17 @@ func (el *errorLog) summary() string {
 	return fmt.Sprintf("%d errors: %s", len(el.errs), strings.Join(parts, "; "))
 }
 
-// commitOffsetsChecked commits offsets for the group and checks that they
-// were committed. (commitOffsets of integration_test.go only calls
-// ResetOffset, which sarama ignores for an offset above the stored one: for
-// a group that has committed nothing, whose stored offset is -1, it commits
-// nothing.) MarkOffset moves the offset forward, ResetOffset back.
-func commitOffsetsChecked(t testing.TB, client sarama.Client, group, topic string, offsets map[int32]int64) {
-	t.Helper()
-	om, err := sarama.NewOffsetManagerFromClient(group, client)
-	if err != nil {
-		t.Fatalf("offset manager: %s", err)
-	}
-	for p, o := range offsets {
-		pom, err := om.ManagePartition(topic, p)
-		if err != nil {
-			t.Fatalf("manage %s/%d: %s", topic, p, err)
-		}
-		pom.MarkOffset(o, "")
-		pom.ResetOffset(o, "")
-		pom.AsyncClose()
-	}
-	om.Commit()
-	if err := om.Close(); err != nil {
-		t.Fatalf("close offset manager: %s", err)
-	}
-	committed := committedOffsets(t, client, group, topic)
-	for p, o := range offsets {
-		if committed[p] != o {
-			t.Fatalf("committed %d for %s/%d of group %s; the group's offset is %d", o, topic, p, group, committed[p])
+// count returns how many of the errors so far match target (errors.Is).
+func (el *errorLog) count(target error) int {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	n := 0
+	for _, err := range el.errs {
+		if errors.Is(err, target) {
+			n++
 		}
 	}
+	return n
 }
 
 // TestReviewNewestStartIsCommitted: with Offsets.Initial = OffsetNewest, a
@@ -244,7 +228,7 @@ func TestReviewNewestResetIsCommitted(t *testing.T) {
 	group := uniqueName("rv.reset")
 
 	gone := produce(t, client, topic, "gone", 10)
-	commitOffsetsChecked(t, client, group, topic, map[int32]int64{0: 2})
+	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
 	kept := produce(t, client, topic, "kept", 10)
 	// As retention would: the committed offset 2 falls out of range.
 	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
@@ -533,4 +517,284 @@ func deleteRecursive(conn *zk.Conn, path string) error {
 		return err
 	}
 	return nil
+}
+
+// ownerNode returns the instance ID in the owner node of a partition of
+// group, or "" when there is none.
+func ownerNode(t testing.TB, conn *zk.Conn, chroot, group, topic string, partition int32) string {
+	t.Helper()
+	data, _, err := conn.Get(fmt.Sprintf("%s/consumers/%s/owners/%s/%d", chroot, group, topic, partition))
+	if errors.Is(err, zk.ErrNoNode) {
+		return ""
+	} else if err != nil {
+		t.Fatalf("get owner of %s/%d: %s", topic, partition, err)
+	}
+	return string(data)
+}
+
+// testZookeeper connects to the test cluster's ZooKeeper; it returns the
+// connection, closed at cleanup, and the chroot of zookeeperPeers.
+func testZookeeper(t testing.TB) (*zk.Conn, string) {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn, chroot
+}
+
+// waitAllClaimed waits until the consumer runs n partitions, each claimed.
+func waitAllClaimed(t *testing.T, c Consumer, n int, timeout time.Duration, who string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%s to claim its %d partitions", who, n), func() bool {
+		stats := c.Stats()
+		if len(stats) != n {
+			return false
+		}
+		for _, s := range stats {
+			if !s.Claimed {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestReviewFailedReleaseIsRetried: a release of a claim that fails once
+// (a ZooKeeper connection blip at that moment, with the session alive) must
+// be tried again. It was tried once and only logged: the owner node stayed,
+// and the next owner waited on it for ever.
+func TestReviewFailedReleaseIsRetried(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	reviewLogs(t)
+	group := uniqueName("rv.release")
+	var calls atomic.Int32
+	config := testConfig()
+	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+		if calls.Add(1) == 1 {
+			return zk.ErrConnectionClosed // the first release fails
+		}
+		return nil
+	}}
+	a := joinReview(t, group, TopicSubscription("test.4"), config)
+	colA := collect(a, nil)
+	waitAllClaimed(t, a, 4, 30*time.Second, "A")
+
+	b := joinReview(t, group, TopicSubscription("test.4"), nil)
+	colB := collect(b, nil)
+	waitAllClaimed(t, b, 2, 20*time.Second, "B, after A released 2 partitions with one failed release")
+	if n := calls.Load(); n < 3 {
+		t.Errorf("A tried %d releases; want 2 and a retry", n)
+	}
+	colB.close(t)
+	colA.close(t)
+	checkDeregistered(t, group, a, b)
+}
+
+// TestReviewOrphanClaimIsSwept: when the release of a claim keeps failing
+// past the stop's deadline (ZooKeeper unreachable for longer), the
+// partition manager gives up and reports ErrReleaseFailed; the consumer
+// manager goes on trying, so that the claim goes once ZooKeeper answers.
+func TestReviewOrphanClaimIsSwept(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	reviewLogs(t)
+	group := uniqueName("rv.orphan")
+	var failing atomic.Bool
+	config := testConfig()
+	config.MaxProcessingTime = 200 * time.Millisecond
+	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+		if failing.Load() {
+			return zk.ErrNoServer
+		}
+		return nil
+	}}
+	a := joinReview(t, group, TopicSubscription("test.4"), config)
+	colA := collect(a, nil)
+	errsA := logErrors(a)
+	waitAllClaimed(t, a, 4, 30*time.Second, "A")
+
+	failing.Store(true)
+	b := joinReview(t, group, TopicSubscription("test.4"), nil)
+	colB := collect(b, nil)
+	waitFor(t, 20*time.Second, "A to report ErrReleaseFailed", func() bool { return errsA.count(ErrReleaseFailed) > 0 })
+	conn, chroot := testZookeeper(t)
+	idA := a.(*consumerManager).instance.ID
+	left := 0
+	for p := int32(0); p < 4; p++ {
+		if ownerNode(t, conn, chroot, group, "test.4", p) == idA {
+			left++
+		}
+	}
+	if left != 4 {
+		t.Errorf("A's ID is on %d owner nodes after its failed releases; want 4 (2 kept, 2 left behind)", left)
+	}
+
+	failing.Store(false) // ZooKeeper answers again
+	waitAllClaimed(t, b, 2, 10*time.Second, "B, once A's claims left behind are released")
+	colB.close(t)
+	colA.close(t)
+	checkDeregistered(t, group, a, b)
+}
+
+// TestReviewClaimedFalseAfterSessionLoss: when the ZooKeeper session that
+// held the claims is lost, Stats must stop showing the partitions claimed
+// while they stop (which waits up to MaxProcessingTime for acks). The test
+// does to ZooKeeper what a session expiry does: it deletes the instance's
+// registration and owner nodes.
+func TestReviewClaimedFalseAfterSessionLoss(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	reviewLogs(t)
+	client := newTestClient(t)
+	group := uniqueName("rv.session")
+	startGroupAt(t, client, group, "test.4")
+	config := testConfig()
+	config.MaxProcessingTime = 3 * time.Second
+	a := joinReview(t, group, TopicSubscription("test.4"), config)
+	col := collect(a, func(*sarama.ConsumerMessage) bool { return false }) // hold every message: the stop waits
+	errs := logErrors(a)
+	waitAllClaimed(t, a, 4, 30*time.Second, "A")
+	values := produce(t, client, "test.4", group, 8)
+	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+
+	conn, chroot := testZookeeper(t)
+	id := a.(*consumerManager).instance.ID
+	base := fmt.Sprintf("%s/consumers/%s", chroot, group)
+	for p := 0; p < 4; p++ {
+		if err := conn.Delete(fmt.Sprintf("%s/owners/test.4/%d", base, p), -1); err != nil {
+			t.Fatalf("delete owner node of test.4/%d: %s", p, err)
+		}
+	}
+	if err := conn.Delete(base+"/ids/"+id, -1); err != nil {
+		t.Fatalf("delete registration: %s", err)
+	}
+
+	waitFor(t, 20*time.Second, "ErrRegistrationLost", func() bool { return errs.count(ErrRegistrationLost) > 0 })
+	deadline := time.Now().Add(2 * time.Second) // within the stop, which waits 3 s for acks
+	for time.Now().Before(deadline) {
+		for _, s := range a.Stats() {
+			if s.Claimed && ownerNode(t, conn, chroot, group, s.Topic, s.Partition) != id {
+				t.Fatalf("Stats shows %s/%d claimed after the session that held the claim was lost", s.Topic, s.Partition)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	waitAllClaimed(t, a, 4, 30*time.Second, "A, registered again")
+	col.close(t)
+	checkDeregistered(t, group, a)
+}
+
+// TestFaultCloseIsBounded: Close returns within its documented bound when
+// Kafka hangs (the broker's JVM stopped with SIGSTOP: connections are
+// accepted, nothing answers) and when ZooKeeper is down, and it says what
+// did not complete. Before, the final commit ran before the wait's timer,
+// each commit waited Net.ReadTimeout, and the offset manager's Close
+// retried its flush: minutes.
+func TestFaultCloseIsBounded(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	reviewLogs(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	topic := uniqueName("rv-bounded")
+	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	producerConfig := sarama.NewConfig()
+	producerConfig.Producer.Return.Successes = true
+	producerConfig.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	client, err := sarama.NewClient(cluster.KafkaPeers(), producerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	config := testConfig()
+	config.MaxProcessingTime = time.Second
+	config.Net.ReadTimeout = 3 * time.Second
+	config.Net.DialTimeout = 3 * time.Second
+	config.Net.WriteTimeout = 3 * time.Second
+	bound := config.MaxProcessingTime + stopGrace + closeGrace + config.Net.ReadTimeout + 3*time.Second
+
+	// closeWithin closes c, which holds an unacked message, and checks the
+	// time it took and its error.
+	closeWithin := func(c Consumer, what string, want error) {
+		t.Helper()
+		start := time.Now()
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		select {
+		case err = <-closed:
+		case <-time.After(bound + time.Minute):
+			t.Fatalf("Close with %s did not return within %s", what, bound+time.Minute)
+		}
+		took := time.Since(start)
+		t.Logf("Close with %s took %s (bound %s): %v", what, took.Round(time.Millisecond), bound, err)
+		if took > bound {
+			t.Errorf("Close with %s took %s; want at most %s", what, took.Round(time.Millisecond), bound)
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("Close with %s = %v; want %v", what, err, want)
+		}
+	}
+
+	// Phase 1: the broker hangs.
+	group := uniqueName("rv.bounded")
+	values := produce(t, client, topic, "hung", 20)
+	c, err := Join(group, TopicSubscription(topic), cluster.ZookeeperPeers(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(c, func(msg *sarama.ConsumerMessage) bool { return string(msg.Value) != values[5] })
+	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+	pid := cluster.BrokerPID(0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	closeWithin(c, "the broker hung", ErrCommitTimeout)
+	resume()
+	<-col.done
+	// The broker's ZooKeeper session may have expired while it was stopped:
+	// wait until it registered again.
+	conn, _, err := zk.Connect([]string{cluster.ZookeeperPeers()}, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitFor(t, time.Minute, "the broker to register again", func() bool {
+		ids, _, err := conn.Children("/brokers/ids")
+		return err == nil && len(ids) == 1
+	})
+
+	// Phase 2: ZooKeeper is down.
+	group = uniqueName("rv.bounded")
+	values = produce(t, client, topic, "zk", 20)
+	c, err = Join(group, TopicSubscription(topic), cluster.ZookeeperPeers(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col = collect(c, func(msg *sarama.ConsumerMessage) bool { return string(msg.Value) != values[5] })
+	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+	if err := cluster.StopZooKeeper(0); err != nil {
+		t.Fatal(err)
+	}
+	closeWithin(c, "ZooKeeper down", ErrReleaseFailed)
+	<-col.done
+	if err := cluster.StartZooKeeper(0); err != nil {
+		t.Fatal(err)
+	}
 }
