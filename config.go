@@ -50,21 +50,32 @@ type Config struct {
 	// rebalance or by Close) waits for the messages it handed out to be
 	// acked before it commits what was acked and lets go of the partition.
 	// Messages not acked by then are consumed again by the next owner.
-	// Default 60 s.
+	// The final commit and the release of the claim may take 5 s more:
+	// a stopping partition holds its claim for at most MaxProcessingTime
+	// + 5 s, whatever Kafka and ZooKeeper do. Under an orchestrator, keep
+	// it below the grace period of a stop (30 s in Kubernetes) minus 10 s
+	// (see Consumer.Close). Default 60 s.
 	MaxProcessingTime time.Duration
 
 	// MaxPendingAcks bounds, per partition, how many messages may be handed
 	// out and not yet committable: those not acked, plus those acked after
-	// a message that is not acked yet. When a partition reaches it, it hands
-	// out nothing more until the oldest of them is acked. The bookkeeping
-	// costs 16 bytes per pending message, so at most 16 * MaxPendingAcks
-	// bytes per partition. Default 16384.
+	// a message that is not acked yet. When a partition reaches it, it
+	// pauses: it hands out nothing more until the oldest of them is acked,
+	// and says so (ErrMaxPendingAcks on Errors, PartitionStats.Paused).
+	// Every message must be acked: acking only the last message of a batch
+	// stops the partition here for good. The bookkeeping is a ring of 16
+	// bytes per message that grows by doubling: at most 16 times
+	// MaxPendingAcks rounded up to a power of two bytes per partition
+	// (256 KiB with the default). Default 16384.
 	MaxPendingAcks int
 
 	// OnRebalance, when set, is called after each change of the partitions
-	// this instance consumes, with the partitions it stopped (their acked
-	// offsets committed, their claims released) and those it started (their
-	// claims may still be pending while a previous owner finishes). It is
+	// this instance consumes, with the partitions it stopped and those it
+	// started (their claims may still be pending while a previous owner
+	// finishes). A stopped partition has made its final commit and released
+	// its claim, unless Kafka or ZooKeeper did not answer in time: then
+	// ErrCommitTimeout or ErrReleaseFailed went to Errors() first, and the
+	// release goes on being tried in the background. It is
 	// called from the consumer's manager goroutine, one call at a time, and
 	// no rebalance proceeds until it returns: keep it short, and do not call
 	// Close from it (Interrupt is fine). Default nil.
@@ -77,8 +88,13 @@ type Config struct {
 	Offsets struct {
 		// Initial is the offset to start at when the group has no committed
 		// offset for a partition, or when the committed one is no longer
-		// available (it fell out of retention): sarama.OffsetOldest (the
-		// default) or sarama.OffsetNewest. Kafka's auto.offset.reset.
+		// available (it fell out of retention, or the log was truncated
+		// below it): sarama.OffsetOldest (the default) or
+		// sarama.OffsetNewest. Kafka's auto.offset.reset. The offset it
+		// resolves to becomes the partition's offset to commit before
+		// anything is handed out (with OffsetNewest the partition waits for
+		// that commit), so a partition that stops before its first ack
+		// never leaves its next owner to start at a later newest offset.
 		Initial int64
 	}
 }

@@ -43,12 +43,17 @@ type Consumer interface {
 	// unprocessed: they are not committed, and the next owner of their
 	// partition consumes them again.
 	//
-	// Close is bounded: the partitions stop within MaxProcessingTime + 5 s
-	// (acks until MaxProcessingTime, then the final commit and the release
-	// of the claim), and the Kafka client closes within 5 s more (then
-	// sarama's retries are cut short by closing it; a dial in progress still
-	// takes up to Net.DialTimeout). ZooKeeper requests fail, rather than
-	// wait, while no server is reachable.
+	// Close is bounded. The partitions stop, all at once, within
+	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
+	// commit and the release of the claim. The Kafka connections close
+	// within 5 s more: after that Close closes sarama's client under its
+	// offset manager, which cuts its retries short, though a dial or request
+	// already in flight to a hung broker still takes up to Net.DialTimeout
+	// or Net.ReadTimeout. ZooKeeper requests fail, rather than wait, while
+	// no server answers (about a second per server). So with the defaults,
+	// Close returns within MaxProcessingTime + 10 s + 30 s at worst, and
+	// within MaxProcessingTime + 10 s when the brokers refuse connections
+	// or are reachable.
 	//
 	// Close returns nil when all of that completed. Otherwise it returns
 	// what did not (several errors joined; test them with errors.Is):
@@ -65,9 +70,15 @@ type Consumer interface {
 
 	// Errors returns the channel of errors that the consumer met and worked
 	// around (when Config.Consumer.Return.Errors is true, the default):
-	// partition consumer and offset commit errors as *sarama.ConsumerError.
-	// Reading it is optional: when it is full, errors are logged and
-	// dropped, never waited for. It is closed at the end of Close.
+	// partition consumer and offset commit errors as *sarama.ConsumerError;
+	// ErrRegistrationLost when the ZooKeeper session was lost; and, each in
+	// a *sarama.ConsumerError naming its partition, ErrMaxPendingAcks (a
+	// partition paused), ErrLogTruncated (a partition started over),
+	// ErrCommitTimeout and ErrReleaseFailed (a partition stopped in a
+	// rebalance without completing its final commit or releasing its
+	// claim). Test them with errors.Is. Reading it is optional: when it is
+	// full, errors are logged and dropped, never waited for. It is closed
+	// at the end of Close.
 	Errors() <-chan error
 
 	// Ack marks a message from Messages as processed. Acks may come in any
@@ -146,10 +157,17 @@ type PartitionStats struct {
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
-// Join waits at most config.Zookeeper.Timeout for a ZooKeeper session (and
-// up to a second more to close a failed attempt). On any error it returns
-// it (wrapping one of the Err* values of this package, or the error of
-// sarama or ZooKeeper) and leaves nothing running or registered.
+// Join waits at most config.Zookeeper.Timeout for a first ZooKeeper
+// session (and up to a second more to close a failed attempt). What
+// follows is bounded by the clients: a ZooKeeper request fails with
+// zk.ErrNoServer once every server refused or timed out (about a second
+// each), and sarama gives up on Kafka after trying every broker
+// Metadata.Retry.Max + 1 times, each dial taking up to Net.DialTimeout.
+// Join connects to Kafka before it registers the instance, so that the
+// group never hands a share to an instance that cannot consume it. On any
+// error it returns it (wrapping one of the Err* values of this package, or
+// the error of sarama or ZooKeeper) and leaves nothing running or
+// registered.
 func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)

@@ -83,6 +83,15 @@ func ExampleConsumer_Stats() {
 	}
 	defer consumer.Close()
 
+	// Process and ack messages as usual: a partition hands out nothing
+	// more once MaxPendingAcks of its messages are not acked.
+	go func() {
+		for msg := range consumer.Messages() {
+			// ... process msg ...
+			consumer.Ack(msg)
+		}
+	}()
+
 	ticker := time.NewTicker(10 * time.Second)
 	defer ticker.Stop()
 	for range ticker.C {
@@ -91,8 +100,8 @@ func ExampleConsumer_Stats() {
 			if s.Lag > 0 {
 				lag += s.Lag
 			}
-			log.Printf("%s/%d: handed out %d, committed %d, pending %d, lag %d",
-				s.Topic, s.Partition, s.LastHandedOut, s.Committed, s.Pending, s.Lag)
+			log.Printf("%s/%d: claimed %t, paused %t, handed out %d, committed %d, pending %d, lag %d",
+				s.Topic, s.Partition, s.Claimed, s.Paused, s.LastHandedOut, s.Committed, s.Pending, s.Lag)
 		}
 		log.Printf("total lag %d", lag)
 	}
@@ -104,7 +113,7 @@ func ExampleConfig_rebalance() {
 	config := kafkaconsumer.NewConfig()
 	config.OnRebalance = func(r kafkaconsumer.Rebalance) {
 		for _, tp := range r.Revoked {
-			log.Printf("stopped %s/%d (acked offsets committed)", tp.Topic, tp.Partition)
+			log.Printf("stopped %s/%d (acked offsets committed, claim released)", tp.Topic, tp.Partition)
 		}
 		for _, tp := range r.Assigned {
 			log.Printf("started %s/%d", tp.Topic, tp.Partition)
