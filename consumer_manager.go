@@ -585,9 +585,12 @@ func (cm *consumerManager) addOrphan(tp topicPartition) {
 
 // releaseOrphans deletes the owner nodes of the orphans that hold this
 // instance's ID, and returns the orphans it could not check or delete (to
-// try again). An orphan that a partition manager runs again is left to it:
-// its claim takes over a node with this instance's ID. It runs on the
-// manager goroutine, which alone changes the partition managers.
+// try again). After the first failure it tries no more this time: each
+// attempt takes about a second per server while ZooKeeper is unreachable,
+// and the manager goroutine must not stay away from its watches that
+// long. An orphan that a partition manager runs again is left to it: its
+// claim takes over a node with this instance's ID. It runs on the manager
+// goroutine, which alone changes the partition managers.
 func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 	cm.orphanMu.Lock()
 	orphans := make([]topicPartition, 0, len(cm.orphans))
@@ -596,7 +599,7 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 	}
 	cm.orphanMu.Unlock()
 	running := *cm.pms.Load()
-	for _, tp := range orphans {
+	for i, tp := range orphans {
 		if running[tp] == nil {
 			err := cm.releasePartition(tp)
 			switch {
@@ -606,8 +609,7 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 				// gone, or another instance's
 			default:
 				cm.logf("Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
-				left = append(left, tp)
-				continue
+				return append(left, orphans[i:]...)
 			}
 		}
 		cm.orphanMu.Lock()
