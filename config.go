@@ -46,6 +46,25 @@ type Config struct {
 	// Logger defaults to one that writes to the package Logger.
 	Zookeeper *kazoo.Config
 
+	// Brokers, when not empty, are the Kafka addresses ("host:port") that
+	// sarama's client bootstraps from, instead of those of the brokers
+	// registered in ZooKeeper: discovery through ZooKeeper is skipped
+	// entirely (ZooKeeper still coordinates the group). Give the addresses
+	// of the listener that fits the sarama configuration (Net.TLS,
+	// Net.SASL). Kafka's bootstrap.servers. Default nil: discover.
+	Brokers []string
+
+	// Listener names the listener of the registered brokers to connect to
+	// (as in the brokers' listeners setting, e.g. "EXTERNAL"), when the
+	// brokers are found through ZooKeeper. Default "": the first listener
+	// of each broker whose security protocol fits the sarama
+	// configuration: SASL_SSL when Net.TLS.Enable and Net.SASL.Enable are
+	// both set, SSL with TLS only, SASL_PLAINTEXT with SASL only,
+	// PLAINTEXT with neither. Join fails with an error wrapping
+	// ErrNoBrokers, naming the listeners found, when no broker has the
+	// listener. It cannot be combined with Brokers.
+	Listener string
+
 	// MaxProcessingTime is how long a partition that is being stopped (in a
 	// rebalance or by Close) waits for the messages it handed out to be
 	// acked before it commits what was acked and lets go of the partition.
@@ -133,6 +152,15 @@ func (c *Config) Validate() error {
 	case c.Offsets.Initial != sarama.OffsetOldest && c.Offsets.Initial != sarama.OffsetNewest:
 		return fmt.Errorf("%w: Offsets.Initial must be sarama.OffsetOldest (%d) or sarama.OffsetNewest (%d), got %d",
 			ErrInvalidConfig, sarama.OffsetOldest, sarama.OffsetNewest, c.Offsets.Initial)
+	case c.Listener != "" && !validListenerName(c.Listener):
+		return fmt.Errorf("%w: Listener %q is not a listener name (letters, digits, '_' and '-')", ErrInvalidConfig, c.Listener)
+	case c.Listener != "" && len(c.Brokers) > 0:
+		return fmt.Errorf("%w: Listener %q and Brokers are both set; Listener only selects among brokers found through ZooKeeper", ErrInvalidConfig, c.Listener)
+	}
+	for _, addr := range c.Brokers {
+		if err := validateBrokerAddr(addr); err != nil {
+			return fmt.Errorf("%w: Brokers: %w", ErrInvalidConfig, err)
+		}
 	}
 	if err := c.Config.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

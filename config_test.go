@@ -48,6 +48,15 @@ func TestConfigValidate(t *testing.T) {
 		{"Zookeeper nil", func(c *Config) { c.Zookeeper = nil }, "Zookeeper"},
 		{"sarama nil", func(c *Config) { c.Config = nil }, "sarama"},
 		{"sarama invalid", func(c *Config) { c.ChannelBufferSize = -1 }, "ChannelBufferSize"},
+		{"Brokers without port", func(c *Config) { c.Brokers = []string{"kafka1"} }, "Brokers"},
+		{"Brokers empty host", func(c *Config) { c.Brokers = []string{":9092"} }, "Brokers"},
+		{"Brokers bad port", func(c *Config) { c.Brokers = []string{"kafka1:0"} }, "Brokers"},
+		{"Brokers port too big", func(c *Config) { c.Brokers = []string{"kafka1:65536"} }, "Brokers"},
+		{"Brokers URL", func(c *Config) { c.Brokers = []string{"kafka1:9092", "SASL_SSL://kafka2:9093"} }, "Brokers"},
+		{"Brokers empty entry", func(c *Config) { c.Brokers = []string{""} }, "Brokers"},
+		{"Brokers IPv6 without brackets", func(c *Config) { c.Brokers = []string{"::1:9092"} }, "Brokers"},
+		{"Listener malformed", func(c *Config) { c.Listener = "SASL_SSL://" }, "Listener"},
+		{"Listener and Brokers", func(c *Config) { c.Listener = "EXTERNAL"; c.Brokers = []string{"kafka1:9092"} }, "Listener"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +74,18 @@ func TestConfigValidate(t *testing.T) {
 	var nilConfig *Config
 	if err := nilConfig.Validate(); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("nil Validate() = %v", err)
+	}
+	for _, brokers := range [][]string{{"kafka1:9092"}, {"10.0.0.1:9093", "[::1]:9094", "kafka-2.example.com:19092"}} {
+		c := NewConfig()
+		c.Brokers = brokers
+		if err := c.Validate(); err != nil {
+			t.Errorf("Brokers %q rejected: %s", brokers, err)
+		}
+	}
+	listener := NewConfig()
+	listener.Listener = "EXTERNAL_SASL-1"
+	if err := listener.Validate(); err != nil {
+		t.Errorf("Listener %q rejected: %s", listener.Listener, err)
 	}
 	newest := NewConfig()
 	newest.Offsets.Initial = sarama.OffsetNewest

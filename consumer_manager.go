@@ -275,8 +275,8 @@ func (cm *consumerManager) markLoop() {
 	}
 }
 
-// connect does the work of Join after validation: broker discovery through
-// ZooKeeper, the sarama client, offset manager and consumer, and last the
+// connect does the work of Join after validation: broker discovery (see
+// discoverBrokers), the sarama client, offset manager and consumer, and last the
 // registration, so that the group never hands a share to an instance that
 // cannot consume it. On error, closeConnections undoes what was done.
 func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON []byte) error {
@@ -289,14 +289,10 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 	cm.instance = cm.kzGroup.Instance(id)
 	cm.subscriptionJSON = subscriptionJSON
 
-	brokers, err := kz.BrokerList()
+	brokers, err := cm.discoverBrokers(nodes)
 	if err != nil {
-		return fmt.Errorf("list kafka brokers in zookeeper: %w", convertError(err))
+		return err
 	}
-	if len(brokers) == 0 {
-		return ErrNoBrokers
-	}
-	cm.logf("Discovered Kafka cluster at %s.", strings.Join(brokers, ","))
 
 	if cm.client, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)

@@ -66,6 +66,9 @@ var (
 	// Until then the next owner waits.
 	ErrReleaseFailed = errors.New("kafkaconsumer: partition claim not released")
 
-	// ErrNoBrokers is returned by Join when ZooKeeper lists no Kafka broker.
-	ErrNoBrokers = errors.New("kafkaconsumer: no kafka brokers registered in zookeeper")
+	// ErrNoBrokers is returned by Join when ZooKeeper lists no Kafka
+	// broker, or none with a listener that fits the configuration
+	// (Config.Listener, or the security protocol of Net.TLS and Net.SASL);
+	// the error then names the listeners the brokers have.
+	ErrNoBrokers = errors.New("kafkaconsumer: no usable kafka broker found in zookeeper")
 )

@@ -1,0 +1,149 @@
+package kafkaconsumer
+
+// Broker discovery: the Kafka addresses Join bootstraps sarama's client
+// from, either Config.Brokers or the brokers' registrations in ZooKeeper,
+// on the listener that fits the sarama configuration.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/zkbrokers"
+)
+
+// discoverBrokers returns the addresses to bootstrap sarama's client from:
+// Config.Brokers when set; otherwise, for each broker registered in
+// ZooKeeper, the address of its listener named Config.Listener or, without
+// one, of its first listener whose security protocol is the one the
+// sarama configuration speaks (see Config.Listener). It logs what it
+// chose. It reads ZooKeeper through a connection of its own (kazoo-go does
+// not share its own), closed before it returns, and gives up after
+// Zookeeper.Timeout. Errors wrap ErrNoBrokers when no broker fits.
+func (cm *consumerManager) discoverBrokers(nodes []string) ([]string, error) {
+	if len(cm.config.Brokers) > 0 {
+		cm.logf("Using the configured Kafka brokers %s (no discovery through ZooKeeper).", strings.Join(cm.config.Brokers, ","))
+		return append([]string(nil), cm.config.Brokers...), nil
+	}
+	regs, err := readBrokerRegistrations(nodes, cm.config.Zookeeper)
+	if err != nil {
+		return nil, fmt.Errorf("read kafka broker registrations in zookeeper: %w", err)
+	}
+	if len(regs) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper lists none under %s/brokers/ids", ErrNoBrokers, cm.config.Zookeeper.Chroot)
+	}
+	protocol := cm.config.securityProtocol()
+	sel, err := zkbrokers.Select(regs, cm.config.Listener, protocol)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoBrokers, err)
+	}
+	if len(sel.Skipped) > 0 {
+		cm.logf("Kafka brokers %s have no fitting listener; left out.", strings.Join(sel.Skipped, ","))
+	}
+	cm.logf("Discovered Kafka cluster at %s (listener %s, security protocol %s).",
+		strings.Join(sel.Addrs, ","), strings.Join(sel.Listeners, ","), protocol)
+	return sel.Addrs, nil
+}
+
+// securityProtocol returns the Kafka security protocol that the sarama
+// configuration speaks: SASL_SSL, SSL, SASL_PLAINTEXT or PLAINTEXT.
+func (c *Config) securityProtocol() string {
+	return zkbrokers.Protocol(c.Net.TLS.Enable, c.Net.SASL.Enable)
+}
+
+// readBrokerRegistrations reads and parses /brokers/ids/* under the
+// chroot of config, through a ZooKeeper connection of its own that it
+// closes before it returns, within config.Timeout.
+func readBrokerRegistrations(nodes []string, config *kazoo.Config) ([]zkbrokers.Registration, error) {
+	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// The client has no request timeout: at the deadline, closing the
+	// connection fails whatever waits on it.
+	deadline := time.AfterFunc(config.Timeout, conn.Close)
+	defer deadline.Stop()
+	if err := waitSession(events, config.Timeout); err != nil {
+		return nil, err
+	}
+	timedOut := func(err error) error {
+		if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing) {
+			return fmt.Errorf("%w: no answer within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, config.Timeout)
+		}
+		return err
+	}
+	children := func(node string) ([]string, error) {
+		ids, _, err := conn.Children(config.Chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return ids, timedOut(err)
+	}
+	get := func(node string) ([]byte, bool, error) {
+		data, _, err := conn.Get(config.Chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, false, nil
+		}
+		return data, err == nil, timedOut(err)
+	}
+	return zkbrokers.Read(children, get)
+}
+
+// waitSession waits up to timeout for events to report a session.
+func waitSession(events <-chan zk.Event, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return fmt.Errorf("%w: connection closed before a session", ErrZookeeperUnreachable)
+			}
+			switch ev.State {
+			case zk.StateHasSession:
+				return nil
+			case zk.StateAuthFailed:
+				return fmt.Errorf("%w: authentication failed", ErrZookeeperUnreachable)
+			}
+		case <-t.C:
+			return fmt.Errorf("%w: no session within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, timeout)
+		}
+	}
+}
+
+// validateBrokerAddr checks one entry of Config.Brokers: "host:port" or
+// "[ipv6]:port", with a port in 1-65535.
+func validateBrokerAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if host == "" || strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("%q has an empty or malformed host", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("%q has an invalid port", addr)
+	}
+	return nil
+}
+
+// validListenerName reports whether name can be a Kafka listener name:
+// letters, digits, '_' and '-'.
+func validListenerName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,113 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// TestIntegrationBrokersOnPlainCluster checks broker discovery against the
+// plaintext test cluster: a TLS configuration finds no listener and says
+// which ones exist, without registering; Config.Brokers is used instead of
+// the registrations; Config.Listener picks the PLAINTEXT listener by name.
+func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+
+	t.Run("TLS wanted, none registered", func(t *testing.T) {
+		group := uniqueName("it.nolistener")
+		config := testConfig()
+		config.Net.TLS.Enable = true
+		began := time.Now()
+		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		if err == nil {
+			_ = c.Close()
+			t.Fatal("Join with TLS on a plaintext cluster succeeded")
+		}
+		if !errors.Is(err, ErrNoBrokers) || !strings.Contains(err.Error(), "protocol SSL") || !strings.Contains(err.Error(), "PLAINTEXT (PLAINTEXT)") {
+			t.Fatalf("Join = %q, want ErrNoBrokers naming SSL and the PLAINTEXT listener", err)
+		}
+		if took := time.Since(began); took > config.Zookeeper.Timeout+2*time.Second {
+			t.Errorf("Join took %s to fail", took)
+		}
+		checkNoRegistrations(t, zookeeperPeers, group)
+	})
+
+	t.Run("unknown listener name", func(t *testing.T) {
+		group := uniqueName("it.badlistener")
+		config := testConfig()
+		config.Listener = "EXTERNAL"
+		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		if err == nil {
+			_ = c.Close()
+			t.Fatal("Join with an unknown listener succeeded")
+		}
+		if !errors.Is(err, ErrNoBrokers) || !strings.Contains(err.Error(), "listener EXTERNAL") {
+			t.Fatalf("Join = %q, want ErrNoBrokers naming listener EXTERNAL", err)
+		}
+		checkNoRegistrations(t, zookeeperPeers, group)
+	})
+
+	t.Run("Brokers bypass ZooKeeper", func(t *testing.T) {
+		group := uniqueName("it.bootstrap")
+		config := testConfig()
+		config.Brokers = []string{"127.0.0.1:1"} // nothing listens there
+		config.Net.DialTimeout = 500 * time.Millisecond
+		config.Metadata.Retry.Max = 1
+		config.Metadata.Retry.Backoff = 10 * time.Millisecond
+		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		if err == nil {
+			_ = c.Close()
+			t.Fatal("Join with Brokers where nothing listens succeeded: the registered brokers were used")
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("Join = %q, want an error naming 127.0.0.1:1", err)
+		}
+		checkNoRegistrations(t, zookeeperPeers, group)
+	})
+
+	t.Run("Brokers and Listener consume", func(t *testing.T) {
+		client := newTestClient(t)
+		for _, change := range []func(*Config){
+			func(c *Config) { c.Brokers = kafkaPeers },
+			func(c *Config) { c.Listener = "plaintext" },
+		} {
+			group := uniqueName("it.bootstrap")
+			start := startGroupAt(t, client, group, "test.4")
+			config := testConfig()
+			change(config)
+			c := join(t, group, TopicSubscription("test.4"), config)
+			col := collect(c, nil)
+			values := produce(t, client, "test.4", group, 20)
+			waitFor(t, 30*time.Second, "20 messages", func() bool { return col.has(values) })
+			col.close(t)
+			checkCommitted(t, client, group, start, map[string]int{"test.4": 20})
+			checkDeregistered(t, group, c)
+		}
+	})
+}
+
+// checkNoRegistrations checks that the group has no registered instance
+// in the ZooKeeper of connection string zookeeper.
+func checkNoRegistrations(t testing.TB, zookeeper, group string) {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ids, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("list the registrations of %s: %s", group, err)
+	}
+	if len(ids) > 0 {
+		t.Errorf("group %s has registered instances after a failed Join: %v", group, ids)
+	}
+}
