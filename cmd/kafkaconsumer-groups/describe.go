@@ -18,6 +18,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/zkbrokers"
 )
 
 // Errors of describeGroup and listGroups, wrapped with details; test for
@@ -46,8 +48,9 @@ const (
 type GroupDescription struct {
 	Group     string `json:"group"`
 	Zookeeper string `json:"zookeeper"`
-	// Brokers are the Kafka brokers registered in ZooKeeper (host:port),
-	// sorted; the tool talked to them for offsets.
+	// Brokers are the addresses (host:port) of the Kafka brokers
+	// registered in ZooKeeper, on the listener the tool used, sorted; the
+	// tool talked to them for offsets.
 	Brokers []string `json:"brokers"`
 	// State is StateEmpty when no instance is registered; StateStable when
 	// every partition of the subscribed topics is claimed by a registered
@@ -327,8 +330,7 @@ func (s *zkSession) describe(group string) (*GroupDescription, error) {
 		}
 	}
 
-	// Brokers, the way kazoo-go's BrokerList finds them (as the consumers
-	// of the group do).
+	// Brokers, the way the consumers of the group find them.
 	if desc.Brokers, err = s.brokers(); err != nil {
 		return nil, err
 	}
@@ -421,43 +423,21 @@ func parseRegistration(id string, data []byte) Instance {
 	return instance
 }
 
-// brokers returns the address of each broker registered in ZooKeeper,
-// sorted. Like kazoo-go's BrokerList, it takes the host and port fields of
-// the registration (Kafka sets them from the first PLAINTEXT listener);
-// when they are empty, it falls back to the first listed endpoint.
+// brokers returns, sorted, the address of each broker registered in
+// ZooKeeper on the listener the tool speaks: the first PLAINTEXT one.
+// The registrations are parsed and the listener chosen as the library
+// does (internal/zkbrokers).
 func (s *zkSession) brokers() ([]string, error) {
-	ids, err := s.children("/brokers/ids")
-	if err != nil {
+	regs, err := zkbrokers.Read(s.children, s.get)
+	if err != nil || len(regs) == 0 {
 		return nil, err
 	}
-	var result []string
-	for _, id := range ids {
-		data, exists, err := s.get(path.Join("/brokers/ids", id))
-		if err != nil {
-			return nil, err
-		}
-		if !exists {
-			continue
-		}
-		var broker struct {
-			Host      string   `json:"host"`
-			Port      int      `json:"port"`
-			Endpoints []string `json:"endpoints"`
-		}
-		if err := json.Unmarshal(data, &broker); err != nil {
-			return nil, fmt.Errorf("zookeeper: broker %s registration %q: %w", id, data, err)
-		}
-		switch {
-		case broker.Host != "" && broker.Port > 0:
-			result = append(result, fmt.Sprintf("%s:%d", broker.Host, broker.Port))
-		case len(broker.Endpoints) > 0:
-			if _, addr, ok := strings.Cut(broker.Endpoints[0], "://"); ok {
-				result = append(result, addr)
-			}
-		}
+	sel, err := zkbrokers.Select(regs, "", zkbrokers.Plaintext)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper %s: %w", s.zookeeper, err)
 	}
-	sort.Strings(result)
-	return result, nil
+	sort.Strings(sel.Addrs)
+	return sel.Addrs, nil
 }
 
 // kafkaResult is what kafkaOffsets found.
