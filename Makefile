@@ -6,8 +6,10 @@
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
 #   make test-short    unit tests only (go test -race -short), no cluster
-#   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3);
-#                      then `. .cluster/env` exports ZOOKEEPER_PEERS and KAFKA_PEERS
+#   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
+#                      SECURITY=plaintext|sasl_ssl|mixed); then `. .cluster/env`
+#                      exports ZOOKEEPER_PEERS and KAFKA_PEERS (and, secured,
+#                      KAFKA_SECURITY, KAFKA_TLS_CA, KAFKA_SASL_*)
 #   make cluster-down  stop it and remove .cluster/
 
 SHELL := /bin/bash
@@ -15,6 +17,7 @@ GO ?= go
 TESTCLUSTER := $(GO) run ./internal/testcluster/cmd/testcluster
 ZOOKEEPERS ?= 1
 BROKERS ?= 1
+SECURITY ?= plaintext
 STATICCHECK_VERSION ?= v0.8.2
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
@@ -27,7 +30,7 @@ jars:
 	$(TESTCLUSTER) jars
 
 cluster-up:
-	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS)
+	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY)
 
 cluster-down:
 	$(TESTCLUSTER) down

@@ -50,6 +50,12 @@ type Options struct {
 	// BrokerConfig adds to or overrides the brokers' server.properties
 	// (for example "auto.create.topics.enable": "true").
 	BrokerConfig map[string]string
+	// Security is the brokers' listener setup: SecurityPlaintext ("" too,
+	// the default), SecuritySASLSSL or SecurityMixed. The secured modes
+	// make a CA and a broker certificate (CAFile) and a SCRAM-SHA-512 user
+	// (SASLUser, SASLPassword) at start; SecureConfig sets up a sarama
+	// client for them.
+	Security string
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -63,6 +69,10 @@ type Cluster struct {
 	java      string
 	timeout   time.Duration
 	logf      func(format string, args ...any)
+
+	security     string   // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
+	tls          tlsFiles // in the secured modes
+	saslPassword string   // of SASLUser, in the secured modes
 
 	// ctx is cancelled by Close, which ends every wait in progress.
 	ctx    context.Context
@@ -90,7 +100,8 @@ type node struct {
 	index        int
 	id           int // myid or broker.id
 	dir          string
-	port         int // client port or PLAINTEXT port
+	port         int // client port, or the port of KafkaPeers
+	securePort   int // the EXTERNAL (SASL_SSL) port in mixed mode
 	quorumPort   int // ZooKeeper ensemble only
 	electionPort int // ZooKeeper ensemble only
 
@@ -108,6 +119,15 @@ func (n *node) String() string {
 }
 
 func (n *node) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
+
+// secureAddr is the broker's SASL_SSL address: the EXTERNAL listener's in
+// mixed mode, addr otherwise.
+func (n *node) secureAddr() string {
+	if n.securePort > 0 {
+		return "127.0.0.1:" + strconv.Itoa(n.securePort)
+	}
+	return n.addr()
+}
 
 func (n *node) getProc() *proc {
 	n.pmu.Lock()
@@ -239,6 +259,11 @@ func Start(opts Options) (*Cluster, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	security, err := validSecurity(opts.Security)
+	if err != nil {
+		return nil, err
+	}
+	opts.Security = security
 	java, err := javaBinary()
 	if err != nil {
 		return nil, err
@@ -267,6 +292,7 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 		java:     java,
 		timeout:  opts.StartTimeout,
 		logf:     opts.Logf,
+		security: opts.Security,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -289,7 +315,7 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 		}
 		old, _ := filepath.Glob(filepath.Join(c.dir, "zookeeper-*"))
 		more, _ := filepath.Glob(filepath.Join(c.dir, "kafka-*"))
-		for _, p := range append(append(old, more...), c.statePath()) {
+		for _, p := range append(append(old, more...), c.statePath(), filepath.Join(c.dir, "tls")) {
 			if err := os.RemoveAll(p); err != nil {
 				return nil, fmt.Errorf("testcluster: %w", err)
 			}
@@ -311,6 +337,18 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	if opts.ZooKeepers > 1 {
 		nports += 2 * opts.ZooKeepers
 	}
+	if c.security == SecurityMixed {
+		nports += opts.Brokers
+	}
+	if c.security != SecurityPlaintext {
+		c.tls = newTLSFiles(c.dir)
+		if err := generateTLS(c.tls); err != nil {
+			return nil, fmt.Errorf("testcluster: TLS certificates: %w", err)
+		}
+		if c.saslPassword, err = newPassword(); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+	}
 	ports, err := freePorts(nports)
 	if err != nil {
 		return nil, err
@@ -325,8 +363,12 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 		c.zks = append(c.zks, n)
 	}
 	for i := 0; i < opts.Brokers; i++ {
-		c.brokers = append(c.brokers, &node{kind: brokerNode, index: i, id: i, port: next(),
-			dir: filepath.Join(c.dir, fmt.Sprintf("kafka-%d", i))})
+		n := &node{kind: brokerNode, index: i, id: i, port: next(),
+			dir: filepath.Join(c.dir, fmt.Sprintf("kafka-%d", i))}
+		if c.security == SecurityMixed {
+			n.securePort = next()
+		}
+		c.brokers = append(c.brokers, n)
 	}
 	for _, n := range c.zks {
 		if err := c.writeZooKeeperConfig(n); err != nil {
@@ -352,6 +394,11 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.logf("testcluster: ZooKeeper serving at %s (%.1fs)", c.ZookeeperPeers(), time.Since(began).Seconds())
+	if c.security != SecurityPlaintext {
+		if err := c.writeSCRAMUser(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	c.logf("testcluster: starting %d Kafka broker(s)", len(c.brokers))
 	for _, n := range c.brokers {
@@ -362,7 +409,7 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	if err := c.waitBrokers(ctx, c.brokers); err != nil {
 		return nil, err
 	}
-	c.logf("testcluster: Kafka serving at %s (%.1fs)", strings.Join(c.KafkaPeers(), ","), time.Since(began).Seconds())
+	c.logf("testcluster: Kafka serving at %s (%s, %.1fs)", strings.Join(c.KafkaPeers(), ","), c.security, time.Since(began).Seconds())
 	return c, nil
 }
 
@@ -446,8 +493,11 @@ func writeProperties(path string, props map[string]string) error {
 	sort.Strings(keys)
 	var b strings.Builder
 	b.WriteString("# written by kafkaconsumer internal/testcluster\n")
+	// Values may hold backslashes and newlines (PEM): escaped as
+	// java.util.Properties reads them.
+	escape := strings.NewReplacer(`\`, `\\`, "\n", `\n`, "\r", `\r`)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s\n", k, props[k])
+		fmt.Fprintf(&b, "%s=%s\n", k, escape.Replace(props[k]))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -499,11 +549,8 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 	}
 	brokers := strconv.Itoa(len(c.brokers))
 	internalRF := strconv.Itoa(min(3, len(c.brokers)))
-	listener := "PLAINTEXT://" + n.addr()
 	props := map[string]string{
 		"broker.id":                                strconv.Itoa(n.id),
-		"listeners":                                listener,
-		"advertised.listeners":                     listener,
 		"log.dirs":                                 data,
 		"zookeeper.connect":                        c.ZookeeperPeers(),
 		"zookeeper.session.timeout.ms":             "6000",
@@ -531,6 +578,13 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 		"controlled.shutdown.max.retries":          "3",
 		"controlled.shutdown.retry.backoff.ms":     "500",
 		"unclean.leader.election.enable":           "false",
+	}
+	security, err := c.securityProps(n)
+	if err != nil {
+		return err
+	}
+	for k, v := range security {
+		props[k] = v
 	}
 	for k, v := range extra {
 		props[k] = v
@@ -916,6 +970,12 @@ type stateFile struct {
 	Java       string      `json:"java"`
 	ZooKeepers []nodeState `json:"zookeepers"`
 	Brokers    []nodeState `json:"brokers"`
+	// Security, and for the secured modes the CA file and SCRAM password
+	// (a test cluster's, not a secret worth protecting); absent in older
+	// state files, which are plaintext.
+	Security     string `json:"security,omitempty"`
+	TLSDir       string `json:"tls_dir,omitempty"`
+	SASLPassword string `json:"sasl_password,omitempty"`
 }
 
 type nodeState struct {
@@ -924,6 +984,7 @@ type nodeState struct {
 	Port         int    `json:"port"`
 	QuorumPort   int    `json:"quorum_port,omitempty"`
 	ElectionPort int    `json:"election_port,omitempty"`
+	SecurePort   int    `json:"secure_port,omitempty"`
 	PID          int    `json:"pid"`
 }
 
@@ -940,13 +1001,16 @@ func (c *Cluster) saveState() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java}
+	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword}
+	if c.security != SecurityPlaintext {
+		st.TLSDir = filepath.Dir(c.tls.ca)
+	}
 	for _, list := range []struct {
 		nodes []*node
 		out   *[]nodeState
 	}{{c.zks, &st.ZooKeepers}, {c.brokers, &st.Brokers}} {
 		for _, n := range list.nodes {
-			ns := nodeState{ID: n.id, Dir: n.dir, Port: n.port, QuorumPort: n.quorumPort, ElectionPort: n.electionPort}
+			ns := nodeState{ID: n.id, Dir: n.dir, Port: n.port, QuorumPort: n.quorumPort, ElectionPort: n.electionPort, SecurePort: n.securePort}
 			if p := n.getProc(); p != nil {
 				ns.PID = p.pid
 			}
@@ -995,6 +1059,13 @@ func Load(dir string) (*Cluster, error) {
 		timeout:  defaultStartTimeout,
 		logf:     func(string, ...any) {},
 	}
+	if c.security, err = validSecurity(st.Security); err != nil {
+		return nil, err
+	}
+	if c.security != SecurityPlaintext {
+		c.tls = newTLSFiles(filepath.Dir(st.TLSDir))
+		c.saslPassword = st.SASLPassword
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, list := range []struct {
 		kind  nodeKind
@@ -1003,7 +1074,7 @@ func Load(dir string) (*Cluster, error) {
 	}{{zookeeperNode, st.ZooKeepers, &c.zks}, {brokerNode, st.Brokers, &c.brokers}} {
 		for i, ns := range list.nodes {
 			n := &node{kind: list.kind, index: i, id: ns.ID, dir: ns.Dir, port: ns.Port,
-				quorumPort: ns.QuorumPort, electionPort: ns.ElectionPort}
+				quorumPort: ns.QuorumPort, electionPort: ns.ElectionPort, securePort: ns.SecurePort}
 			if ns.PID > 0 {
 				c.pids = append(c.pids, ns.PID)
 				if p := (&proc{pid: ns.PID, marker: n.marker()}); p.alive() {

@@ -15,6 +15,14 @@
 //	}
 //	// connect to c.ZookeeperPeers() / c.KafkaPeers()
 //
+// Options.Security starts a secured cluster instead: SecuritySASLSSL (the
+// only listener SASL_SSL with SCRAM-SHA-512, between the brokers too) or
+// SecurityMixed (PLAINTEXT and a SASL_SSL listener named EXTERNAL). The CA
+// and broker certificate are made at start as PEM files (CAFile), and the
+// SCRAM user SASLUser (password SASLPassword) is written to ZooKeeper
+// before the brokers start; SecureConfig sets a sarama configuration up
+// for the SASL_SSL listener (SecureKafkaPeers).
+//
 // Child JVMs of a non-detached cluster die with the process that started
 // them (Linux: PR_SET_PDEATHSIG), even when a test binary is killed. A
 // detached cluster (Options.Detached) outlives its starter; its state is

@@ -19,7 +19,11 @@ func (c *Cluster) admin() (sarama.ClusterAdmin, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("testcluster: no broker is running")
 	}
-	return sarama.NewClusterAdmin(addrs, saramaConfig())
+	cfg, err := c.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	return sarama.NewClusterAdmin(addrs, cfg)
 }
 
 // CreateTopic creates a topic and waits until every running broker's
@@ -38,7 +42,7 @@ func (c *Cluster) CreateTopic(name string, partitions int32, replication int16) 
 	what := fmt.Sprintf("topic %q (%d partitions) to have leaders", name, partitions)
 	return c.waitUntil(c.ctx, what, nil, func() error {
 		for _, n := range c.runningBrokers() {
-			md, err := metadata(n.addr(), []string{name})
+			md, err := c.metadata(n.addr(), []string{name})
 			if err != nil {
 				return fmt.Errorf("%s: %w", n, err)
 			}
@@ -77,7 +81,7 @@ func (c *Cluster) DeleteTopic(name string) error {
 	}
 	return c.waitUntil(c.ctx, fmt.Sprintf("topic %q to disappear", name), nil, func() error {
 		for _, n := range c.runningBrokers() {
-			md, err := metadata(n.addr(), []string{name})
+			md, err := c.metadata(n.addr(), []string{name})
 			if err != nil {
 				return fmt.Errorf("%s: %w", n, err)
 			}

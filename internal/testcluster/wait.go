@@ -104,8 +104,9 @@ func (c *Cluster) waitZooKeepers(ctx context.Context, nodes []*node) error {
 	})
 }
 
-// saramaConfig is the configuration of the harness's own Kafka requests.
-func saramaConfig() *sarama.Config {
+// saramaConfig is the configuration of the harness's own Kafka requests,
+// to the addresses of KafkaPeers.
+func (c *Cluster) saramaConfig() (*sarama.Config, error) {
 	cfg := sarama.NewConfig()
 	cfg.ClientID = "kafkaconsumer-testcluster"
 	cfg.Version = sarama.V3_9_0_0
@@ -117,12 +118,18 @@ func saramaConfig() *sarama.Config {
 	cfg.Admin.Timeout = 30 * time.Second
 	cfg.Admin.Retry.Max = 10
 	cfg.Admin.Retry.Backoff = 200 * time.Millisecond
-	return cfg
+	if err := c.clientConfig(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // metadata asks the broker at addr for the metadata of topics (nil: all).
-func metadata(addr string, topics []string) (*sarama.MetadataResponse, error) {
-	cfg := saramaConfig()
+func (c *Cluster) metadata(addr string, topics []string) (*sarama.MetadataResponse, error) {
+	cfg, err := c.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
 	b := sarama.NewBroker(addr)
 	if err := b.Open(cfg); err != nil {
 		return nil, err
@@ -154,7 +161,7 @@ func (c *Cluster) waitBrokers(ctx context.Context, started []*node) error {
 	return c.waitUntil(ctx, what, started, func() error {
 		running := c.runningBrokers()
 		for _, n := range running {
-			md, err := metadata(n.addr(), []string{})
+			md, err := c.metadata(n.addr(), []string{})
 			if err != nil {
 				return fmt.Errorf("%s: %w", n, err)
 			}

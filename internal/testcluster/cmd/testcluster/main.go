@@ -1,7 +1,7 @@
 // Command testcluster starts and stops the local ZooKeeper-mode Kafka
 // cluster that `make cluster-up` / `make cluster-down` / `make test` use.
 //
-//	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N]
+//	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
 //	testcluster [-dir .cluster] down
 //	testcluster [-dir .cluster] status | env
 //	testcluster [-dir .cluster] stop-broker|kill-broker|start-broker N
@@ -15,10 +15,25 @@
 //	export ZOOKEEPER_PEERS=127.0.0.1:…
 //	export KAFKA_PEERS=127.0.0.1:…,…
 //
-// up is idempotent: when a healthy cluster of the requested size runs
-// already, it only rewrites DIR/env. The sizes default to $ZOOKEEPERS and
-// $BROKERS, or 1. up creates the topics test.1, test.4 and test.64 (1, 4
-// and 64 partitions, replicated on every broker).
+// A secured cluster (-security sasl_ssl: the only listener SASL_SSL with
+// SCRAM-SHA-512; mixed: PLAINTEXT and a SASL_SSL listener named EXTERNAL)
+// adds to DIR/env:
+//
+//	export KAFKA_SECURITY=sasl_ssl
+//	export KAFKA_TLS_CA=DIR/tls/ca.pem
+//	export KAFKA_SASL_MECHANISM=SCRAM-SHA-512
+//	export KAFKA_SASL_USER=admin
+//	export KAFKA_SASL_PASSWORD=…
+//
+// With sasl_ssl, KAFKA_PEERS are the SASL_SSL addresses; with mixed,
+// KAFKA_PEERS are the PLAINTEXT ones and KAFKA_SASL_SSL_PEERS the
+// SASL_SSL ones.
+//
+// up is idempotent: when a healthy cluster of the requested size and
+// security runs already, it only rewrites DIR/env. The sizes default to
+// $ZOOKEEPERS and $BROKERS, or 1; the security to $SECURITY, or
+// plaintext. up creates the topics test.1, test.4 and test.64 (1, 4 and
+// 64 partitions, replicated on every broker).
 package main
 
 import (
@@ -54,8 +69,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, `usage: testcluster [-dir DIR] COMMAND [ARGS]
 
 commands:
-  up [-zookeepers N] [-brokers N]   start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1),
-                                    create test.1, test.4, test.64, write DIR/env
+  up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
+                                    start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1,
+                                    $SECURITY or plaintext), create test.1, test.4, test.64,
+                                    write DIR/env
   down                              kill the cluster and remove DIR
   status                            show the nodes and their pids
   env                               print DIR/env
@@ -177,10 +194,16 @@ func up(dir string, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	zookeepers := fs.Int("zookeepers", envInt("ZOOKEEPERS", 1), "number of ZooKeeper nodes (1 or 3; default $ZOOKEEPERS)")
 	brokers := fs.Int("brokers", envInt("BROKERS", 1), "number of Kafka brokers (1 or 3; default $BROKERS)")
+	security := fs.String("security", os.Getenv("SECURITY"), "listeners: plaintext, sasl_ssl or mixed (default $SECURITY, or plaintext)")
 	_ = fs.Parse(args)
+	if *security == "" {
+		*security = testcluster.SecurityPlaintext
+	}
 
 	if c, err := testcluster.Load(dir); err == nil {
 		switch {
+		case c.Security() != *security:
+			logf("a %s cluster runs in %s; replacing it", c.Security(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
 			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
 				len(strings.Split(c.ZookeeperPeers(), ",")), len(c.KafkaPeers()), dir)
@@ -202,10 +225,11 @@ func up(dir string, args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s)", *zookeepers, *brokers, dir, testcluster.KafkaVersion)
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s, %s)", *zookeepers, *brokers, dir, testcluster.KafkaVersion, *security)
 	c, err := testcluster.Start(testcluster.Options{
 		ZooKeepers: *zookeepers,
 		Brokers:    *brokers,
+		Security:   *security,
 		Dir:        dir,
 		Logf:       logf,
 		Detached:   true,
@@ -238,6 +262,17 @@ func up(dir string, args []string) error {
 func writeEnv(dir string, c *testcluster.Cluster) error {
 	env := fmt.Sprintf("export ZOOKEEPER_PEERS=%s\nexport KAFKA_PEERS=%s\n",
 		c.ZookeeperPeers(), strings.Join(c.KafkaPeers(), ","))
+	if c.Security() != testcluster.SecurityPlaintext {
+		ca, err := filepath.Abs(c.CAFile())
+		if err != nil {
+			return err
+		}
+		env += fmt.Sprintf("export KAFKA_SECURITY=%s\nexport KAFKA_TLS_CA=%s\nexport KAFKA_SASL_MECHANISM=%s\nexport KAFKA_SASL_USER=%s\nexport KAFKA_SASL_PASSWORD=%s\n",
+			c.Security(), ca, testcluster.SASLMechanism, testcluster.SASLUser, c.SASLPassword())
+		if c.Security() == testcluster.SecurityMixed {
+			env += fmt.Sprintf("export KAFKA_SASL_SSL_PEERS=%s\n", strings.Join(c.SecureKafkaPeers(), ","))
+		}
+	}
 	path := filepath.Join(dir, "env")
 	if err := os.WriteFile(path+".tmp", []byte(env), 0o644); err != nil {
 		return err

@@ -1,0 +1,362 @@
+package testcluster
+
+// Secured clusters (Options.Security): a CA and a server certificate made
+// at start, SASL/SCRAM-SHA-512 credentials written to ZooKeeper before the
+// brokers start, and the brokers' listener settings.
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/scramclient"
+)
+
+// Security modes of Options.Security.
+const (
+	// SecurityPlaintext (the default, also "") is one PLAINTEXT listener.
+	SecurityPlaintext = "plaintext"
+	// SecuritySASLSSL is one SASL_SSL listener with SCRAM-SHA-512, which
+	// the brokers use between them too: nothing speaks plaintext.
+	SecuritySASLSSL = "sasl_ssl"
+	// SecurityMixed is two listeners: PLAINTEXT (between brokers, and
+	// KafkaPeers) and EXTERNAL, a SASL_SSL one with SCRAM-SHA-512
+	// (SecureKafkaPeers).
+	SecurityMixed = "mixed"
+)
+
+// SASLMechanism is the SASL mechanism of a secured cluster.
+const SASLMechanism = sarama.SASLTypeSCRAMSHA512
+
+// SASLUser is the SCRAM user of a secured cluster, which the brokers use
+// between them too; Cluster.SASLPassword is its password.
+const SASLUser = "admin"
+
+// externalListener is the name of the SASL_SSL listener in mixed mode.
+const externalListener = "EXTERNAL"
+
+// scramIterations is the SCRAM iteration count of the credential (Kafka's
+// minimum, 4096).
+const scramIterations = 4096
+
+// validSecurity checks Options.Security and returns it normalised.
+func validSecurity(s string) (string, error) {
+	switch strings.ToLower(s) {
+	case "", SecurityPlaintext:
+		return SecurityPlaintext, nil
+	case SecuritySASLSSL:
+		return SecuritySASLSSL, nil
+	case SecurityMixed:
+		return SecurityMixed, nil
+	}
+	return "", fmt.Errorf("testcluster: unknown Security %q (want %q, %q or %q)", s, SecurityPlaintext, SecuritySASLSSL, SecurityMixed)
+}
+
+// tlsFiles are the PEM files of a secured cluster, in Dir/tls.
+type tlsFiles struct {
+	ca   string // the CA certificate
+	cert string // the brokers' certificate, for 127.0.0.1 and localhost
+	key  string // its private key, PKCS#8, not encrypted
+}
+
+func newTLSFiles(dir string) tlsFiles {
+	dir = filepath.Join(dir, "tls")
+	return tlsFiles{ca: filepath.Join(dir, "ca.pem"), cert: filepath.Join(dir, "server-cert.pem"), key: filepath.Join(dir, "server-key.pem")}
+}
+
+// generateTLS makes a CA and a server certificate it signs (ECDSA P-256,
+// valid for a week, for 127.0.0.1, ::1 and localhost), and writes them as
+// PEM files.
+func generateTLS(files tlsFiles) error {
+	if err := os.MkdirAll(filepath.Dir(files.ca), 0o755); err != nil {
+		return err
+	}
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTemplate := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "kafkaconsumer testcluster CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	template := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path, kind string
+		der        []byte
+	}{{files.ca, "CERTIFICATE", caDER}, {files.cert, "CERTIFICATE", der}, {files.key, "PRIVATE KEY", keyDER}} {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}
+
+// newPassword returns a random password for the SCRAM user.
+func newPassword() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// scramCredential returns the SCRAM-SHA-512 credential of password as
+// Kafka stores it in ZooKeeper (ScramCredentialUtils): salt, stored key
+// and server key in base64 (RFC 5802), and the iteration count.
+func scramCredential(password string) (string, error) {
+	salt := make([]byte, 32)
+	if _, err := rand.Read(salt); err != nil {
+		return "", err
+	}
+	salted, err := pbkdf2.Key(sha512.New, password, salt, scramIterations, sha512.Size)
+	if err != nil {
+		return "", err
+	}
+	mac := func(key []byte, msg string) []byte {
+		h := hmac.New(sha512.New, key)
+		h.Write([]byte(msg))
+		return h.Sum(nil)
+	}
+	clientKey := mac(salted, "Client Key")
+	storedKey := sha512.Sum512(clientKey)
+	serverKey := mac(salted, "Server Key")
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("salt=%s,stored_key=%s,server_key=%s,iterations=%d",
+		b64(salt), b64(storedKey[:]), b64(serverKey), scramIterations), nil
+}
+
+// writeSCRAMUser writes the SCRAM-SHA-512 credential of SASLUser to
+// ZooKeeper (/config/users/<user>, what kafka-configs --alter
+// --add-config 'SCRAM-SHA-512=[password=…]' --entity-type users writes),
+// before the brokers start: they read it at start-up, so no change
+// notification is needed.
+func (c *Cluster) writeSCRAMUser(ctx context.Context) error {
+	cred, err := scramCredential(c.saslPassword)
+	if err != nil {
+		return fmt.Errorf("testcluster: SCRAM credential: %w", err)
+	}
+	data, err := json.Marshal(map[string]any{"version": 1, "config": map[string]string{SASLMechanism: cred}})
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	var servers []string
+	for _, n := range c.zks {
+		servers = append(servers, n.addr())
+	}
+	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(nopLogger{}))
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, p := range []string{"/config", "/config/users"} {
+			if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				done <- err
+				return
+			}
+		}
+		_, err := conn.Create("/config/users/"+SASLUser, data, 0, zk.WorldACL(zk.PermAll))
+		done <- err
+	}()
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = fmt.Errorf("no answer from ZooKeeper after %s", c.timeout)
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	conn.Close() // ends the goroutine's request
+	if err != nil {
+		return fmt.Errorf("testcluster: writing the SCRAM credential of %s to ZooKeeper: %w", SASLUser, err)
+	}
+	return nil
+}
+
+// jaasConfig is the JAAS line of the brokers' SCRAM login.
+func (c *Cluster) jaasConfig() string {
+	return fmt.Sprintf(`org.apache.kafka.common.security.scram.ScramLoginModule required username="%s" password="%s";`, SASLUser, c.saslPassword)
+}
+
+// securityProps returns the broker settings of the cluster's security
+// mode for broker n: listeners, TLS (PEM key and certificate inline, the
+// CA as trust store, which the brokers need as clients of each other) and
+// SCRAM.
+func (c *Cluster) securityProps(n *node) (map[string]string, error) {
+	switch c.security {
+	case SecuritySASLSSL:
+		listener := "SASL_SSL://" + n.addr()
+		props := map[string]string{
+			"listeners":                                             listener,
+			"advertised.listeners":                                  listener,
+			"security.inter.broker.protocol":                        "SASL_SSL",
+			"sasl.mechanism.inter.broker.protocol":                  SASLMechanism,
+			"sasl.enabled.mechanisms":                               SASLMechanism,
+			"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": c.jaasConfig(),
+		}
+		return c.addTLSProps(props)
+	case SecurityMixed:
+		listeners := "PLAINTEXT://" + n.addr() + "," + externalListener + "://" + n.secureAddr()
+		props := map[string]string{
+			"listeners":                                             listeners,
+			"advertised.listeners":                                  listeners,
+			"listener.security.protocol.map":                        "PLAINTEXT:PLAINTEXT," + externalListener + ":SASL_SSL",
+			"inter.broker.listener.name":                            "PLAINTEXT",
+			"sasl.enabled.mechanisms":                               SASLMechanism,
+			"listener.name.external.scram-sha-512.sasl.jaas.config": c.jaasConfig(),
+		}
+		return c.addTLSProps(props)
+	}
+	listener := "PLAINTEXT://" + n.addr()
+	return map[string]string{"listeners": listener, "advertised.listeners": listener}, nil
+}
+
+// addTLSProps adds the brokers' TLS settings to props. The key store is
+// given inline (ssl.keystore.key, ssl.keystore.certificate.chain): a PEM
+// key store file needs an encrypted key (ssl.key.password), which Go's
+// standard library does not write.
+func (c *Cluster) addTLSProps(props map[string]string) (map[string]string, error) {
+	key, err := os.ReadFile(c.tls.key)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	cert, err := os.ReadFile(c.tls.cert)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	props["ssl.keystore.type"] = "PEM"
+	props["ssl.keystore.key"] = string(key)
+	props["ssl.keystore.certificate.chain"] = string(cert)
+	props["ssl.truststore.type"] = "PEM"
+	props["ssl.truststore.location"] = c.tls.ca
+	return props, nil
+}
+
+// clientConfig sets cfg up to talk to the listener that KafkaPeers names:
+// TLS trusting the cluster's CA and SCRAM-SHA-512 in sasl_ssl mode;
+// nothing otherwise.
+func (c *Cluster) clientConfig(cfg *sarama.Config) error {
+	if c.security != SecuritySASLSSL {
+		return nil
+	}
+	return c.SecureConfig(cfg)
+}
+
+// SecureConfig sets cfg up for the cluster's SASL_SSL listener
+// (SecureKafkaPeers): TLS trusting the cluster's CA (CAFile), and SASL
+// SCRAM-SHA-512 as SASLUser with SASLPassword. It fails for a plaintext
+// cluster.
+func (c *Cluster) SecureConfig(cfg *sarama.Config) error {
+	if c.security == SecurityPlaintext {
+		return errors.New("testcluster: the cluster is plaintext")
+	}
+	caPEM, err := os.ReadFile(c.tls.ca)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("testcluster: no certificate in %s", c.tls.ca)
+	}
+	cfg.Net.TLS.Enable = true
+	cfg.Net.TLS.Config = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	scramclient.Configure(cfg, SASLMechanism, SASLUser, c.saslPassword)
+	return nil
+}
+
+// Security returns the cluster's security mode: SecurityPlaintext,
+// SecuritySASLSSL or SecurityMixed.
+func (c *Cluster) Security() string { return c.security }
+
+// CAFile returns the path of the PEM file of the CA that signed the
+// brokers' certificate; "" for a plaintext cluster.
+func (c *Cluster) CAFile() string {
+	if c.security == SecurityPlaintext {
+		return ""
+	}
+	return c.tls.ca
+}
+
+// SASLPassword returns the password of SASLUser; "" for a plaintext
+// cluster.
+func (c *Cluster) SASLPassword() string { return c.saslPassword }
+
+// SecureKafkaPeers returns the brokers' SASL_SSL addresses, broker i at
+// index i: in sasl_ssl mode the same as KafkaPeers, in mixed mode those of
+// the EXTERNAL listener; nil for a plaintext cluster.
+func (c *Cluster) SecureKafkaPeers() []string {
+	if c.security == SecurityPlaintext {
+		return nil
+	}
+	addrs := make([]string, len(c.brokers))
+	for i, n := range c.brokers {
+		addrs[i] = n.secureAddr()
+	}
+	return addrs
+}
