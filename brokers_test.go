@@ -91,7 +91,7 @@ func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 }
 
 // checkNoRegistrations checks that the group has no registered instance
-// in the ZooKeeper of connection string zookeeper.
+// and no partition claim in the ZooKeeper of connection string zookeeper.
 func checkNoRegistrations(t testing.TB, zookeeper, group string) {
 	t.Helper()
 	nodes, chroot, err := parseZookeeper(zookeeper)
@@ -103,11 +103,25 @@ func checkNoRegistrations(t testing.TB, zookeeper, group string) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ids, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+	base := chroot + "/consumers/" + group
+	ids, _, err := conn.Children(base + "/ids")
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatalf("list the registrations of %s: %s", group, err)
 	}
 	if len(ids) > 0 {
-		t.Errorf("group %s has registered instances after a failed Join: %v", group, ids)
+		t.Errorf("group %s has registered instances: %v", group, ids)
+	}
+	topics, _, err := conn.Children(base + "/owners")
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("list the claims of %s: %s", group, err)
+	}
+	for _, topic := range topics {
+		claims, _, err := conn.Children(base + "/owners/" + topic)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatalf("list the claims of %s on %s: %s", group, topic, err)
+		}
+		if len(claims) > 0 {
+			t.Errorf("group %s has claims on %s: %v", group, topic, claims)
+		}
 	}
 }
