@@ -125,17 +125,18 @@ type GroupSummary struct {
 
 // describeGroup reads the group's state from ZooKeeper (instances,
 // subscriptions, partition owners, brokers) and Kafka (committed and
-// log-end offsets). zookeeper is a connection string such as
-// "zk1:2181,zk2:2181/chroot". It gives up after timeout, whether ZooKeeper
-// or Kafka does not answer, with an error wrapping ErrTimeout.
-func describeGroup(zookeeper, group string, timeout time.Duration) (*GroupDescription, error) {
+// log-end offsets), which it reaches as access says. zookeeper is a
+// connection string such as "zk1:2181,zk2:2181/chroot". It gives up after
+// timeout, whether ZooKeeper or Kafka does not answer, with an error
+// wrapping ErrTimeout.
+func describeGroup(zookeeper, group string, timeout time.Duration, access kafkaAccess) (*GroupDescription, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("invalid group name %q", group)
 	}
 	var desc *GroupDescription
 	err := withZookeeper(zookeeper, timeout, func(s *zkSession) error {
 		var err error
-		desc, err = s.describe(group)
+		desc, err = s.describe(group, access)
 		return err
 	})
 	return desc, err
@@ -276,7 +277,7 @@ func (s *zkSession) get(node string) ([]byte, bool, error) {
 }
 
 // describe does the work of describeGroup.
-func (s *zkSession) describe(group string) (*GroupDescription, error) {
+func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescription, error) {
 	groupNode := path.Join("/consumers", group)
 	if _, exists, err := s.get(groupNode); err != nil {
 		return nil, err
@@ -331,14 +332,14 @@ func (s *zkSession) describe(group string) (*GroupDescription, error) {
 	}
 
 	// Brokers, the way the consumers of the group find them.
-	if desc.Brokers, err = s.brokers(); err != nil {
+	if desc.Brokers, err = s.brokers(access); err != nil {
 		return nil, err
 	}
 	if len(desc.Brokers) == 0 {
 		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids", s.zookeeper, s.chroot)
 	}
 
-	offsets, err := s.kafkaOffsets(group, desc.Brokers, desc.Instances, owners)
+	offsets, err := s.kafkaOffsets(group, desc.Brokers, access, desc.Instances, owners)
 	if err != nil {
 		return nil, err
 	}
@@ -423,16 +424,22 @@ func parseRegistration(id string, data []byte) Instance {
 	return instance
 }
 
-// brokers returns, sorted, the address of each broker registered in
-// ZooKeeper on the listener the tool speaks: the first PLAINTEXT one.
-// The registrations are parsed and the listener chosen as the library
-// does (internal/zkbrokers).
-func (s *zkSession) brokers() ([]string, error) {
+// brokers returns, sorted, the addresses of access.bootstrap, or else of
+// each broker registered in ZooKeeper on the listener access names or the
+// first whose security protocol is the one access speaks. The
+// registrations are parsed and the listener chosen as the library does
+// (internal/zkbrokers).
+func (s *zkSession) brokers(access kafkaAccess) ([]string, error) {
+	if len(access.bootstrap) > 0 {
+		addrs := append([]string(nil), access.bootstrap...)
+		sort.Strings(addrs)
+		return addrs, nil
+	}
 	regs, err := zkbrokers.Read(s.children, s.get)
 	if err != nil || len(regs) == 0 {
 		return nil, err
 	}
-	sel, err := zkbrokers.Select(regs, "", zkbrokers.Plaintext)
+	sel, err := zkbrokers.Select(regs, access.listener, access.protocol())
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper %s: %w", s.zookeeper, err)
 	}
@@ -452,7 +459,7 @@ type kafkaResult struct {
 // offsets from Kafka, for the partitions of every topic that an instance
 // subscribes to, that has an owner, or for which the group committed an
 // offset.
-func (s *zkSession) kafkaOffsets(group string, brokers []string, instances []Instance, owners map[TopicPartition]string) (*kafkaResult, error) {
+func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAccess, instances []Instance, owners map[TopicPartition]string) (*kafkaResult, error) {
 	remaining := time.Until(s.deadline)
 	if remaining <= 0 {
 		return nil, fmt.Errorf("%w: %s", ErrTimeout, s.timeoutMsg)
@@ -467,6 +474,7 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, instances []Ins
 	config.Metadata.Full = true
 	config.Admin.Retry.Max = 1
 	config.Admin.Timeout = remaining
+	access.configure(config)
 	kafkaErr := func(what string, err error) error {
 		if time.Now().After(s.deadline) {
 			return fmt.Errorf("%w: %s: %s (last error: %w)", ErrTimeout, what, s.timeoutMsg, err)

@@ -261,7 +261,7 @@ func TestDescribeUnknownGroupIntegration(t *testing.T) {
 	zookeeper, _ := clusterPeers(t)
 	checkLeaks(t)
 	group := fmt.Sprintf("cli-test.no-such-group.%d", time.Now().UnixNano())
-	_, err := describeGroup(zookeeper, group, 20*time.Second)
+	_, err := describeGroup(zookeeper, group, 20*time.Second, kafkaAccess{})
 	if !errors.Is(err, ErrUnknownGroup) {
 		t.Fatalf("got %v, want an error wrapping ErrUnknownGroup", err)
 	}

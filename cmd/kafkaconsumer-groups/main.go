@@ -8,8 +8,15 @@
 //
 // Usage:
 //
-//	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --group NAME [--json] [--timeout 10s]
+//	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --group NAME [--json] [--timeout 10s] [KAFKA FLAGS]
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --list [--json]
+//
+// The Kafka flags say how to reach secured brokers: --tls, --tls-ca,
+// --tls-cert, --tls-key, --tls-insecure-skip-verify, --sasl-mechanism
+// (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) with --sasl-user and the
+// password in $KAFKA_SASL_PASSWORD; the brokers are found through
+// ZooKeeper on their first listener of the security protocol that fits
+// (or the one --listener names), or given with --bootstrap-server.
 //
 // --zookeeper defaults to $ZOOKEEPER_PEERS. The exit status is 0 on
 // success, 1 on an error (unknown group, cluster unreachable) and 2 on bad
@@ -37,12 +44,19 @@ const (
 )
 
 const usageText = `Usage:
-  kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME [--json] [--timeout D]
+  kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME [--json] [--timeout D] [KAFKA FLAGS]
   kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --list [--json] [--timeout D]
 
 Shows a kafkaconsumer group: its registered instances and subscriptions, which
 instance owns which partition (from ZooKeeper), and per partition the committed
 offset, log-end offset and lag (from Kafka, brokers found through ZooKeeper).
+
+Kafka flags, for secured brokers: --tls (implied by any --tls-* flag), --tls-ca,
+--tls-cert and --tls-key, --tls-insecure-skip-verify; --sasl-mechanism with
+--sasl-user, the password in $KAFKA_SASL_PASSWORD. The brokers are found
+through ZooKeeper, on each broker's first listener whose security protocol
+fits (SASL_SSL, SSL, SASL_PLAINTEXT or PLAINTEXT) or the one --listener
+names; --bootstrap-server skips that.
 
 Flags:
 `
@@ -57,6 +71,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	list := fs.Bool("list", false, "list the consumer groups registered in ZooKeeper")
 	asJSON := fs.Bool("json", false, "write JSON instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up when ZooKeeper or Kafka have not answered within this time")
+	var af accessFlags
+	fs.StringVar(&af.bootstrap, "bootstrap-server", "", "Kafka addresses HOST:PORT[,HOST:PORT] to use instead of the brokers registered in ZooKeeper")
+	fs.StringVar(&af.listener, "listener", "", "the registered brokers' listener to use, e.g. EXTERNAL (default: the first whose security protocol fits)")
+	fs.BoolVar(&af.tls, "tls", false, "connect to Kafka with TLS")
+	fs.StringVar(&af.tlsCA, "tls-ca", "", "PEM file of the CA certificates to trust (default: the system's)")
+	fs.StringVar(&af.tlsCert, "tls-cert", "", "PEM file of the client certificate (with --tls-key)")
+	fs.StringVar(&af.tlsKey, "tls-key", "", "PEM file of the client certificate's private key")
+	fs.BoolVar(&af.tlsInsecure, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (tests only)")
+	fs.StringVar(&af.saslMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password is read from $KAFKA_SASL_PASSWORD")
+	fs.StringVar(&af.saslUser, "sasl-user", "", "SASL user name")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
@@ -88,8 +112,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, _, err := parseZookeeper(*zookeeper); err != nil {
 		return usageError("%s", err)
 	}
+	af.saslPassword = os.Getenv("KAFKA_SASL_PASSWORD")
+	access, err := af.access()
+	if err != nil {
+		return usageError("%s", err)
+	}
 
-	var err error
 	if *list {
 		var groups []GroupSummary
 		if groups, err = listGroups(*zookeeper, *timeout); err == nil {
@@ -97,7 +125,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		var desc *GroupDescription
-		if desc, err = describeGroup(*zookeeper, *group, *timeout); err == nil {
+		if desc, err = describeGroup(*zookeeper, *group, *timeout, access); err == nil {
 			err = render(stdout, desc, *asJSON)
 		}
 	}

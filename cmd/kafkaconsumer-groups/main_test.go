@@ -27,6 +27,7 @@ func checkLeaks(t *testing.T) {
 
 func TestRunUsageErrors(t *testing.T) {
 	t.Setenv("ZOOKEEPER_PEERS", "") // the default of --zookeeper
+	t.Setenv("KAFKA_SASL_PASSWORD", "")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -41,6 +42,14 @@ func TestRunUsageErrors(t *testing.T) {
 		{"bad chroot", []string{"--zookeeper", "zk:2181/a//b", "--group", "g"}, "empty chroot path element"},
 		{"unknown flag", []string{"--zookeeper", "zk:2181", "--bogus"}, "flag provided but not defined: -bogus"},
 		{"bad duration", []string{"--zookeeper", "zk:2181", "--group", "g", "--timeout", "soon"}, "invalid value"},
+		{"SASL without user", []string{"--zookeeper", "zk:2181", "--group", "g", "--sasl-mechanism", "SCRAM-SHA-512"}, "--sasl-mechanism needs --sasl-user"},
+		{"SASL without password", []string{"--zookeeper", "zk:2181", "--group", "g", "--sasl-mechanism", "plain", "--sasl-user", "u"}, "$KAFKA_SASL_PASSWORD"},
+		{"unknown SASL mechanism", []string{"--zookeeper", "zk:2181", "--group", "g", "--sasl-mechanism", "GSSAPI", "--sasl-user", "u"}, "want one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"},
+		{"SASL user alone", []string{"--zookeeper", "zk:2181", "--group", "g", "--sasl-user", "u"}, "--sasl-user needs --sasl-mechanism"},
+		{"certificate without key", []string{"--zookeeper", "zk:2181", "--group", "g", "--tls-cert", "c.pem"}, "both --tls-cert and --tls-key"},
+		{"missing CA file", []string{"--zookeeper", "zk:2181", "--group", "g", "--tls-ca", "/nonexistent/ca.pem"}, "--tls-ca"},
+		{"bootstrap and listener", []string{"--zookeeper", "zk:2181", "--group", "g", "--bootstrap-server", "k:9092", "--listener", "EXTERNAL"}, "either --bootstrap-server or --listener"},
+		{"bad bootstrap", []string{"--zookeeper", "zk:2181", "--group", "g", "--bootstrap-server", "k:9092,k2"}, `"k2" is not host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -72,7 +81,7 @@ func TestRunHelp(t *testing.T) {
 func TestDescribeGroupInvalidName(t *testing.T) {
 	t.Parallel()
 	for _, group := range []string{"", "a/b", ".."} {
-		if _, err := describeGroup("127.0.0.1:2181", group, time.Second); err == nil || !strings.Contains(err.Error(), "invalid group name") {
+		if _, err := describeGroup("127.0.0.1:2181", group, time.Second, kafkaAccess{}); err == nil || !strings.Contains(err.Error(), "invalid group name") {
 			t.Errorf("group %q: got error %v, want invalid group name", group, err)
 		}
 	}
@@ -158,7 +167,7 @@ func TestRunZookeeperUnresponsive(t *testing.T) {
 
 func TestDescribeGroupTimeoutError(t *testing.T) {
 	checkLeaks(t) // not parallel: goleak sees every goroutine
-	_, err := describeGroup(blackHole(t), "g", 200*time.Millisecond)
+	_, err := describeGroup(blackHole(t), "g", 200*time.Millisecond, kafkaAccess{})
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
