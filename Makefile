@@ -44,7 +44,7 @@ cluster-status:
 test: fmt-check vet
 ifeq ($(strip $(ZOOKEEPER_PEERS)),)
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
-	$(MAKE) --no-print-directory cluster-up && \
+	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext && \
 	source .cluster/env && \
 	$(MAKE) --no-print-directory test-run
 else

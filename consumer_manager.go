@@ -157,6 +157,12 @@ type PartitionStats struct {
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
+// Join finds the Kafka brokers through their registrations in ZooKeeper,
+// on each broker's first listener whose security protocol fits the sarama
+// configuration's TLS and SASL settings, or the listener Config.Listener
+// names; Config.Brokers replaces that discovery. When no broker fits it
+// fails with an error wrapping ErrNoBrokers that names the listeners found.
+//
 // Join waits at most config.Zookeeper.Timeout for a first ZooKeeper
 // session (and up to a second more to close a failed attempt). What
 // follows is bounded by the clients: a ZooKeeper request fails with
