@@ -282,9 +282,10 @@ func (cm *consumerManager) markLoop() {
 }
 
 // connect does the work of Join after validation: broker discovery (see
-// discoverBrokers), the sarama client, offset manager and consumer, and last the
-// registration, so that the group never hands a share to an instance that
-// cannot consume it. On error, closeConnections undoes what was done.
+// discoverBrokers), the sarama client, offset manager and consumer, and
+// last the registration, so that the group never hands a share to an
+// instance that cannot consume it. On error, closeConnections undoes what
+// was done.
 func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON []byte) error {
 	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
 	if err != nil {
