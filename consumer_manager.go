@@ -13,6 +13,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -302,7 +303,13 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 	}
 
 	if cm.client, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
-		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+		hint := ""
+		if cm.config.Net.TLS.Enable && errors.Is(err, io.EOF) {
+			// A broker closes a TLS handshake sent to a plaintext port
+			// without a word: say what it likely means.
+			hint = " (the TLS handshake failed: is it a listener of security protocol SSL or SASL_SSL? see Config.Listener)"
+		}
+		return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
 	}
 	if cm.offsetManager, err = sarama.NewOffsetManagerFromClient(cm.group, cm.client); err != nil {
 		return fmt.Errorf("start offset manager: %w", err)

@@ -232,6 +232,6 @@ func TestIntegrationSecuredMixed(t *testing.T) {
 		config.Listener = "PLAINTEXT"
 		config.Net.DialTimeout, config.Net.ReadTimeout, config.Net.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 		config.Metadata.Retry.Max = 1
-		joinFails(t, zookeeper, config, 15*time.Second, nil, "connect to kafka at "+cluster.KafkaPeers()[0])
+		joinFails(t, zookeeper, config, 15*time.Second, nil, "connect to kafka at "+cluster.KafkaPeers()[0], "TLS handshake failed")
 	})
 }
