@@ -94,15 +94,7 @@ func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 // and no partition claim in the ZooKeeper of connection string zookeeper.
 func checkNoRegistrations(t testing.TB, zookeeper, group string) {
 	t.Helper()
-	nodes, chroot, err := parseZookeeper(zookeeper)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, chroot := testZookeeper(t, zookeeper)
 	base := chroot + "/consumers/" + group
 	ids, _, err := conn.Children(base + "/ids")
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {

@@ -359,6 +359,23 @@ func join(t testing.TB, group string, subscription Subscription, config *Config)
 	return c
 }
 
+// testZookeeper connects to the ZooKeeper of connection string zookeeper;
+// it returns the connection, closed at the end of the test, and the
+// chroot of the connection string.
+func testZookeeper(t testing.TB, zookeeper string) (*zk.Conn, string) {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn, chroot
+}
+
 // checkDeregistered checks that ZooKeeper holds no registration and no
 // partition claim of the closed consumers.
 func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
@@ -367,15 +384,7 @@ func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
 	for _, c := range consumers {
 		ids[c.(*consumerManager).instance.ID] = true
 	}
-	nodes, chroot, err := parseZookeeper(zookeeperPeers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, chroot := testZookeeper(t, zookeeperPeers)
 	base := chroot + "/consumers/" + group
 	registered, _, err := conn.Children(base + "/ids")
 	if err != nil && err != zk.ErrNoNode {

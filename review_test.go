@@ -532,22 +532,6 @@ func ownerNode(t testing.TB, conn *zk.Conn, chroot, group, topic string, partiti
 	return string(data)
 }
 
-// testZookeeper connects to the test cluster's ZooKeeper; it returns the
-// connection, closed at cleanup, and the chroot of zookeeperPeers.
-func testZookeeper(t testing.TB) (*zk.Conn, string) {
-	t.Helper()
-	nodes, chroot, err := parseZookeeper(zookeeperPeers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	return conn, chroot
-}
-
 // waitAllClaimed waits until the consumer runs n partitions, each claimed.
 func waitAllClaimed(t *testing.T, c Consumer, n int, timeout time.Duration, who string) {
 	t.Helper()
@@ -624,7 +608,7 @@ func TestReviewOrphanClaimIsSwept(t *testing.T) {
 	b := joinReview(t, group, TopicSubscription("test.4"), nil)
 	colB := collect(b, nil)
 	waitFor(t, 20*time.Second, "A to report ErrReleaseFailed", func() bool { return errsA.count(ErrReleaseFailed) > 0 })
-	conn, chroot := testZookeeper(t)
+	conn, chroot := testZookeeper(t, zookeeperPeers)
 	idA := a.(*consumerManager).instance.ID
 	left := 0
 	for p := int32(0); p < 4; p++ {
@@ -664,7 +648,7 @@ func TestReviewClaimedFalseAfterSessionLoss(t *testing.T) {
 	values := produce(t, client, "test.4", group, 8)
 	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
 
-	conn, chroot := testZookeeper(t)
+	conn, chroot := testZookeeper(t, zookeeperPeers)
 	id := a.(*consumerManager).instance.ID
 	base := fmt.Sprintf("%s/consumers/%s", chroot, group)
 	for p := 0; p < 4; p++ {
@@ -770,11 +754,7 @@ func TestFaultCloseIsBounded(t *testing.T) {
 	<-col.done
 	// The broker's ZooKeeper session may have expired while it was stopped:
 	// wait until it registered again.
-	conn, _, err := zk.Connect([]string{cluster.ZookeeperPeers()}, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, _ := testZookeeper(t, cluster.ZookeeperPeers())
 	waitFor(t, time.Minute, "the broker to register again", func() bool {
 		ids, _, err := conn.Children("/brokers/ids")
 		return err == nil && len(ids) == 1

@@ -157,15 +157,7 @@ func TestIntegrationSecuredSASLSSL(t *testing.T) {
 	t.Run("Brokers bypass discovery", func(t *testing.T) {
 		// A chroot where ZooKeeper lists no broker: without Brokers, Join
 		// fails with ErrNoBrokers; with them, it connects.
-		nodes, _, err := parseZookeeper(zookeeper)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn, _ := testZookeeper(t, zookeeper)
 		chroot := "/" + uniqueName("nobrokers")
 		if _, err := conn.Create(chroot, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 			t.Fatalf("create %s: %s", chroot, err)

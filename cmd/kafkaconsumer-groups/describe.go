@@ -10,6 +10,7 @@ import (
 	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -530,7 +531,7 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 		result.partitions = append(result.partitions, Partition{TopicPartition: tp})
 		return &result.partitions[len(result.partitions)-1]
 	}
-	for _, topic := range sortedKeys(topics) {
+	for _, topic := range slices.Sorted(maps.Keys(topics)) {
 		if time.Now().After(s.deadline) {
 			return nil, fmt.Errorf("%w: reading the offsets of %s: %s", ErrTimeout, topic, s.timeoutMsg)
 		}
@@ -620,15 +621,6 @@ func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]boo
 		}
 	}
 	return result
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // parseZookeeper splits a connection string "host:port,host:port/chroot"

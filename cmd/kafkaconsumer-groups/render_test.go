@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,7 +210,7 @@ func TestSubscribedTopics(t *testing.T) {
 		}, []string{"audit", "orders.us"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := sortedKeys(subscribedTopics(tc.instances, kafkaTopics))
+			got := slices.Sorted(maps.Keys(subscribedTopics(tc.instances, kafkaTopics)))
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}

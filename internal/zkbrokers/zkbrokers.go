@@ -21,7 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,7 +172,7 @@ func Select(regs []Registration, listener, protocol string) (Selection, error) {
 		sel.Addrs = append(sel.Addrs, match.Addr)
 		chosen[match.Name] = true
 	}
-	sel.Listeners = sortedKeys(chosen)
+	sel.Listeners = slices.Sorted(maps.Keys(chosen))
 	if len(sel.Addrs) > 0 {
 		return sel, nil
 	}
@@ -180,7 +182,7 @@ func Select(regs []Registration, listener, protocol string) (Selection, error) {
 	}
 	have := "none"
 	if len(found) > 0 {
-		have = strings.Join(sortedKeys(found), ", ")
+		have = strings.Join(slices.Sorted(maps.Keys(found)), ", ")
 	}
 	return sel, fmt.Errorf("%w: want %s; the %d registered broker(s) have %s", ErrNoListener, want, len(regs), have)
 }
@@ -229,13 +231,4 @@ func SortIDs(ids []string) {
 			return ids[i] < ids[j]
 		}
 	})
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
