@@ -59,9 +59,17 @@ type Options struct {
 	// ZooKeeperSASL starts ZooKeeper with SASL (DIGEST-MD5) enabled but
 	// not enforced: clients that do not log in still connect. The brokers
 	// log in as ZooKeeperSASLUser (password ZooKeeperSASLPassword) and
-	// create their nodes with ACLs (zookeeper.set.acl=true). It goes with
-	// any Security.
+	// create their nodes with ACLs (zookeeper.set.acl=true). Tried with
+	// SecurityPlaintext only; with the secured modes the harness writes
+	// /config/users before the brokers start, without ACLs.
 	ZooKeeperSASL bool
+	// ZooKeeperSASLRequired is ZooKeeperSASL with SASL enforced
+	// (enforce.auth.enabled=true, enforce.auth.schemes=sasl): ZooKeeper
+	// closes the session of a client that has not logged in. Only with
+	// SecurityPlaintext. The harness's own ZooKeeper client does not log
+	// in either, so StartBroker cannot start a killed broker again (it
+	// waits for its old registration to expire).
+	ZooKeeperSASLRequired bool
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -81,6 +89,7 @@ type Cluster struct {
 	saslPassword string   // of SASLUser, in the secured modes
 	zkSASL       bool     // Options.ZooKeeperSASL
 	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
+	zkRequired   bool     // Options.ZooKeeperSASLRequired
 
 	// ctx is cancelled by Close, which ends every wait in progress.
 	ctx    context.Context
@@ -272,6 +281,9 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts.Security = security
+	if opts.ZooKeeperSASLRequired && security != SecurityPlaintext {
+		return nil, fmt.Errorf("testcluster: ZooKeeperSASLRequired needs Security %q, not %q", SecurityPlaintext, security)
+	}
 	java, err := javaBinary()
 	if err != nil {
 		return nil, err
@@ -295,13 +307,14 @@ func Start(opts Options) (*Cluster, error) {
 func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	began := time.Now()
 	c := &Cluster{
-		detached: opts.Detached,
-		jars:     jars,
-		java:     java,
-		timeout:  opts.StartTimeout,
-		logf:     opts.Logf,
-		security: opts.Security,
-		zkSASL:   opts.ZooKeeperSASL,
+		detached:   opts.Detached,
+		jars:       jars,
+		java:       java,
+		timeout:    opts.StartTimeout,
+		logf:       opts.Logf,
+		security:   opts.Security,
+		zkSASL:     opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
+		zkRequired: opts.ZooKeeperSASLRequired,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -1007,6 +1020,7 @@ type stateFile struct {
 	// (Options.ZooKeeperSASL); absent in older state files.
 	ZooKeeperSASL     bool   `json:"zookeeper_sasl,omitempty"`
 	ZooKeeperPassword string `json:"zookeeper_password,omitempty"`
+	ZooKeeperRequired bool   `json:"zookeeper_sasl_required,omitempty"`
 }
 
 type nodeState struct {
@@ -1033,7 +1047,7 @@ func (c *Cluster) saveState() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
-		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword}
+		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired}
 	if c.security != SecurityPlaintext {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
@@ -1098,7 +1112,7 @@ func Load(dir string) (*Cluster, error) {
 		c.tls = newTLSFiles(filepath.Dir(st.TLSDir))
 		c.saslPassword = st.SASLPassword
 	}
-	c.zkSASL, c.zkPassword = st.ZooKeeperSASL, st.ZooKeeperPassword
+	c.zkSASL, c.zkPassword, c.zkRequired = st.ZooKeeperSASL, st.ZooKeeperPassword, st.ZooKeeperRequired
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, list := range []struct {
 		kind  nodeKind

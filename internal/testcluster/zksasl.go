@@ -26,12 +26,17 @@ func jaasString(s string) string { return fmt.Sprintf("%q", s) }
 
 // writeZooKeeperSASL adds to props the SASL settings of a ZooKeeper node
 // and writes its JAAS file (a Server section knowing ZooKeeperSASLUser).
-// Nothing requires clients to log in: zookeeper.sessionRequireClientSASLAuth
-// and enforce.auth.enabled keep their default, false.
+// Unless zkRequired, nothing requires clients to log in:
+// enforce.auth.enabled and sessionRequireClientSASLAuth keep their
+// default, false.
 func (c *Cluster) writeZooKeeperSASL(n *node, props map[string]string) error {
 	// Unknown keys of zoo.cfg become zookeeper.* system properties:
-	// zookeeper.authProvider.1.
+	// zookeeper.authProvider.1, zookeeper.enforce.auth.enabled, …
 	props["authProvider.1"] = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+	if c.zkRequired {
+		props["enforce.auth.enabled"] = "true"
+		props["enforce.auth.schemes"] = "sasl"
+	}
 	jaas := fmt.Sprintf("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_%s=%s;\n};\n",
 		ZooKeeperSASLUser, jaasString(c.zkPassword))
 	return os.WriteFile(n.jaasFile(), []byte(jaas), 0o600)
@@ -47,9 +52,13 @@ func (c *Cluster) writeBrokerZooKeeperSASL(n *node, props map[string]string) err
 	return os.WriteFile(n.jaasFile(), []byte(jaas), 0o600)
 }
 
-// ZooKeeperSASL reports whether the cluster was started with
-// Options.ZooKeeperSASL.
+// ZooKeeperSASL reports whether ZooKeeper has SASL enabled
+// (Options.ZooKeeperSASL or ZooKeeperSASLRequired).
 func (c *Cluster) ZooKeeperSASL() bool { return c.zkSASL }
+
+// ZooKeeperSASLRequired reports whether the cluster was started with
+// Options.ZooKeeperSASLRequired.
+func (c *Cluster) ZooKeeperSASLRequired() bool { return c.zkRequired }
 
 // ZooKeeperSASLPassword returns the ZooKeeper password of
 // ZooKeeperSASLUser; "" without Options.ZooKeeperSASL.
