@@ -143,3 +143,48 @@ func TestIntegrationZooKeeperSASL(t *testing.T) {
 		checkNoRegistrations(t, zookeeper, group)
 	})
 }
+
+// TestIntegrationZooKeeperSASLRequired runs Join against a cluster whose
+// ZooKeeper requires SASL authentication (the brokers log in, so the
+// cluster works): kazoo-go's client cannot log in, ZooKeeper closes its
+// session at its first request, and Join fails at once, saying why,
+// before it registers anything.
+func TestIntegrationZooKeeperSASLRequired(t *testing.T) {
+	needCluster(t)
+	began := time.Now()
+	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASLRequired: true})
+	if err != nil {
+		t.Fatalf("start a cluster with ZooKeeper SASL required: %s", err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Close(); err != nil {
+			t.Errorf("close the cluster: %s", err)
+		}
+	})
+	t.Logf("cluster with ZooKeeper SASL required started in %s", time.Since(began).Round(100*time.Millisecond))
+	if err := cluster.CreateTopic("zksasl.4", 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	verifyNoClusterLeaks(t)
+
+	for _, brokers := range [][]string{nil, cluster.KafkaPeers()} {
+		config := testConfig()
+		config.Brokers = brokers // discovery through ZooKeeper, or not
+		began := time.Now()
+		c, err := Join(uniqueName("it.zksasl.required"), TopicSubscription("zksasl.4"), cluster.ZookeeperPeers(), config)
+		took := time.Since(began)
+		if err == nil {
+			_ = c.Close()
+			t.Fatalf("Join (Brokers %v) succeeded", brokers)
+		}
+		t.Logf("Join (Brokers %v) failed in %s: %s", brokers, took.Round(time.Millisecond), err)
+		if !errors.Is(err, ErrZookeeperUnreachable) || !strings.Contains(err.Error(), "requires SASL authentication") {
+			t.Errorf("Join = %q, want ErrZookeeperUnreachable saying that ZooKeeper requires SASL", err)
+		}
+		if took > 2*time.Second {
+			t.Errorf("Join took %s to fail, want at most 2s", took)
+		}
+	}
+	// Nothing can be registered: the server answers no request of a client
+	// that has not logged in, this test's included.
+}
