@@ -147,8 +147,8 @@ func TestIntegrationZooKeeperSASL(t *testing.T) {
 // TestIntegrationZooKeeperSASLRequired runs Join against a cluster whose
 // ZooKeeper requires SASL authentication (the brokers log in, so the
 // cluster works): kazoo-go's client cannot log in, ZooKeeper closes its
-// session at its first request, and Join fails at once, saying why,
-// before it registers anything.
+// session at its first request, and Join fails within about a second,
+// saying why, before it registers anything.
 func TestIntegrationZooKeeperSASLRequired(t *testing.T) {
 	needCluster(t)
 	began := time.Now()
@@ -181,8 +181,10 @@ func TestIntegrationZooKeeperSASLRequired(t *testing.T) {
 		if !errors.Is(err, ErrZookeeperUnreachable) || !strings.Contains(err.Error(), "requires SASL authentication") {
 			t.Errorf("Join = %q, want ErrZookeeperUnreachable saying that ZooKeeper requires SASL", err)
 		}
-		if took > 2*time.Second {
-			t.Errorf("Join took %s to fail, want at most 2s", took)
+		// 14 ms here, or about a second when closing the probe's
+		// session waits for an answer that does not come (under -race).
+		if took > 3*time.Second {
+			t.Errorf("Join took %s to fail, want at most 3s", took)
 		}
 	}
 	// Nothing can be registered: the server answers no request of a client
