@@ -22,7 +22,8 @@ var (
 	ErrInvalidConfig = errors.New("kafkaconsumer: invalid configuration")
 
 	// ErrZookeeperUnreachable is returned by Join when no ZooKeeper server
-	// gave it a session within Config.Zookeeper.Timeout.
+	// gave it a session within Config.Zookeeper.Timeout, or when the server
+	// requires SASL authentication, which is not supported.
 	ErrZookeeperUnreachable = errors.New("kafkaconsumer: zookeeper unreachable")
 
 	// ErrRegistrationLost is sent on Errors() when the instance finds its

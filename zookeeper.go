@@ -93,9 +93,18 @@ func parseZookeeperServer(node string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
+// saslRequired is how go-zookeeper reports ZooKeeper's error code -124,
+// SESSIONCLOSEDREQUIRESASLAUTH, which it does not know: the server requires
+// SASL authentication (enforce.auth.enabled with enforce.auth.schemes=sasl,
+// or sessionRequireClientSASLAuth) and closes the session of a client that
+// has not logged in, at its first request.
+const saslRequired = "unknown error: -124"
+
 // probeZookeeper waits up to the configured timeout for a session with one of
 // the servers, so that Join fails fast and leaves nothing behind when
-// ZooKeeper cannot be reached. (kazoo-go's client would wait forever.)
+// ZooKeeper cannot be reached. (kazoo-go's client would wait forever.) With
+// the session it makes one request, so that a server that requires SASL
+// authentication, which neither client supports, is told apart.
 func probeZookeeper(nodes []string, config *kazoo.Config) error {
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
 	if err != nil {
@@ -108,7 +117,7 @@ func probeZookeeper(nodes []string, config *kazoo.Config) error {
 		select {
 		case ev := <-events:
 			if ev.State == zk.StateHasSession {
-				return nil
+				return probeRequest(conn, nodes, deadline.C)
 			}
 			if ev.State == zk.StateAuthFailed {
 				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, strings.Join(nodes, ","))
@@ -117,4 +126,23 @@ func probeZookeeper(nodes []string, config *kazoo.Config) error {
 			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, strings.Join(nodes, ","), config.Timeout)
 		}
 	}
+}
+
+// probeRequest asks the server of a new session whether / exists, and
+// returns an error if it refuses for want of SASL authentication. Any
+// other outcome, a timeout included, is left to the rest of Join.
+func probeRequest(conn *zk.Conn, nodes []string, deadline <-chan time.Time) error {
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := conn.Exists("/")
+		done <- err // the caller's conn.Close ends the request if it hangs
+	}()
+	select {
+	case err := <-done:
+		if err != nil && err.Error() == saslRequired {
+			return fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which kazoo-go's ZooKeeper client does not support", ErrZookeeperUnreachable, strings.Join(nodes, ","))
+		}
+	case <-deadline:
+	}
+	return nil
 }

@@ -56,6 +56,20 @@ type Options struct {
 	// (SASLUser, SASLPassword) at start; SecureConfig sets up a sarama
 	// client for them.
 	Security string
+	// ZooKeeperSASL starts ZooKeeper with SASL (DIGEST-MD5) enabled but
+	// not enforced: clients that do not log in still connect. The brokers
+	// log in as ZooKeeperSASLUser (password ZooKeeperSASLPassword) and
+	// create their nodes with ACLs (zookeeper.set.acl=true). Tried with
+	// SecurityPlaintext only; with the secured modes the harness writes
+	// /config/users before the brokers start, without ACLs.
+	ZooKeeperSASL bool
+	// ZooKeeperSASLRequired is ZooKeeperSASL with SASL enforced
+	// (enforce.auth.enabled=true, enforce.auth.schemes=sasl): ZooKeeper
+	// closes the session of a client that has not logged in. Only with
+	// SecurityPlaintext. The harness's own ZooKeeper client does not log
+	// in either, so StartBroker cannot start a killed broker again (it
+	// waits for its old registration to expire).
+	ZooKeeperSASLRequired bool
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -73,6 +87,9 @@ type Cluster struct {
 	security     string   // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
 	tls          tlsFiles // in the secured modes
 	saslPassword string   // of SASLUser, in the secured modes
+	zkSASL       bool     // Options.ZooKeeperSASL
+	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
+	zkRequired   bool     // Options.ZooKeeperSASLRequired
 
 	// ctx is cancelled by Close, which ends every wait in progress.
 	ctx    context.Context
@@ -264,6 +281,9 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts.Security = security
+	if opts.ZooKeeperSASLRequired && security != SecurityPlaintext {
+		return nil, fmt.Errorf("testcluster: ZooKeeperSASLRequired needs Security %q, not %q", SecurityPlaintext, security)
+	}
 	java, err := javaBinary()
 	if err != nil {
 		return nil, err
@@ -287,12 +307,14 @@ func Start(opts Options) (*Cluster, error) {
 func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	began := time.Now()
 	c := &Cluster{
-		detached: opts.Detached,
-		jars:     jars,
-		java:     java,
-		timeout:  opts.StartTimeout,
-		logf:     opts.Logf,
-		security: opts.Security,
+		detached:   opts.Detached,
+		jars:       jars,
+		java:       java,
+		timeout:    opts.StartTimeout,
+		logf:       opts.Logf,
+		security:   opts.Security,
+		zkSASL:     opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
+		zkRequired: opts.ZooKeeperSASLRequired,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -346,6 +368,11 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("testcluster: TLS certificates: %w", err)
 		}
 		if c.saslPassword, err = newPassword(); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+	}
+	if c.zkSASL {
+		if c.zkPassword, err = newPassword(); err != nil {
 			return nil, fmt.Errorf("testcluster: %w", err)
 		}
 	}
@@ -523,6 +550,11 @@ func (c *Cluster) writeZooKeeperConfig(n *node) error {
 		"forceSync":              "no",
 		"preAllocSize":           "4096",
 	}
+	if c.zkSASL {
+		if err := c.writeZooKeeperSASL(n, props); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+	}
 	if len(c.zks) > 1 {
 		props["reconfigEnabled"] = "false"
 		props["cnxTimeout"] = "2000"
@@ -586,6 +618,11 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 	for k, v := range security {
 		props[k] = v
 	}
+	if c.zkSASL {
+		if err := c.writeBrokerZooKeeperSASL(n, props); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+	}
 	for k, v := range extra {
 		props[k] = v
 	}
@@ -609,6 +646,9 @@ func (c *Cluster) javaArgs(n *node) []string {
 		"-Djava.net.preferIPv4Stack=true",
 		"-Dlog4j.configuration=file:" + filepath.Join(n.dir, "log4j.properties"),
 		n.marker(),
+	}
+	if c.zkSASL {
+		args = append(args, "-Djava.security.auth.login.config="+n.jaasFile())
 	}
 	if n.kind == zookeeperNode {
 		args = append(args,
@@ -976,6 +1016,11 @@ type stateFile struct {
 	Security     string `json:"security,omitempty"`
 	TLSDir       string `json:"tls_dir,omitempty"`
 	SASLPassword string `json:"sasl_password,omitempty"`
+	// ZooKeeperSASL and the ZooKeeper password of ZooKeeperSASLUser
+	// (Options.ZooKeeperSASL); absent in older state files.
+	ZooKeeperSASL     bool   `json:"zookeeper_sasl,omitempty"`
+	ZooKeeperPassword string `json:"zookeeper_password,omitempty"`
+	ZooKeeperRequired bool   `json:"zookeeper_sasl_required,omitempty"`
 }
 
 type nodeState struct {
@@ -1001,7 +1046,8 @@ func (c *Cluster) saveState() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword}
+	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
+		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired}
 	if c.security != SecurityPlaintext {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
@@ -1066,6 +1112,7 @@ func Load(dir string) (*Cluster, error) {
 		c.tls = newTLSFiles(filepath.Dir(st.TLSDir))
 		c.saslPassword = st.SASLPassword
 	}
+	c.zkSASL, c.zkPassword, c.zkRequired = st.ZooKeeperSASL, st.ZooKeeperPassword, st.ZooKeeperRequired
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, list := range []struct {
 		kind  nodeKind

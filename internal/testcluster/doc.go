@@ -23,6 +23,11 @@
 // before the brokers start; SecureConfig sets a sarama configuration up
 // for the SASL_SSL listener (SecureKafkaPeers).
 //
+// Options.ZooKeeperSASL, with any Security, starts ZooKeeper with SASL
+// (DIGEST-MD5) enabled but not enforced, and brokers that log in to it as
+// ZooKeeperSASLUser and create their nodes with ACLs
+// (zookeeper.set.acl=true).
+//
 // Child JVMs of a non-detached cluster die with the process that started
 // them (Linux: PR_SET_PDEATHSIG), even when a test binary is killed. A
 // detached cluster (Options.Detached) outlives its starter; its state is
