@@ -21,11 +21,13 @@ type fakeConsumer struct {
 	mu              sync.Mutex
 	err             error
 	pc              sarama.PartitionConsumer
+	calls           int // of ConsumePartition
 }
 
 func (f *fakeConsumer) ConsumePartition(string, int32, int64) (sarama.PartitionConsumer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls++
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -174,4 +176,32 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 	if n := len(cm.errors); n != 0 {
 		t.Fatalf("%d more errors; want one per pause", n)
 	}
+}
+
+// TestConsumerRestartErrorsNotRepeated: while a partition consumer cannot
+// start, the same error goes to Errors() once, not at every retry (one a
+// second, for as long as it lasts).
+func TestConsumerRestartErrorsNotRepeated(t *testing.T) {
+	verifyNoLeaks(t)
+	pom := newFakeOffsetManager()
+	consumer := &fakeConsumer{err: sarama.ErrLeaderNotAvailable}
+	cm, pm := fakeManager(nil, consumer, &fakeOffsets{pom: pom})
+	started := pm.startOffsetManager()
+	restarting := make(chan struct{})
+	go func() {
+		defer close(restarting)
+		pm.startConsumer(started)
+	}()
+	waitFor(t, 5*time.Second, "three attempts", func() bool {
+		consumer.mu.Lock()
+		defer consumer.mu.Unlock()
+		return consumer.calls >= 3
+	})
+	pm.t.Kill(nil)
+	<-restarting
+	if n := len(cm.errors); n != 1 {
+		t.Errorf("%d errors on Errors() after 3 failed attempts with the same error; want 1", n)
+	}
+	close(pom.errors)
+	cm.forwarders.Wait()
 }

@@ -338,8 +338,10 @@ func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager
 // handed-out message when this partition manager restarts its consumer, else
 // at the committed offset; at Offsets.Initial when there is none, or when
 // the offset is out of range (see startAtInitial). It retries errors until
-// killed, and returns nil when killed.
+// killed, and returns nil when killed. An error goes to Errors() when it
+// differs from the last attempt's, not at every retry.
 func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sarama.PartitionConsumer {
+	reported := ""
 	for attempt := 0; ; attempt++ {
 		offset, pc, err := pm.tryStartConsumer(pom)
 		if err == nil {
@@ -354,7 +356,10 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 		default:
 		}
 		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
-		pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+		if msg := err.Error(); msg != reported {
+			reported = msg
+			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+		}
 		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
