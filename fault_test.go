@@ -60,6 +60,7 @@ func childMain() int {
 	}
 
 	config := NewConfig()
+	config.Version = testKafkaVersion()
 	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
 	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
@@ -317,6 +318,7 @@ func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions in
 	t.Helper()
 	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
 	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Retry.Max = 100
