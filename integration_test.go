@@ -50,7 +50,12 @@ func runTests(m *testing.M) int {
 	}
 	if zookeeperPeers == "" || len(kafkaPeers) == 0 {
 		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1,
-			KafkaVersion: kafkaVersion, ZooKeeperVersion: zookeeperVersion})
+			KafkaVersion: kafkaVersion, ZooKeeperVersion: zookeeperVersion,
+			Logf: func(format string, args ...any) {
+				if strings.Contains(format, "using Java") { // another Java than the default: say which
+					fmt.Fprintf(os.Stderr, format+"\n", args...)
+				}
+			}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "start test cluster:", err)
 			return 1
@@ -66,7 +71,7 @@ func runTests(m *testing.M) int {
 			}
 		}
 		zookeeperPeers, kafkaPeers = cluster.ZookeeperPeers(), cluster.KafkaPeers()
-		fmt.Fprintf(os.Stderr, "test cluster: Kafka %s, ZooKeeper %s\n", cluster.KafkaVersion(), cluster.ZooKeeperVersion())
+		fmt.Fprintf(os.Stderr, "test cluster: Kafka %s, ZooKeeper %s, Java %s\n", cluster.KafkaVersion(), cluster.ZooKeeperVersion(), cluster.JavaVersion())
 	}
 	return m.Run()
 }

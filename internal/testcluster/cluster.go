@@ -467,7 +467,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.logf("testcluster: Kafka %s serving at %s (%s, ZooKeeper %s, Java %s, %.1fs)", c.kafkaVersion, strings.Join(c.KafkaPeers(), ","),
-		c.security, c.ZooKeeperVersion(), c.java, time.Since(began).Seconds())
+		c.security, c.ZooKeeperVersion(), c.JavaVersion(), time.Since(began).Seconds())
 	return c, nil
 }
 
@@ -1274,6 +1274,15 @@ func (c *Cluster) Status() []string {
 		lines = append(lines, fmt.Sprintf("%s: %s", n, state))
 	}
 	return lines
+}
+
+// JavaVersion returns the version of the Java the nodes run on (as its
+// release file or java -version says), or its path if that cannot be read.
+func (c *Cluster) JavaVersion() string {
+	if j, ok := inspectJava(c.java); ok {
+		return j.version
+	}
+	return c.java
 }
 
 // GivenZooKeeperVersion returns Options.ZooKeeperVersion: "" when the
