@@ -560,7 +560,7 @@ func logbackXML(dir string) string {
     <file>` + file.String() + `</file>
     <append>true</append>
     <encoder>
-      <pattern>[%d{yyyy-MM-dd HH:mm:ss,SSS}] %level %msg \(%logger\)%n</pattern>
+      <pattern>[%d{yyyy-MM-dd HH:mm:ss.SSS}] %level %msg \(%logger\)%n</pattern>
     </encoder>
   </appender>
   <root level="INFO">

@@ -149,11 +149,18 @@ func EnsureZooKeeperJars(version string) (string, error) {
 	}
 	pom := bytes.ReplaceAll(zookeeperPomXML, []byte("@ZOOKEEPER_VERSION@"), []byte(version))
 	pom = bytes.Replace(pom, []byte("@LOGGING@"), []byte(zookeeperLogging(version)), 1)
-	return ensureJars(dir, pom, "ZooKeeper "+version, looksLikeZooKeeperLibs)
+	check := looksLikeZooKeeperLibs
+	if majorMinor(version) >= 306 {
+		check = func(dir string) bool {
+			m, _ := filepath.Glob(filepath.Join(dir, "metrics-core-*.jar"))
+			return len(m) > 0 && looksLikeZooKeeperLibs(dir)
+		}
+	}
+	return ensureJars(dir, pom, "ZooKeeper "+version, check)
 }
 
-// zookeeperLogging returns the logging dependencies of a ZooKeeper
-// release's server, which its POM leaves optional: logback-classic from
+// zookeeperLogging returns the logging (and metrics) dependencies of a
+// ZooKeeper release's server, which its POM leaves optional: logback-classic from
 // 3.8 on, at the version the release manages (1.2.13 for 3.8.4 and 3.9.3,
 // 1.3.15 for 3.9.4, which moved to SLF4J 2); before 3.8 the log4j 1.2
 // binding, as reload4j (3.5.10 and 3.6.4 ship log4j 1.2.17).
@@ -165,10 +172,18 @@ func zookeeperLogging(version string) string {
 		}
 		return s + "    </dependency>\n"
 	}
-	if majorMinor(version) >= 308 {
-		return dep("ch.qos.logback", "logback-classic", "")
+	// From 3.6 the server's default metrics provider needs Dropwizard's
+	// metrics-core, which the POM leaves optional too (the tarball ships
+	// it): without it, QuorumPeerMain dies with ClassNotFoundException
+	// com.codahale.metrics.Reservoir.
+	var metrics string
+	if majorMinor(version) >= 306 {
+		metrics = dep("io.dropwizard.metrics", "metrics-core", "")
 	}
-	return dep("org.slf4j", "slf4j-reload4j", "1.7.36") + dep("ch.qos.reload4j", "reload4j", "1.2.25")
+	if majorMinor(version) >= 308 {
+		return metrics + dep("ch.qos.logback", "logback-classic", "")
+	}
+	return metrics + dep("org.slf4j", "slf4j-reload4j", "1.7.36") + dep("ch.qos.reload4j", "reload4j", "1.2.25")
 }
 
 func ensureJars(dir string, pom []byte, what string, check func(string) bool) (string, error) {

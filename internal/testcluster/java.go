@@ -21,24 +21,23 @@ type javaRange struct {
 
 // javaRangeFor returns the Java releases a Kafka release (and the
 // ZooKeeper server, if zookeeper is given) is known to run on: the
-// releases each project documents, widened to what was tested here
-// (README, "Supported versions").
+// releases each project documents (Kafka's "Java Version" section of each
+// release's documentation), widened to what was tested here (README,
+// "Supported versions"):
 //
-//   - Kafka 2.8 documents Java 8 and 11 (15 works); Java 17 is supported
-//     from Kafka 3.0 (KAFKA-13014 ff.). Kafka 2.8.2 was tested here on
-//     Java 17 and runs (the only Java Debian 12 has below 25).
-//   - Kafka 3.0 to 3.6: Java 8, 11, 17; 3.7 and 3.8 add 21; 3.9 adds 23.
-//   - ZooKeeper 3.5 and 3.6 document Java 8 and 11, 3.7 and 3.8 add 17,
-//     3.9 adds 21; 3.5.10 and 3.6.4 were tested here on Java 17.
+//   - Kafka 2.8 documents Java 8 and 11; 2.8.2 was tested here on Java 17
+//     (Debian 12 has no Java 11) and runs.
+//   - Kafka 3.0 to 3.8 document Java 8, 11 and 17 (3.0's page says 8 and
+//     11; its release added 17); 3.9 adds 21 and 23.
+//   - ZooKeeper 3.5 and 3.6 document Java 8 and 11; 3.5.10 and 3.6.4 were
+//     tested here on Java 17. 3.7 and later run on 17 and 21.
 func javaRangeFor(kafka, zookeeper string) javaRange {
-	r := javaRange{min: 11, max: 23, why: "Kafka " + kafka + " runs on Java 11 to 23"}
+	r := javaRange{min: 8, max: 23, why: "Kafka " + kafka + " runs on Java 8 to 23"}
 	switch mm := majorMinor(kafka); {
 	case mm < 300:
 		r = javaRange{min: 8, max: 17, why: "Kafka " + kafka + " runs on Java 8 to 17 (documented: 8 and 11; 17 tested here)"}
-	case mm < 307:
-		r = javaRange{min: 8, max: 17, why: "Kafka " + kafka + " runs on Java 8 to 17"}
 	case mm < 309:
-		r = javaRange{min: 8, max: 21, why: "Kafka " + kafka + " runs on Java 8 to 21"}
+		r = javaRange{min: 8, max: 17, why: "Kafka " + kafka + " runs on Java 8 to 17"}
 	}
 	if zookeeper != "" {
 		zmax := 21
@@ -202,7 +201,7 @@ func debianJavaPackages(r javaRange) string {
 	}
 	out, err := exec.Command("apt-cache", append([]string{"policy"}, names...)...).Output()
 	if err != nil {
-		return strings.Join(names, " or ") + " (apt-cache not available to check)"
+		return fmt.Sprintf("openjdk-N-jre-headless, N from %d to %d; apt-cache is not here to check which exist", r.min, r.max)
 	}
 	var available []string
 	var pkg string
@@ -216,7 +215,7 @@ func debianJavaPackages(r javaRange) string {
 		}
 	}
 	if len(available) == 0 {
-		return fmt.Sprintf("none of %s is available from this machine's apt sources; use an Adoptium/Temurin JDK of Java %d to %d", strings.Join(names, ", "), r.min, r.max)
+		return fmt.Sprintf("no openjdk-N-jre-headless with N from %d to %d is in this machine's apt sources; use another JDK of Java %d to %d, e.g. Adoptium Temurin", r.min, r.max, r.min, r.max)
 	}
 	return "apt-get install " + available[0]
 }
