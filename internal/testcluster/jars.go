@@ -153,7 +153,8 @@ func EnsureZooKeeperJars(version string) (string, error) {
 	if majorMinor(version) >= 306 {
 		check = func(dir string) bool {
 			m, _ := filepath.Glob(filepath.Join(dir, "metrics-core-*.jar"))
-			return len(m) > 0 && looksLikeZooKeeperLibs(dir)
+			s, _ := filepath.Glob(filepath.Join(dir, "snappy-java-*.jar"))
+			return len(m) > 0 && len(s) > 0 && looksLikeZooKeeperLibs(dir)
 		}
 	}
 	return ensureJars(dir, pom, "ZooKeeper "+version, check)
@@ -173,12 +174,15 @@ func zookeeperLogging(version string) string {
 		return s + "    </dependency>\n"
 	}
 	// From 3.6 the server's default metrics provider needs Dropwizard's
-	// metrics-core, which the POM leaves optional too (the tarball ships
-	// it): without it, QuorumPeerMain dies with ClassNotFoundException
-	// com.codahale.metrics.Reservoir.
+	// metrics-core, and loading the data at start needs snappy-java; the
+	// POM leaves both optional too (the tarball ships them). Without them
+	// QuorumPeerMain dies with ClassNotFoundException
+	// com.codahale.metrics.Reservoir, or its main thread dies with
+	// NoClassDefFoundError org/xerial/snappy/SnappyInputStream and the
+	// server never serves.
 	var metrics string
 	if majorMinor(version) >= 306 {
-		metrics = dep("io.dropwizard.metrics", "metrics-core", "")
+		metrics = dep("io.dropwizard.metrics", "metrics-core", "") + dep("org.xerial.snappy", "snappy-java", "")
 	}
 	if majorMinor(version) >= 308 {
 		return metrics + dep("ch.qos.logback", "logback-classic", "")
