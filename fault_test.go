@@ -869,10 +869,15 @@ func TestFaultMisuseUnderLoad(t *testing.T) {
 	checkCommitted(t, client, group, start, map[string]int{"test.4": 2000})
 }
 
-// startFaultCluster starts a cluster of the test's own, closed at cleanup.
+// startFaultCluster starts a cluster of the test's own, closed at cleanup,
+// of the versions $KAFKA_VERSION and $ZOOKEEPER_VERSION name (as the
+// shared one).
 func startFaultCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
 	t.Helper()
 	opts.Logf = t.Logf
+	if opts.KafkaVersion == "" {
+		opts.KafkaVersion, opts.ZooKeeperVersion = testcluster.VersionsFromEnv()
+	}
 	cluster, err := testcluster.Start(opts)
 	if err != nil {
 		t.Fatalf("start cluster: %s", err)
