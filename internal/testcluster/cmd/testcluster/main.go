@@ -226,7 +226,7 @@ func up(dir string, args []string) error {
 		switch {
 		case c.Security() != *security:
 			logf("a %s cluster runs in %s; replacing it", c.Security(), dir)
-		case c.KafkaVersion() != *kafkaVersion || (*zookeeperVersion != "" && c.ZooKeeperVersion() != *zookeeperVersion):
+		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != *zookeeperVersion:
 			logf("a cluster of Kafka %s and ZooKeeper %s runs in %s; replacing it", c.KafkaVersion(), c.ZooKeeperVersion(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
 			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
