@@ -11,6 +11,14 @@
 #                      exports ZOOKEEPER_PEERS and KAFKA_PEERS (and, secured,
 #                      KAFKA_SECURITY, KAFKA_TLS_CA, KAFKA_SASL_*)
 #   make cluster-down  stop it and remove .cluster/
+#   make test-matrix   the integration suite (not the fault suite) against
+#                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
+#                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)
+#
+# The versions: KAFKA_VERSION (default 3.9.1) and ZOOKEEPER_VERSION (default:
+# the ZooKeeper server the Kafka release brings; a given version runs from
+# ZooKeeper's own jars), for cluster-up, test and jars, e.g.
+#   make test KAFKA_VERSION=2.8.2 ZOOKEEPER_VERSION=3.5.10
 
 SHELL := /bin/bash
 GO ?= go
@@ -20,9 +28,13 @@ BROKERS ?= 1
 SECURITY ?= plaintext
 STATICCHECK_VERSION ?= v0.8.2
 TEST_FLAGS ?= -race -count=1 -timeout 25m
+# Read by the testcluster command and by the tests (empty: the defaults).
+KAFKA_VERSION ?=
+ZOOKEEPER_VERSION ?=
+export KAFKA_VERSION ZOOKEEPER_VERSION
 
 .PHONY: all jars cluster-up cluster-down cluster-status test test-run test-short \
-	fmt-check vet lint bench demo
+	test-matrix fmt-check vet lint bench demo
 
 all: test
 
@@ -53,6 +65,10 @@ endif
 
 test-run:
 	$(GO) test $(TEST_FLAGS) ./...
+
+# PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
+test-matrix: fmt-check vet
+	GO=$(GO) scripts/test-matrix.sh
 
 test-short:
 	$(GO) test -race -short ./...

@@ -106,3 +106,15 @@ func TestSaramaConfigTakesOffsetsInitial(t *testing.T) {
 		t.Fatal("saramaConfig changed the caller's config")
 	}
 }
+
+// The default sarama Version must be one that every supported Kafka
+// release understands (README, "Supported versions": 2.8.2 to 3.9.1):
+// sarama picks request versions from it, and a broker older than it may
+// reject them.
+func TestNewConfigVersionSafeForOldestKafka(t *testing.T) {
+	t.Parallel()
+	oldest := sarama.V2_8_2_0
+	if v := NewConfig().Version; v != oldest && v.IsAtLeast(oldest) {
+		t.Errorf("NewConfig().Version = %s, newer than the oldest supported Kafka %s", v, oldest)
+	}
+}

@@ -60,6 +60,7 @@ func childMain() int {
 	}
 
 	config := NewConfig()
+	config.Version = testKafkaVersion()
 	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
 	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
@@ -317,6 +318,7 @@ func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions in
 	t.Helper()
 	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
 	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Retry.Max = 100
@@ -867,10 +869,15 @@ func TestFaultMisuseUnderLoad(t *testing.T) {
 	checkCommitted(t, client, group, start, map[string]int{"test.4": 2000})
 }
 
-// startFaultCluster starts a cluster of the test's own, closed at cleanup.
+// startFaultCluster starts a cluster of the test's own, closed at cleanup,
+// of the versions $KAFKA_VERSION and $ZOOKEEPER_VERSION name (as the
+// shared one).
 func startFaultCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
 	t.Helper()
 	opts.Logf = t.Logf
+	if opts.KafkaVersion == "" {
+		opts.KafkaVersion, opts.ZooKeeperVersion = testcluster.VersionsFromEnv()
+	}
 	cluster, err := testcluster.Start(opts)
 	if err != nil {
 		t.Fatalf("start cluster: %s", err)

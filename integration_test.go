@@ -43,8 +43,19 @@ func runTests(m *testing.M) int {
 	if kp := os.Getenv("KAFKA_PEERS"); kp != "" {
 		kafkaPeers = strings.Split(kp, ",")
 	}
+	kafkaVersion, zookeeperVersion := testcluster.VersionsFromEnv()
+	if _, err := sarama.ParseKafkaVersion(kafkaVersion); err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q: %s\n", testcluster.KafkaVersionEnv, kafkaVersion, err)
+		return 1
+	}
 	if zookeeperPeers == "" || len(kafkaPeers) == 0 {
-		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1})
+		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1,
+			KafkaVersion: kafkaVersion, ZooKeeperVersion: zookeeperVersion,
+			Logf: func(format string, args ...any) {
+				if strings.Contains(format, "using Java") { // another Java than the default: say which
+					fmt.Fprintf(os.Stderr, format+"\n", args...)
+				}
+			}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "start test cluster:", err)
 			return 1
@@ -60,8 +71,22 @@ func runTests(m *testing.M) int {
 			}
 		}
 		zookeeperPeers, kafkaPeers = cluster.ZookeeperPeers(), cluster.KafkaPeers()
+		fmt.Fprintf(os.Stderr, "test cluster: Kafka %s, ZooKeeper %s, Java %s\n", cluster.KafkaVersion(), cluster.ZooKeeperVersion(), cluster.JavaVersion())
 	}
 	return m.Run()
+}
+
+// testKafkaVersion is the brokers' Kafka release as sarama knows it:
+// $KAFKA_VERSION (make cluster-up writes it to .cluster/env; TestMain
+// starts a cluster of that release), else testcluster.DefaultKafkaVersion.
+// The tests set sarama's Config.Version to it, as users should.
+func testKafkaVersion() sarama.KafkaVersion {
+	kafka, _ := testcluster.VersionsFromEnv()
+	v, err := sarama.ParseKafkaVersion(kafka)
+	if err != nil {
+		panic(fmt.Sprintf("%s=%q: %s", testcluster.KafkaVersionEnv, kafka, err)) // TestMain checked it
+	}
+	return v
 }
 
 // needCluster skips the test under -short.
@@ -93,6 +118,7 @@ func uniqueName(prefix string) string {
 func newTestClient(t testing.TB) sarama.Client {
 	t.Helper()
 	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
@@ -339,9 +365,11 @@ func union(values []string, cols ...*collector) (all bool, duplicates int) {
 	return all, duplicates
 }
 
-// testConfig is the configuration of the integration tests: short waits.
+// testConfig is the configuration of the integration tests: short waits,
+// sarama's Version set to the brokers' (testKafkaVersion).
 func testConfig() *Config {
 	config := NewConfig()
+	config.Version = testKafkaVersion()
 	config.MaxProcessingTime = 2 * time.Second
 	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	return config

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // Options configures Start. The zero value starts one ZooKeeper node and one
@@ -70,19 +73,31 @@ type Options struct {
 	// in either, so StartBroker cannot start a killed broker again (it
 	// waits for its old registration to expire).
 	ZooKeeperSASLRequired bool
+	// KafkaVersion is the Apache Kafka release to run (its jars are
+	// fetched with Maven and cached per version; see EnsureKafkaJars).
+	// Empty: DefaultKafkaVersion. VersionsFromEnv reads $KAFKA_VERSION.
+	KafkaVersion string
+	// ZooKeeperVersion, when set, runs the ZooKeeper nodes from that
+	// ZooKeeper release's own jars (org.apache.zookeeper:zookeeper, with
+	// its own logging back end; see EnsureZooKeeperJars). Empty: the
+	// ZooKeeper server that the Kafka release brings.
+	ZooKeeperVersion string
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
 // use. Broker i (0-based, the order of KafkaPeers) has broker.id i;
 // ZooKeeper node i (0-based, the order of ZookeeperPeers) has myid i+1.
 type Cluster struct {
-	dir       string
-	removeDir bool
-	detached  bool
-	jars      string
-	java      string
-	timeout   time.Duration
-	logf      func(format string, args ...any)
+	dir          string
+	removeDir    bool
+	detached     bool
+	jars         string // the Kafka release's jars
+	zkJars       string // the ZooKeeper release's jars; jars when zkVersion is ""
+	java         string
+	kafkaVersion string
+	zkVersion    string // Options.ZooKeeperVersion
+	timeout      time.Duration
+	logf         func(format string, args ...any)
 
 	security     string   // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
 	tls          tlsFiles // in the secured modes
@@ -284,16 +299,28 @@ func Start(opts Options) (*Cluster, error) {
 	if opts.ZooKeeperSASLRequired && security != SecurityPlaintext {
 		return nil, fmt.Errorf("testcluster: ZooKeeperSASLRequired needs Security %q, not %q", SecurityPlaintext, security)
 	}
-	java, err := javaBinary()
+	if opts.KafkaVersion == "" {
+		opts.KafkaVersion = DefaultKafkaVersion
+	}
+	if _, err := sarama.ParseKafkaVersion(opts.KafkaVersion); err != nil {
+		return nil, fmt.Errorf("testcluster: Kafka version %q: %w", opts.KafkaVersion, err)
+	}
+	java, err := pickJava(opts.KafkaVersion, opts.ZooKeeperVersion, opts.Logf)
 	if err != nil {
 		return nil, err
 	}
-	jars, err := EnsureJars()
+	jars, err := EnsureKafkaJars(opts.KafkaVersion)
 	if err != nil {
 		return nil, err
+	}
+	zkJars := jars
+	if opts.ZooKeeperVersion != "" {
+		if zkJars, err = EnsureZooKeeperJars(opts.ZooKeeperVersion); err != nil {
+			return nil, err
+		}
 	}
 	for attempt := 1; ; attempt++ {
-		c, err := start(opts, jars, java)
+		c, err := start(opts, jars, zkJars, java)
 		if err == nil {
 			return c, nil
 		}
@@ -304,17 +331,20 @@ func Start(opts Options) (*Cluster, error) {
 	}
 }
 
-func start(opts Options, jars, java string) (_ *Cluster, err error) {
+func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 	began := time.Now()
 	c := &Cluster{
-		detached:   opts.Detached,
-		jars:       jars,
-		java:       java,
-		timeout:    opts.StartTimeout,
-		logf:       opts.Logf,
-		security:   opts.Security,
-		zkSASL:     opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
-		zkRequired: opts.ZooKeeperSASLRequired,
+		detached:     opts.Detached,
+		jars:         jars,
+		zkJars:       zkJars,
+		kafkaVersion: opts.KafkaVersion,
+		zkVersion:    opts.ZooKeeperVersion,
+		java:         java,
+		timeout:      opts.StartTimeout,
+		logf:         opts.Logf,
+		security:     opts.Security,
+		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
+		zkRequired:   opts.ZooKeeperSASLRequired,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -436,7 +466,8 @@ func start(opts Options, jars, java string) (_ *Cluster, err error) {
 	if err := c.waitBrokers(ctx, c.brokers); err != nil {
 		return nil, err
 	}
-	c.logf("testcluster: Kafka serving at %s (%s, %.1fs)", strings.Join(c.KafkaPeers(), ","), c.security, time.Since(began).Seconds())
+	c.logf("testcluster: Kafka %s serving at %s (%s, ZooKeeper %s, Java %s, %.1fs)", c.kafkaVersion, strings.Join(c.KafkaPeers(), ","),
+		c.security, c.ZooKeeperVersion(), c.JavaVersion(), time.Since(began).Seconds())
 	return c, nil
 }
 
@@ -512,6 +543,33 @@ func log4jProperties(dir string) string {
 	}, "\n")
 }
 
+// hasLogback reports whether the jars in dir log through logback (the
+// ZooKeeper releases from 3.8 on) rather than log4j 1.2 or reload4j.
+func hasLogback(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "logback-classic-*.jar"))
+	return len(m) > 0
+}
+
+// logbackXML is log4jProperties for logback: INFO and up to server.log in
+// the node's directory.
+func logbackXML(dir string) string {
+	var file strings.Builder
+	_ = xml.EscapeText(&file, []byte(filepath.Join(dir, "server.log")))
+	return `<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>` + file.String() + `</file>
+    <append>true</append>
+    <encoder>
+      <pattern>[%d{yyyy-MM-dd HH:mm:ss.SSS}] %level %msg \(%logger\)%n</pattern>
+    </encoder>
+  </appender>
+  <root level="INFO">
+    <appender-ref ref="file"/>
+  </root>
+</configuration>
+`
+}
+
 func writeProperties(path string, props map[string]string) error {
 	keys := make([]string, 0, len(props))
 	for k := range props {
@@ -567,6 +625,11 @@ func (c *Cluster) writeZooKeeperConfig(n *node) error {
 	}
 	if err := os.WriteFile(filepath.Join(n.dir, "log4j.properties"), []byte(log4jProperties(n.dir)), 0o644); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
+	}
+	if hasLogback(c.zkJars) {
+		if err := os.WriteFile(filepath.Join(n.dir, "logback.xml"), []byte(logbackXML(n.dir)), 0o644); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
 	}
 	if err := writeProperties(n.configFile(), props); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
@@ -651,12 +714,15 @@ func (c *Cluster) javaArgs(n *node) []string {
 		args = append(args, "-Djava.security.auth.login.config="+n.jaasFile())
 	}
 	if n.kind == zookeeperNode {
+		if hasLogback(c.zkJars) {
+			args = append(args, "-Dlogback.configurationFile="+filepath.Join(n.dir, "logback.xml"))
+		}
 		args = append(args,
 			"-Xms32m", "-Xmx256m",
 			"-XX:TieredStopAtLevel=1",
 			"-Dzookeeper.admin.enableServer=false",
 			"-Dzookeeper.jmx.log4j.disable=true",
-			"-cp", filepath.Join(c.jars, "*"),
+			"-cp", filepath.Join(c.zkJars, "*"),
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", n.configFile())
 	} else {
 		args = append(args,
@@ -739,6 +805,26 @@ func (c *Cluster) KafkaPeers() []string {
 		addrs[i] = n.addr()
 	}
 	return addrs
+}
+
+// KafkaVersion returns the Kafka release the brokers run.
+func (c *Cluster) KafkaVersion() string { return c.kafkaVersion }
+
+// ZooKeeperVersion returns the ZooKeeper release the ZooKeeper nodes run:
+// Options.ZooKeeperVersion, or the version of the ZooKeeper jar that the
+// Kafka release brings.
+func (c *Cluster) ZooKeeperVersion() string {
+	if c.zkVersion != "" {
+		return c.zkVersion
+	}
+	m, _ := filepath.Glob(filepath.Join(c.zkJars, "zookeeper-[0-9]*.jar"))
+	for _, jar := range m {
+		v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(jar), "zookeeper-"), ".jar")
+		if versionPattern.MatchString(v) {
+			return v
+		}
+	}
+	return ""
 }
 
 // Dir returns the directory holding the nodes' configuration, data and
@@ -1021,6 +1107,12 @@ type stateFile struct {
 	ZooKeeperSASL     bool   `json:"zookeeper_sasl,omitempty"`
 	ZooKeeperPassword string `json:"zookeeper_password,omitempty"`
 	ZooKeeperRequired bool   `json:"zookeeper_sasl_required,omitempty"`
+	// The versions (Options.KafkaVersion, Options.ZooKeeperVersion) and
+	// the ZooKeeper release's jars; absent in older state files, which
+	// ran DefaultKafkaVersion and its ZooKeeper.
+	KafkaVersion     string `json:"kafka_version,omitempty"`
+	ZooKeeperVersion string `json:"zookeeper_version,omitempty"`
+	ZooKeeperJars    string `json:"zookeeper_jars,omitempty"`
 }
 
 type nodeState struct {
@@ -1047,7 +1139,8 @@ func (c *Cluster) saveState() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
-		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired}
+		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired,
+		KafkaVersion: c.kafkaVersion, ZooKeeperVersion: c.zkVersion, ZooKeeperJars: c.zkJars}
 	if c.security != SecurityPlaintext {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
@@ -1113,6 +1206,13 @@ func Load(dir string) (*Cluster, error) {
 		c.saslPassword = st.SASLPassword
 	}
 	c.zkSASL, c.zkPassword, c.zkRequired = st.ZooKeeperSASL, st.ZooKeeperPassword, st.ZooKeeperRequired
+	c.kafkaVersion, c.zkVersion, c.zkJars = st.KafkaVersion, st.ZooKeeperVersion, st.ZooKeeperJars
+	if c.kafkaVersion == "" {
+		c.kafkaVersion = DefaultKafkaVersion
+	}
+	if c.zkJars == "" {
+		c.zkJars = c.jars
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, list := range []struct {
 		kind  nodeKind
@@ -1175,3 +1275,16 @@ func (c *Cluster) Status() []string {
 	}
 	return lines
 }
+
+// JavaVersion returns the version of the Java the nodes run on (as its
+// release file or java -version says), or its path if that cannot be read.
+func (c *Cluster) JavaVersion() string {
+	if j, ok := inspectJava(c.java); ok {
+		return j.version
+	}
+	return c.java
+}
+
+// GivenZooKeeperVersion returns Options.ZooKeeperVersion: "" when the
+// ZooKeeper nodes run from the Kafka release's jars.
+func (c *Cluster) GivenZooKeeperVersion() string { return c.zkVersion }

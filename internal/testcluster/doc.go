@@ -1,7 +1,15 @@
 // Package testcluster runs a real, local, ZooKeeper-mode Kafka cluster for
 // tests: ZooKeeper nodes and Kafka brokers as JVM child processes on free
-// 127.0.0.1 ports, built from the Kafka 3.9 jars that Maven Central serves
-// (see EnsureJars).
+// 127.0.0.1 ports, built from the Kafka jars that Maven Central serves
+// (see EnsureKafkaJars).
+//
+// Options.KafkaVersion picks the Kafka release (default DefaultKafkaVersion,
+// 3.9.1); Options.ZooKeeperVersion runs the ZooKeeper nodes from a
+// ZooKeeper release's own jars (EnsureZooKeeperJars) instead of the server
+// the Kafka release brings. The JVMs run on a Java that fits both
+// (JAVA_HOME, java on PATH, or the newest fitting one in /usr/lib/jvm);
+// Start says which, or fails naming what would fit. VersionsFromEnv reads
+// $KAFKA_VERSION and $ZOOKEEPER_VERSION.
 //
 // A typical test:
 //

@@ -3,36 +3,71 @@ package testcluster
 import (
 	"bytes"
 	_ "embed" // the Maven project that resolves the jars
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
-// KafkaVersion is the Apache Kafka release whose jars EnsureJars resolves.
-const KafkaVersion = "3.9.1"
+// DefaultKafkaVersion is the Apache Kafka release whose jars the cluster
+// runs when no version is given (Options.KafkaVersion, $KAFKA_VERSION).
+const DefaultKafkaVersion = "3.9.1"
+
+// KafkaVersion is DefaultKafkaVersion (the name of earlier versions of this
+// package).
+const KafkaVersion = DefaultKafkaVersion
+
+// The environment variables that name the versions a cluster runs: read by
+// VersionsFromEnv (the command behind make cluster-up, and the root
+// package's TestMain), not by Start.
+const (
+	KafkaVersionEnv     = "KAFKA_VERSION"
+	ZooKeeperVersionEnv = "ZOOKEEPER_VERSION"
+)
+
+// VersionsFromEnv returns $KAFKA_VERSION (default DefaultKafkaVersion) and
+// $ZOOKEEPER_VERSION ("" by default: the ZooKeeper server that the Kafka
+// release brings).
+func VersionsFromEnv() (kafka, zookeeper string) {
+	kafka = strings.TrimSpace(os.Getenv(KafkaVersionEnv))
+	if kafka == "" {
+		kafka = DefaultKafkaVersion
+	}
+	return kafka, strings.TrimSpace(os.Getenv(ZooKeeperVersionEnv))
+}
+
+// versionPattern is what a version given to this package must look like:
+// it becomes part of a directory name and of a Maven coordinate.
+var versionPattern = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+
+func checkVersion(what, v string) error {
+	if !versionPattern.MatchString(v) {
+		return fmt.Errorf("testcluster: %s version %q is not of the form X.Y.Z", what, v)
+	}
+	return nil
+}
 
 // JarsEnv names the environment variable that, when set, is the directory
-// holding the jars (EnsureJars fills it if it is empty; a Kafka release's
-// libs/ directory works too).
+// holding the jars of DefaultKafkaVersion (EnsureJars fills it if it is
+// empty; a Kafka release's libs/ directory works too). Other versions are
+// always cached under the user cache directory.
 const JarsEnv = "KAFKACONSUMER_JARS"
 
 //go:embed jars/pom.xml
 var pomXML []byte
 
+//go:embed jars/zookeeper-pom.xml
+var zookeeperPomXML []byte
+
 // completeMarker is written into the jars directory, listing its jars,
 // before the directory is renamed into place.
 const completeMarker = ".complete"
 
-// JarsDir returns the directory where the jars are (or will be) cached:
-// $KAFKACONSUMER_JARS, or else <user cache dir>/kafkaconsumer/kafka-3.9.1
-// ($XDG_CACHE_HOME or ~/.cache on Linux). It does not download anything.
-func JarsDir() (string, error) {
-	if d := os.Getenv(JarsEnv); d != "" {
-		return filepath.Abs(d)
-	}
+// cacheDir returns <user cache dir>/kafkaconsumer ($XDG_CACHE_HOME or
+// ~/.cache on Linux).
+func cacheDir() (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		home, herr := os.UserHomeDir()
@@ -41,26 +76,123 @@ func JarsDir() (string, error) {
 		}
 		cache = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(cache, "kafkaconsumer", "kafka-"+KafkaVersion), nil
+	return filepath.Join(cache, "kafkaconsumer"), nil
 }
 
-// EnsureJars returns a directory holding the jars of a ZooKeeper-mode Kafka
-// broker and of the ZooKeeper server (the directory JarsDir names). When
-// they are missing or incomplete it runs Maven (`mvn dependency:copy-dependencies`
-// on the project in jars/pom.xml, embedded in this package), which takes a
-// few seconds with a warm ~/.m2 and needs Maven Central otherwise. The
-// result is moved into place atomically, and concurrent callers (several
-// test binaries) serialise on a lock file, so only one downloads.
-func EnsureJars() (string, error) {
-	dir, err := JarsDir()
+// JarsDir returns the directory where the jars of DefaultKafkaVersion are
+// (or will be) cached: $KAFKACONSUMER_JARS, or else
+// <user cache dir>/kafkaconsumer/kafka-3.9.1. It does not download anything.
+func JarsDir() (string, error) { return KafkaJarsDir(DefaultKafkaVersion) }
+
+// KafkaJarsDir returns the directory where the jars of a Kafka release are
+// (or will be) cached: <user cache dir>/kafkaconsumer/kafka-VERSION, or
+// $KAFKACONSUMER_JARS for DefaultKafkaVersion when it is set.
+func KafkaJarsDir(version string) (string, error) {
+	if err := checkVersion("Kafka", version); err != nil {
+		return "", err
+	}
+	if d := os.Getenv(JarsEnv); d != "" && version == DefaultKafkaVersion {
+		return filepath.Abs(d)
+	}
+	cache, err := cacheDir()
 	if err != nil {
 		return "", err
 	}
-	if jarsComplete(dir) {
-		return dir, nil
+	return filepath.Join(cache, "kafka-"+version), nil
+}
+
+// ZooKeeperJarsDir returns the directory where the jars of a ZooKeeper
+// server release are (or will be) cached:
+// <user cache dir>/kafkaconsumer/zookeeper-VERSION.
+func ZooKeeperJarsDir(version string) (string, error) {
+	if err := checkVersion("ZooKeeper", version); err != nil {
+		return "", err
 	}
-	if os.Getenv(JarsEnv) != "" && looksLikeKafkaLibs(dir) {
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cache, "zookeeper-"+version), nil
+}
+
+// EnsureJars is EnsureKafkaJars(DefaultKafkaVersion).
+func EnsureJars() (string, error) { return EnsureKafkaJars(DefaultKafkaVersion) }
+
+// EnsureKafkaJars returns a directory holding the jars of a ZooKeeper-mode
+// Kafka broker of the given release and of the ZooKeeper server it brings
+// (the directory KafkaJarsDir names). When they are missing or incomplete
+// it runs Maven (`mvn dependency:copy-dependencies` on the project in
+// jars/pom.xml, embedded in this package, with the version put in), which
+// takes a few seconds with a warm ~/.m2 and needs Maven Central otherwise.
+// The result is moved into place atomically, and concurrent callers
+// (several test binaries) serialise on a lock file, so only one downloads.
+func EnsureKafkaJars(version string) (string, error) {
+	dir, err := KafkaJarsDir(version)
+	if err != nil {
+		return "", err
+	}
+	if os.Getenv(JarsEnv) != "" && version == DefaultKafkaVersion && looksLikeKafkaLibs(dir) {
 		return dir, nil // a directory the user filled, e.g. a release's libs/
+	}
+	pom := bytes.Replace(pomXML, []byte("<kafka.version>"+DefaultKafkaVersion+"<"), []byte("<kafka.version>"+version+"<"), 1)
+	return ensureJars(dir, pom, "Kafka "+version, looksLikeKafkaLibs)
+}
+
+// EnsureZooKeeperJars returns a directory holding the jars of a ZooKeeper
+// server release (org.apache.zookeeper:zookeeper and what it needs at run
+// time, with its own logging back end: log4j 1.2 up to 3.7, logback from
+// 3.8), fetched and cached like EnsureKafkaJars.
+func EnsureZooKeeperJars(version string) (string, error) {
+	dir, err := ZooKeeperJarsDir(version)
+	if err != nil {
+		return "", err
+	}
+	pom := bytes.ReplaceAll(zookeeperPomXML, []byte("@ZOOKEEPER_VERSION@"), []byte(version))
+	pom = bytes.Replace(pom, []byte("@LOGGING@"), []byte(zookeeperLogging(version)), 1)
+	check := looksLikeZooKeeperLibs
+	if majorMinor(version) >= 306 {
+		check = func(dir string) bool {
+			m, _ := filepath.Glob(filepath.Join(dir, "metrics-core-*.jar"))
+			s, _ := filepath.Glob(filepath.Join(dir, "snappy-java-*.jar"))
+			return len(m) > 0 && len(s) > 0 && looksLikeZooKeeperLibs(dir)
+		}
+	}
+	return ensureJars(dir, pom, "ZooKeeper "+version, check)
+}
+
+// zookeeperLogging returns the logging (and metrics) dependencies of a
+// ZooKeeper release's server, which its POM leaves optional: logback-classic from
+// 3.8 on, at the version the release manages (1.2.13 for 3.8.4 and 3.9.3,
+// 1.3.15 for 3.9.4, which moved to SLF4J 2); before 3.8 the log4j 1.2
+// binding, as reload4j (3.5.10 and 3.6.4 ship log4j 1.2.17).
+func zookeeperLogging(version string) string {
+	dep := func(group, artifact, version string) string {
+		s := "    <dependency>\n      <groupId>" + group + "</groupId>\n      <artifactId>" + artifact + "</artifactId>\n"
+		if version != "" {
+			s += "      <version>" + version + "</version>\n"
+		}
+		return s + "    </dependency>\n"
+	}
+	// From 3.6 the server's default metrics provider needs Dropwizard's
+	// metrics-core, and loading the data at start needs snappy-java; the
+	// POM leaves both optional too (the tarball ships them). Without them
+	// QuorumPeerMain dies with ClassNotFoundException
+	// com.codahale.metrics.Reservoir, or its main thread dies with
+	// NoClassDefFoundError org/xerial/snappy/SnappyInputStream and the
+	// server never serves.
+	var metrics string
+	if majorMinor(version) >= 306 {
+		metrics = dep("io.dropwizard.metrics", "metrics-core", "") + dep("org.xerial.snappy", "snappy-java", "")
+	}
+	if majorMinor(version) >= 308 {
+		return metrics + dep("ch.qos.logback", "logback-classic", "")
+	}
+	return metrics + dep("org.slf4j", "slf4j-reload4j", "1.7.36") + dep("ch.qos.reload4j", "reload4j", "1.2.25")
+}
+
+func ensureJars(dir string, pom []byte, what string, check func(string) bool) (string, error) {
+	if jarsComplete(dir, check) {
+		return dir, nil
 	}
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -71,25 +203,25 @@ func EnsureJars() (string, error) {
 		return "", fmt.Errorf("testcluster: locking the jars cache: %w", err)
 	}
 	defer unlock()
-	if jarsComplete(dir) { // another process finished while we waited
+	if jarsComplete(dir, check) { // another process finished while we waited
 		return dir, nil
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
 			// Not ours: never delete a directory someone else filled.
-			return "", fmt.Errorf("testcluster: %s holds neither the Kafka %s jars nor a download of ours; remove it or point %s elsewhere", dir, KafkaVersion, JarsEnv)
+			return "", fmt.Errorf("testcluster: %s holds neither the %s jars nor a download of ours; remove it or point %s elsewhere", dir, what, JarsEnv)
 		}
 	}
-	if err := downloadJars(dir); err != nil {
+	if err := downloadJars(dir, pom, what, check); err != nil {
 		return "", err
 	}
 	return dir, nil
 }
 
-func downloadJars(dir string) error {
+func downloadJars(dir string, pomXML []byte, what string, check func(string) bool) error {
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
-		return fmt.Errorf("testcluster: the Kafka %s jars are not in %s and Maven (mvn) is not installed to fetch them; install Maven or set %s to a directory of Kafka jars", KafkaVersion, dir, JarsEnv)
+		return fmt.Errorf("testcluster: the %s jars are not in %s and Maven (mvn) is not installed to fetch them; install Maven or set %s to a directory of Kafka jars", what, dir, JarsEnv)
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp-")
 	if err != nil {
@@ -107,7 +239,7 @@ func downloadJars(dir string) error {
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("testcluster: mvn dependency:copy-dependencies failed: %v\n%s", err, tailString(log.String(), 40))
+		return fmt.Errorf("testcluster: mvn dependency:copy-dependencies (%s) failed: %v\n%s", what, err, tailString(log.String(), 40))
 	}
 	entries, err := os.ReadDir(out)
 	if err != nil {
@@ -119,8 +251,8 @@ func downloadJars(dir string) error {
 			jars = append(jars, e.Name())
 		}
 	}
-	if !looksLikeKafkaLibs(out) {
-		return fmt.Errorf("testcluster: mvn did not produce the Kafka and ZooKeeper jars (got %s)", strings.Join(jars, " "))
+	if !check(out) {
+		return fmt.Errorf("testcluster: mvn did not produce the %s jars (got %s)", what, strings.Join(jars, " "))
 	}
 	if err := os.WriteFile(filepath.Join(out, completeMarker), []byte(strings.Join(jars, "\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
@@ -138,7 +270,7 @@ func downloadJars(dir string) error {
 
 // jarsComplete reports whether dir was completed by downloadJars and still
 // holds every jar it listed.
-func jarsComplete(dir string) bool {
+func jarsComplete(dir string, check func(string) bool) bool {
 	list, err := os.ReadFile(filepath.Join(dir, completeMarker))
 	if err != nil {
 		return false
@@ -148,7 +280,7 @@ func jarsComplete(dir string) bool {
 			return false
 		}
 	}
-	return looksLikeKafkaLibs(dir)
+	return check(dir)
 }
 
 // looksLikeKafkaLibs reports whether dir holds a Kafka broker (Scala 2.13
@@ -163,19 +295,20 @@ func looksLikeKafkaLibs(dir string) bool {
 	return true
 }
 
-// javaBinary returns $JAVA_HOME/bin/java, or java from $PATH.
-func javaBinary() (string, error) {
-	if home := os.Getenv("JAVA_HOME"); home != "" {
-		j := filepath.Join(home, "bin", "java")
-		if _, err := os.Stat(j); err == nil {
-			return j, nil
+// looksLikeZooKeeperLibs reports whether dir holds a ZooKeeper server jar
+// and a logging back end for it.
+func looksLikeZooKeeperLibs(dir string) bool {
+	for _, patterns := range [][]string{{"zookeeper-[0-9]*.jar"}, {"logback-classic-*.jar", "reload4j-*.jar"}} {
+		found := false
+		for _, pattern := range patterns {
+			m, _ := filepath.Glob(filepath.Join(dir, pattern))
+			found = found || len(m) > 0
+		}
+		if !found {
+			return false
 		}
 	}
-	j, err := exec.LookPath("java")
-	if err != nil {
-		return "", errors.New("testcluster: java is not installed (Kafka 3.9 needs Java 11 or later; set JAVA_HOME or put java on $PATH)")
-	}
-	return j, nil
+	return true
 }
 
 // tailString returns the last n lines of s.

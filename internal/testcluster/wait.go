@@ -109,7 +109,11 @@ func (c *Cluster) waitZooKeepers(ctx context.Context, nodes []*node) error {
 func (c *Cluster) saramaConfig() (*sarama.Config, error) {
 	cfg := sarama.NewConfig()
 	cfg.ClientID = "kafkaconsumer-testcluster"
-	cfg.Version = sarama.V3_9_0_0
+	v, err := sarama.ParseKafkaVersion(c.kafkaVersion)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: Kafka version %q: %w", c.kafkaVersion, err)
+	}
+	cfg.Version = v
 	cfg.Net.DialTimeout = 2 * time.Second
 	cfg.Net.ReadTimeout = 10 * time.Second
 	cfg.Net.WriteTimeout = 10 * time.Second

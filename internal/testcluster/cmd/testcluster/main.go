@@ -2,6 +2,7 @@
 // cluster that `make cluster-up` / `make cluster-down` / `make test` use.
 //
 //	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
+//	                               [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
 //	testcluster [-dir .cluster] down
 //	testcluster [-dir .cluster] status | env
 //	testcluster [-dir .cluster] stop-broker|kill-broker|start-broker N
@@ -10,10 +11,18 @@
 //	testcluster jars
 //
 // up starts the JVMs detached and returns; the cluster's state is kept in
-// DIR/state.json, and DIR/env holds the two lines to source:
+// DIR/state.json, and DIR/env holds the lines to source:
 //
 //	export ZOOKEEPER_PEERS=127.0.0.1:…
 //	export KAFKA_PEERS=127.0.0.1:…,…
+//	export KAFKA_VERSION=3.9.1
+//	export ZOOKEEPER_VERSION=3.8.4   (only when a ZooKeeper version was given)
+//
+// The versions default to $KAFKA_VERSION (else 3.9.1) and
+// $ZOOKEEPER_VERSION (else the ZooKeeper server the Kafka release brings,
+// from the Kafka jars); a given ZooKeeper version runs from its own jars.
+// The tests read KAFKA_VERSION for sarama's Config.Version. jars fetches
+// the jars of those versions.
 //
 // A secured cluster (-security sasl_ssl: the only listener SASL_SSL with
 // SCRAM-SHA-512; mixed: PLAINTEXT and a SASL_SSL listener named EXTERNAL)
@@ -70,16 +79,19 @@ func main() {
 
 commands:
   up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
+     [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
                                     start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1,
                                     $SECURITY or plaintext), create test.1, test.4, test.64,
-                                    write DIR/env
+                                    write DIR/env (versions: $KAFKA_VERSION or 3.9.1,
+                                    $ZOOKEEPER_VERSION or Kafka's own ZooKeeper)
   down                              kill the cluster and remove DIR
   status                            show the nodes and their pids
   env                               print DIR/env
   stop-broker N | kill-broker N | start-broker N
   stop-zookeeper N | kill-zookeeper N | start-zookeeper N
   create-topic NAME PARTITIONS [REPLICATION]
-  jars                              fetch the Kafka jars (Maven) and print their directory
+  jars                              fetch the jars of $KAFKA_VERSION (and $ZOOKEEPER_VERSION)
+                                    with Maven and print their directories
 `)
 		flag.PrintDefaults()
 	}
@@ -97,11 +109,18 @@ commands:
 func run(dir, command string, args []string) error {
 	switch command {
 	case "jars":
-		d, err := testcluster.EnsureJars()
+		kafka, zookeeper := testcluster.VersionsFromEnv()
+		d, err := testcluster.EnsureKafkaJars(kafka)
 		if err != nil {
 			return err
 		}
 		fmt.Println(d)
+		if zookeeper != "" {
+			if d, err = testcluster.EnsureZooKeeperJars(zookeeper); err != nil {
+				return err
+			}
+			fmt.Println(d)
+		}
 		return nil
 	case "up":
 		return up(dir, args)
@@ -195,6 +214,9 @@ func up(dir string, args []string) error {
 	zookeepers := fs.Int("zookeepers", envInt("ZOOKEEPERS", 1), "number of ZooKeeper nodes (1 or 3; default $ZOOKEEPERS)")
 	brokers := fs.Int("brokers", envInt("BROKERS", 1), "number of Kafka brokers (1 or 3; default $BROKERS)")
 	security := fs.String("security", os.Getenv("SECURITY"), "listeners: plaintext, sasl_ssl or mixed (default $SECURITY, or plaintext)")
+	kafkaDefault, zookeeperDefault := testcluster.VersionsFromEnv()
+	kafkaVersion := fs.String("kafka-version", kafkaDefault, "Kafka release (default $KAFKA_VERSION, or "+testcluster.DefaultKafkaVersion+")")
+	zookeeperVersion := fs.String("zookeeper-version", zookeeperDefault, "ZooKeeper release, run from its own jars (default $ZOOKEEPER_VERSION, or the one the Kafka release brings)")
 	_ = fs.Parse(args)
 	if *security == "" {
 		*security = testcluster.SecurityPlaintext
@@ -204,6 +226,8 @@ func up(dir string, args []string) error {
 		switch {
 		case c.Security() != *security:
 			logf("a %s cluster runs in %s; replacing it", c.Security(), dir)
+		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != *zookeeperVersion:
+			logf("a cluster of Kafka %s and ZooKeeper %s runs in %s; replacing it", c.KafkaVersion(), c.ZooKeeperVersion(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
 			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
 				len(strings.Split(c.ZookeeperPeers(), ",")), len(c.KafkaPeers()), dir)
@@ -225,15 +249,21 @@ func up(dir string, args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s, %s)", *zookeepers, *brokers, dir, testcluster.KafkaVersion, *security)
+	zk := *zookeeperVersion
+	if zk == "" {
+		zk = "the one Kafka brings"
+	}
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s, ZooKeeper %s, %s)", *zookeepers, *brokers, dir, *kafkaVersion, zk, *security)
 	c, err := testcluster.Start(testcluster.Options{
-		ZooKeepers: *zookeepers,
-		Brokers:    *brokers,
-		Security:   *security,
-		Dir:        dir,
-		Logf:       logf,
-		Detached:   true,
-		Context:    ctx,
+		ZooKeepers:       *zookeepers,
+		Brokers:          *brokers,
+		Security:         *security,
+		Dir:              dir,
+		Logf:             logf,
+		Detached:         true,
+		Context:          ctx,
+		KafkaVersion:     *kafkaVersion,
+		ZooKeeperVersion: *zookeeperVersion,
 	})
 	if err != nil {
 		return err
@@ -260,8 +290,11 @@ func up(dir string, args []string) error {
 }
 
 func writeEnv(dir string, c *testcluster.Cluster) error {
-	env := fmt.Sprintf("export ZOOKEEPER_PEERS=%s\nexport KAFKA_PEERS=%s\n",
-		c.ZookeeperPeers(), strings.Join(c.KafkaPeers(), ","))
+	env := fmt.Sprintf("export ZOOKEEPER_PEERS=%s\nexport KAFKA_PEERS=%s\nexport KAFKA_VERSION=%s\n",
+		c.ZookeeperPeers(), strings.Join(c.KafkaPeers(), ","), c.KafkaVersion())
+	if zk := c.GivenZooKeeperVersion(); zk != "" {
+		env += fmt.Sprintf("export ZOOKEEPER_VERSION=%s\n", zk)
+	}
 	if c.Security() != testcluster.SecurityPlaintext {
 		ca, err := filepath.Abs(c.CAFile())
 		if err != nil {
