@@ -10,7 +10,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
@@ -23,15 +22,15 @@ import (
 // ZooKeeper, the address of its listener named Config.Listener or, without
 // one, of its first listener whose security protocol is the one the
 // sarama configuration speaks (see Config.Listener). It logs what it
-// chose. It reads ZooKeeper through a connection of its own (kazoo-go does
-// not share its own), closed before it returns, and gives up after
-// Zookeeper.Timeout. Errors wrap ErrNoBrokers when no broker fits.
-func (cm *consumerManager) discoverBrokers(nodes []string) ([]string, error) {
+// chose. It reads ZooKeeper through conn, Join's probe connection (kazoo-go
+// does not share its own), and gives up after Zookeeper.Timeout. Errors
+// wrap ErrNoBrokers when no broker fits.
+func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
 	if len(cm.config.Brokers) > 0 {
 		cm.logf("Using the configured Kafka brokers %s (no discovery through ZooKeeper).", strings.Join(cm.config.Brokers, ","))
 		return append([]string(nil), cm.config.Brokers...), nil
 	}
-	regs, err := readBrokerRegistrations(nodes, cm.config.Zookeeper)
+	regs, err := readBrokerRegistrations(conn, cm.config.Zookeeper)
 	if err != nil {
 		return nil, fmt.Errorf("read kafka broker registrations in zookeeper: %w", err)
 	}
@@ -58,21 +57,9 @@ func (c *Config) securityProtocol() string {
 }
 
 // readBrokerRegistrations reads and parses /brokers/ids/* under the
-// chroot of config, through a ZooKeeper connection of its own that it
-// closes before it returns, within config.Timeout.
-func readBrokerRegistrations(nodes []string, config *kazoo.Config) ([]zkbrokers.Registration, error) {
-	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// The client has no request timeout: at the deadline, closing the
-	// connection fails whatever waits on it.
-	deadline := time.AfterFunc(config.Timeout, conn.Close)
-	defer deadline.Stop()
-	if err := waitSession(events, config.Timeout); err != nil {
-		return nil, err
-	}
+// chroot of config through conn, within config.Timeout (after which conn
+// is closed).
+func readBrokerRegistrations(conn *zk.Conn, config *kazoo.Config) (regs []zkbrokers.Registration, err error) {
 	timedOut := func(err error) error {
 		if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing) {
 			return fmt.Errorf("%w: no answer within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, config.Timeout)
@@ -93,29 +80,11 @@ func readBrokerRegistrations(nodes []string, config *kazoo.Config) ([]zkbrokers.
 		}
 		return data, err == nil, timedOut(err)
 	}
-	return zkbrokers.Read(children, get)
-}
-
-// waitSession waits up to timeout for events to report a session.
-func waitSession(events <-chan zk.Event, timeout time.Duration) error {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				return fmt.Errorf("%w: connection closed before a session", ErrZookeeperUnreachable)
-			}
-			switch ev.State {
-			case zk.StateHasSession:
-				return nil
-			case zk.StateAuthFailed:
-				return fmt.Errorf("%w: authentication failed", ErrZookeeperUnreachable)
-			}
-		case <-t.C:
-			return fmt.Errorf("%w: no session within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, timeout)
-		}
-	}
+	err = withDeadline(conn, config.Timeout, func() error {
+		regs, err = zkbrokers.Read(children, get)
+		return err
+	})
+	return regs, err
 }
 
 // validateBrokerAddr checks one entry of Config.Brokers: "host:port" or

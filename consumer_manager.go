@@ -212,9 +212,11 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	cfg.Config = config.saramaConfig()
 	cfg.Zookeeper = &kzConfig
 
-	if err := probeZookeeper(nodes, &kzConfig); err != nil {
+	probe, err := probeZookeeper(nodes, &kzConfig)
+	if err != nil {
 		return nil, err
 	}
+	defer probe.Close() // discovery reads the broker registrations through it
 
 	id, err := newInstanceID()
 	if err != nil {
@@ -230,7 +232,7 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	}
 	cm.pms.Store(&partitionManagers{})
 
-	if err := cm.connect(nodes, id, subscriptionJSON); err != nil {
+	if err := cm.connect(nodes, probe, id, subscriptionJSON); err != nil {
 		cm.closeConnections()
 		return nil, err
 	}
@@ -287,7 +289,7 @@ func (cm *consumerManager) markLoop() {
 // last the registration, so that the group never hands a share to an
 // instance that cannot consume it. On error, closeConnections undoes what
 // was done.
-func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON []byte) error {
+func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
 	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
 	if err != nil {
 		return fmt.Errorf("connect to zookeeper: %w", convertError(err))
@@ -297,7 +299,7 @@ func (cm *consumerManager) connect(nodes []string, id string, subscriptionJSON [
 	cm.instance = cm.kzGroup.Instance(id)
 	cm.subscriptionJSON = subscriptionJSON
 
-	brokers, err := cm.discoverBrokers(nodes)
+	brokers, err := cm.discoverBrokers(probe)
 	if err != nil {
 		return err
 	}
@@ -366,6 +368,10 @@ type consumerManager struct {
 	// watches holds the subscription's watches that have not fired yet;
 	// used by the manager goroutine only (watchSubscription).
 	watches watchCache
+	// instancesWatch is the goroutine that converts the event of the
+	// watch on the group's instances, or nil; used by the manager
+	// goroutine only, which stops it (stopWatching).
+	instancesWatch *merger
 
 	// pms holds the partition managers, for Ack; written by run only.
 	pms atomic.Pointer[partitionManagers]
@@ -679,12 +685,25 @@ func (cm *consumerManager) watchInstances() (kazoo.ConsumergroupInstanceList, <-
 	for attempt := 0; ; attempt++ {
 		instances, changed, err := cm.kzGroup.WatchInstances()
 		if err == nil {
-			return instances, firstEvent([]<-chan samuelzk.Event{changed}), true
+			cm.stopWatchingInstances()
+			var out <-chan zk.Event
+			cm.instancesWatch, out = startMerger([]<-chan samuelzk.Event{changed})
+			return instances, out, true
 		}
 		cm.logf("Failed to watch consumer group instances: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
+	}
+}
+
+// stopWatchingInstances stops the goroutine of the last watch on the
+// group's instances (it has ended by itself if the watch fired) and waits
+// for it.
+func (cm *consumerManager) stopWatchingInstances() {
+	if cm.instancesWatch != nil {
+		cm.instancesWatch.stop()
+		cm.instancesWatch = nil
 	}
 }
 
@@ -786,7 +805,8 @@ func sortedPartitions(pms []*partitionManager) []TopicPartition {
 //  1. stop every partition manager; meanwhile take back the messages still
 //     buffered in the Messages channel, so that partitions do not wait for
 //     acks of messages nobody received;
-//  2. release the claims left behind;
+//  2. release the claims left behind, and stop the goroutines of the
+//     ZooKeeper watches;
 //  3. close the consumer, the offset manager (its last commits), the client;
 //  4. deregister the instance and close the ZooKeeper connection;
 //  5. close the Messages and Errors channels;
@@ -820,6 +840,8 @@ func (cm *consumerManager) shutdown() {
 	if left := cm.releaseOrphans(); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))
 	}
+	cm.watches.stop()
+	cm.stopWatchingInstances()
 
 	errs = append(errs, cm.closeConnections()...)
 	close(cm.messages)

@@ -101,13 +101,22 @@ func needCluster(t *testing.T) {
 // timeout.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// poll polls cond until it holds or timeout passes, and reports whether it
+// held: waitFor for callers that report a timeout themselves.
+func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
 	}
+	return true
 }
 
 // uniqueName returns a name for a group or topic that no other test uses.
@@ -727,23 +736,30 @@ func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
 	}
 }
 
+// committedOutOfRange creates a topic of one partition with 20 messages,
+// "gone" (10) then "kept" (10), commits offset 2 for group, and deletes the
+// first 15 messages as retention would: the committed offset falls out of
+// range. It returns the topic and the values.
+func committedOutOfRange(t *testing.T, client sarama.Client, admin sarama.ClusterAdmin, prefix, group string) (topic string, gone, kept []string) {
+	t.Helper()
+	topic = uniqueName(prefix)
+	createTopic(t, admin, topic, 1)
+	gone = produce(t, client, topic, "gone", 10)
+	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
+	kept = produce(t, client, topic, "kept", 10)
+	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
+		t.Fatalf("delete records: %s", err)
+	}
+	return topic, gone, kept
+}
+
 func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
-	topic := uniqueName("it-retention")
-	createTopic(t, admin, topic, 1)
 	group := uniqueName("it.retention")
-
-	gone := produce(t, client, topic, "gone", 10)
-	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
-	kept := produce(t, client, topic, "kept", 10)
-	// Delete the first 15 messages, as retention would: the committed
-	// offset 2 falls out of range.
-	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
-		t.Fatalf("delete records: %s", err)
-	}
+	topic, gone, kept := committedOutOfRange(t, client, admin, "it-retention", group)
 
 	c := join(t, group, TopicSubscription(topic), nil) // Offsets.Initial: oldest
 	col := collect(c, nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 )
 
@@ -204,4 +205,27 @@ func TestConsumerRestartErrorsNotRepeated(t *testing.T) {
 	}
 	close(pom.errors)
 	cm.forwarders.Wait()
+}
+
+// TestOrphanSweepStopsAtFirstFailure: while ZooKeeper is unreachable each
+// release attempt takes about a second per server, so a sweep of the claims
+// left behind tries one and keeps the rest for the next sweep, rather than
+// keeping the manager goroutine from its watches for one attempt each.
+func TestOrphanSweepStopsAtFirstFailure(t *testing.T) {
+	config := NewConfig()
+	attempts := 0
+	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+		attempts++
+		return zk.ErrNoServer
+	}}
+	cm, _ := fakeManager(config, nil, nil)
+	for p := int32(0); p < 3; p++ {
+		cm.addOrphan(topicPartition{topic: "t", partition: p})
+	}
+	if left := cm.releaseOrphans(); len(left) != 3 {
+		t.Fatalf("%d orphans left after a failed sweep; want 3", len(left))
+	}
+	if attempts != 1 {
+		t.Fatalf("the sweep made %d release attempts with ZooKeeper unreachable; want 1", attempts)
+	}
 }

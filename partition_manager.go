@@ -80,9 +80,9 @@ type partitionManager struct {
 	// nothing more is handed out.
 	paused bool
 
-	// commitErr and releaseErr are what did not complete in time when run
-	// stopped; written by run before it ends, read after its tomb is done.
-	commitErr, releaseErr error
+	// commitErr is ErrCommitTimeout when the final commit did not complete
+	// in time; written by run before it ends, read after its tomb is done.
+	commitErr error
 }
 
 func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *partitionManager {
@@ -689,8 +689,7 @@ func (pm *partitionManager) stop() error {
 		pm.waitForAcks(acksDue)
 		pm.commitErr = pm.closeOffsetManager(pom, deadline)
 	}
-	pm.releaseErr = pm.release(deadline)
-	return errors.Join(pm.commitErr, pm.releaseErr)
+	return errors.Join(pm.commitErr, pm.release(deadline))
 }
 
 // waitForAcks waits until no handed-out message is pending, or until due.

@@ -74,10 +74,7 @@ func waitConsuming(t *testing.T, c Consumer, n int, who string) {
 // and returns how many it received. Unlike waitFor it does not fail the
 // test: the caller reports what was lost.
 func waitReceived(col *collector, values []string, timeout time.Duration) int {
-	deadline := time.Now().Add(timeout)
-	for !col.has(values) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+	poll(timeout, func() bool { return col.has(values) })
 	return col.received(values)
 }
 
@@ -86,18 +83,16 @@ func waitReceived(col *collector, values []string, timeout time.Duration) int {
 // it returns; the grace covers the coordinator's view catching up.
 func waitCommitted(t testing.TB, client sarama.Client, group, topic string, want map[int32]int64) map[int32]int64 {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		committed := committedOffsets(t, client, group, topic)
+	var committed map[int32]int64
+	poll(5*time.Second, func() bool {
+		committed = committedOffsets(t, client, group, topic)
 		same := len(committed) == len(want)
 		for p, o := range want {
 			same = same && committed[p] == o
 		}
-		if same || time.Now().After(deadline) {
-			return committed
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
-	}
+		return same
+	})
+	return committed
 }
 
 // errorLog records what a consumer reports on Errors until it is closed.
@@ -223,17 +218,8 @@ func TestReviewNewestResetIsCommitted(t *testing.T) {
 	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
-	topic := uniqueName("rv-reset")
-	createTopic(t, admin, topic, 1)
 	group := uniqueName("rv.reset")
-
-	gone := produce(t, client, topic, "gone", 10)
-	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
-	kept := produce(t, client, topic, "kept", 10)
-	// As retention would: the committed offset 2 falls out of range.
-	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
-		t.Fatalf("delete records: %s", err)
-	}
+	topic, gone, kept := committedOutOfRange(t, client, admin, "rv-reset", group)
 	newest := newestOffsets(t, client, topic)[0] // 20; nothing is produced from here until A closed
 
 	config := testConfig()

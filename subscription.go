@@ -313,6 +313,15 @@ func (w *pendingWatch) hasFired() bool {
 	return w.fired
 }
 
+// stop stops the merger of the last round, if any, and waits for it: for
+// the consumer's shutdown, so that no goroutine of the cache outlives it.
+func (c *watchCache) stop() {
+	if c.merge != nil {
+		c.merge.stop()
+		c.merge = nil
+	}
+}
+
 // begin starts a round: it stops the merger of the last round, and marks the
 // watch whose event that merger took as fired.
 func (c *watchCache) begin() {
@@ -366,7 +375,7 @@ func (c *watchCache) watchTopic(kz *kazoo.Kazoo, name string) (kazoo.PartitionLi
 // end ends the round: it drops the topic watches that the round did not use
 // (their topics were deleted or left the subscription; the client still
 // holds them until they fire), and returns a channel that receives the
-// first event of the round's watches, as firstEvent does. The topic list's
+// first event of the round's watches (see startMerger). The topic list's
 // watch is kept even when unused, for a later round that needs it.
 func (c *watchCache) end() <-chan zk.Event {
 	for name, w := range c.topics {
@@ -380,20 +389,6 @@ func (c *watchCache) end() <-chan zk.Event {
 	}
 	var out <-chan zk.Event
 	c.merge, out = startMerger(watches)
-	return out
-}
-
-// firstEvent merges one-shot ZooKeeper watches of kazoo-go (which uses the
-// archived samuel/go-zookeeper client) into one channel of go-zookeeper's
-// events: it receives the first event of any of them, and is then closed.
-// This is the one place where the two clients' types meet.
-//
-// Its goroutine (a merger that nobody stops) ends with the first event. The
-// watches that have not fired then are left to the ZooKeeper client, which
-// sends their one event into a buffered channel and closes it when they fire
-// or when the connection is closed, so nothing is left running after Close.
-func firstEvent(watches []<-chan samuelzk.Event) <-chan zk.Event {
-	_, out := startMerger(watches)
 	return out
 }
 
@@ -411,6 +406,14 @@ type merger struct {
 
 // startMerger starts a merger of the watches and returns it with its output
 // channel. Without watches, it starts nothing, and the channel never fires.
+//
+// The merger turns one-shot ZooKeeper watches of kazoo-go (which uses the
+// archived samuel/go-zookeeper client) into one channel of go-zookeeper's
+// events: the one place where the two clients' types meet. The watches
+// that have not fired when it ends are left to the ZooKeeper client, which
+// sends their one event into a buffered channel and closes it when they
+// fire or when the connection is closed. Its owner stops it (stop), also
+// after it ended by itself.
 func startMerger(watches []<-chan samuelzk.Event) (*merger, <-chan zk.Event) {
 	m := &merger{quit: make(chan struct{}), done: make(chan struct{}), took: -1}
 	out := make(chan zk.Event, 1)

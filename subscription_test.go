@@ -127,6 +127,14 @@ func TestSubscriptionValidation(t *testing.T) {
 	}
 }
 
+// firstEvent starts a merger of the watches, stopped at the end of the
+// test, and returns its output.
+func firstEvent(t *testing.T, watches []<-chan samuelzk.Event) <-chan zk.Event {
+	m, out := startMerger(watches)
+	t.Cleanup(func() { m.stop() })
+	return out
+}
+
 func TestFirstEventMergesWatches(t *testing.T) {
 	t.Parallel()
 	watches := make([]chan samuelzk.Event, 5)
@@ -135,7 +143,7 @@ func TestFirstEventMergesWatches(t *testing.T) {
 		watches[i] = make(chan samuelzk.Event, 1)
 		in[i] = watches[i]
 	}
-	out := firstEvent(in)
+	out := firstEvent(t, in)
 
 	// The third watch fires: its event comes out; then the first fires,
 	// and nothing more comes out.
@@ -158,7 +166,7 @@ func TestFirstEventMergesWatches(t *testing.T) {
 func TestFirstEventConvertsSessionExpiry(t *testing.T) {
 	t.Parallel()
 	w := make(chan samuelzk.Event, 1)
-	out := firstEvent([]<-chan samuelzk.Event{w})
+	out := firstEvent(t, []<-chan samuelzk.Event{w})
 	w <- samuelzk.Event{Type: samuelzk.EventNotWatching, State: samuelzk.StateDisconnected, Err: samuelzk.ErrSessionExpired}
 	close(w)
 	ev := <-out
@@ -170,7 +178,7 @@ func TestFirstEventConvertsSessionExpiry(t *testing.T) {
 func TestFirstEventClosedInput(t *testing.T) {
 	t.Parallel()
 	w := make(chan samuelzk.Event)
-	out := firstEvent([]<-chan samuelzk.Event{w})
+	out := firstEvent(t, []<-chan samuelzk.Event{w})
 	close(w)
 	ev := <-out
 	if ev.Type != zk.EventNotWatching || !errors.Is(ev.Err, zk.ErrClosing) {

@@ -100,49 +100,63 @@ func parseZookeeperServer(node string) (string, error) {
 // has not logged in, at its first request.
 const saslRequired = "unknown error: -124"
 
-// probeZookeeper waits up to the configured timeout for a session with one of
-// the servers, so that Join fails fast and leaves nothing behind when
-// ZooKeeper cannot be reached. (kazoo-go's client would wait forever.) With
-// the session it makes one request, so that a server that requires SASL
-// authentication, which neither client supports, is told apart.
-func probeZookeeper(nodes []string, config *kazoo.Config) error {
+// probeZookeeper opens a connection of its own to ZooKeeper and waits up
+// to the configured timeout for a session, so that Join fails fast and
+// leaves nothing behind when ZooKeeper cannot be reached (kazoo-go's client
+// would wait forever). With the session it makes one request, so that a
+// server that requires SASL authentication, which neither client supports,
+// is told apart. It returns the connection, which Join reads the broker
+// registrations through and then closes.
+func probeZookeeper(nodes []string, config *kazoo.Config) (*zk.Conn, error) {
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
+		return nil, fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
 	}
-	defer conn.Close()
-	deadline := time.NewTimer(config.Timeout)
-	defer deadline.Stop()
+	servers := strings.Join(nodes, ",")
+	if err := waitSession(events, config.Timeout, servers); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	err = withDeadline(conn, config.Timeout, func() error {
+		_, _, err := conn.Exists("/")
+		return err
+	})
+	if err != nil && err.Error() == saslRequired {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which kazoo-go's ZooKeeper client does not support", ErrZookeeperUnreachable, servers)
+	}
+	// Any other outcome, a timeout included, is left to the rest of Join.
+	return conn, nil
+}
+
+// waitSession waits up to timeout for the events of a new connection to
+// servers to report a session.
+func waitSession(events <-chan zk.Event, timeout time.Duration, servers string) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	for {
 		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				return probeRequest(conn, nodes, deadline.C)
+		case ev, ok := <-events:
+			if !ok {
+				return fmt.Errorf("%w: %s: connection closed before a session", ErrZookeeperUnreachable, servers)
 			}
-			if ev.State == zk.StateAuthFailed {
-				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, strings.Join(nodes, ","))
+			switch ev.State {
+			case zk.StateHasSession:
+				return nil
+			case zk.StateAuthFailed:
+				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, servers)
 			}
-		case <-deadline.C:
-			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, strings.Join(nodes, ","), config.Timeout)
+		case <-t.C:
+			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, servers, timeout)
 		}
 	}
 }
 
-// probeRequest asks the server of a new session whether / exists, and
-// returns an error if it refuses for want of SASL authentication. Any
-// other outcome, a timeout included, is left to the rest of Join.
-func probeRequest(conn *zk.Conn, nodes []string, deadline <-chan time.Time) error {
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := conn.Exists("/")
-		done <- err // the caller's conn.Close ends the request if it hangs
-	}()
-	select {
-	case err := <-done:
-		if err != nil && err.Error() == saslRequired {
-			return fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which kazoo-go's ZooKeeper client does not support", ErrZookeeperUnreachable, strings.Join(nodes, ","))
-		}
-	case <-deadline:
-	}
-	return nil
+// withDeadline runs f, which makes requests on conn, and closes conn if f
+// has not returned within timeout: the client has no request timeout, and
+// closing the connection fails whatever waits on it.
+func withDeadline(conn *zk.Conn, timeout time.Duration, f func() error) error {
+	deadline := time.AfterFunc(timeout, conn.Close)
+	defer deadline.Stop()
+	return f()
 }
