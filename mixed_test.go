@@ -1,0 +1,346 @@
+package kafkaconsumer
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// The tests of mixed groups: instances of the original library (played by
+// originalInstance) and of the port in one group, as during an upgrade one
+// instance at a time and its rollback.
+
+// mixedSubscription is a subscription in both forms: the port's and the
+// original's (originalInstance).
+type mixedSubscription struct {
+	name      string
+	static    []string
+	pattern   *regexp.Regexp
+	whitelist bool
+}
+
+func (s mixedSubscription) port() Subscription {
+	switch {
+	case s.static != nil:
+		return TopicSubscription(s.static...)
+	case s.whitelist:
+		return WhitelistSubscription(s.pattern)
+	default:
+		return BlacklistSubscription(s.pattern)
+	}
+}
+
+// selects tells whether the subscription consumes topic: as the original
+// does (internal topics included), or as the port does alone.
+func (s mixedSubscription) selects(topic string, original bool) bool {
+	if s.static != nil {
+		for _, name := range s.static {
+			if name == topic {
+				return true
+			}
+		}
+		return false
+	}
+	if internalTopics[topic] && !original {
+		return false
+	}
+	return s.pattern.MatchString(topic) == s.whitelist
+}
+
+// mixedSubscriptions returns the three kinds of subscription to topic,
+// whose name starts with "__": the white and black lists then select the
+// internal topics, and the topic, and no topic of the other tests.
+func mixedSubscriptions(topic string) []mixedSubscription {
+	return []mixedSubscription{
+		{name: "static", static: []string{topic}},
+		{name: "whitelist", pattern: regexp.MustCompile(`^__`), whitelist: true},
+		{name: "blacklist", pattern: regexp.MustCompile(`^(?:[^_]|_[^_]|_$)`)},
+	}
+}
+
+// mixedGroup watches a mixed group from the outside.
+type mixedGroup struct {
+	t         testing.TB
+	name      string
+	sub       mixedSubscription
+	kz        *kazoo.Kazoo
+	cg        *kazoo.Consumergroup
+	rec       *recorder
+	originals map[string]bool // the IDs of the original instances started
+}
+
+func newMixedGroup(t testing.TB, sub mixedSubscription) *mixedGroup {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kzConfig := kazoo.NewConfig()
+	kzConfig.Chroot = chroot
+	kzConfig.Logger = zookeeperLogger{}
+	kz, err := kazoo.NewKazoo(nodes, kzConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kz.Close() })
+	name := uniqueName("mixed-" + sub.name)
+	return &mixedGroup{t: t, name: name, sub: sub, kz: kz, cg: kz.Consumergroup(name), rec: newRecorder(), originals: make(map[string]bool)}
+}
+
+func (g *mixedGroup) startOriginal(releaseWait time.Duration) *originalInstance {
+	o := startOriginal(g.t, g.name, g.sub.static, g.sub.pattern, g.sub.whitelist, releaseWait, g.rec)
+	g.originals[o.id] = true
+	return o
+}
+
+// portInstance is an instance of the port that processes and acks every
+// message it receives, recording it.
+type portInstance struct {
+	c      Consumer
+	done   chan struct{} // closed when Messages is closed
+	closed sync.Once
+}
+
+func (g *mixedGroup) startPort() *portInstance {
+	g.t.Helper()
+	p := &portInstance{c: join(g.t, g.name, g.sub.port(), nil), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for msg := range p.c.Messages() {
+			g.rec.record("", msg)
+			p.c.Ack(msg)
+		}
+	}()
+	g.t.Cleanup(func() { p.close(g.t) }) // on failure; a no-op after close
+	return p
+}
+
+func (p *portInstance) close(t testing.TB) {
+	t.Helper()
+	p.closed.Do(func() {
+		if err := p.c.Close(); err != nil {
+			t.Errorf("Close() = %s", err)
+		}
+		<-p.done
+	})
+}
+
+// expected returns the owner that every partition of the group should
+// have: the distribution of the partitions the original sees (internal
+// topics included) while an original instance is registered, else of
+// those the port sees. The partitions that no instance should own (the
+// internal topics', in a group of ports only) map to "".
+func (g *mixedGroup) expected() (map[topicPartition]string, error) {
+	instances, err := g.cg.Instances()
+	if err != nil {
+		return nil, err
+	}
+	mixed := false
+	for _, instance := range instances {
+		mixed = mixed || g.originals[instance.ID]
+	}
+	topics, err := g.kz.Topics()
+	if err != nil {
+		return nil, err
+	}
+	result := make(map[topicPartition]string)
+	var view kazoo.PartitionList
+	for _, topic := range topics {
+		if !g.sub.selects(topic.Name, true) {
+			continue
+		}
+		partitions, err := topic.Partitions()
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range partitions {
+			result[topicPartition{topic.Name, p.ID}] = ""
+		}
+		if g.sub.selects(topic.Name, mixed) {
+			view = append(view, partitions...)
+		}
+	}
+	for id, share := range distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(view)) {
+		for _, p := range share {
+			result[topicPartition{p.Topic().Name, p.ID}] = id
+		}
+	}
+	return result, nil
+}
+
+// mismatches compares the owner nodes of the group's partitions with
+// expected, and describes the differences.
+func (g *mixedGroup) mismatches() (string, error) {
+	want, err := g.expected()
+	if err != nil {
+		return "", err
+	}
+	var diffs []string
+	for tp, id := range want {
+		owner, err := g.cg.PartitionOwner(tp.topic, tp.partition)
+		if err != nil {
+			return "", err
+		}
+		got := ""
+		if owner != nil {
+			got = owner.ID
+		}
+		if got != id {
+			diffs = append(diffs, fmt.Sprintf("%s/%d owned by %q, want %q", tp.topic, tp.partition, g.short(got), g.short(id)))
+		}
+	}
+	sort.Strings(diffs)
+	return strings.Join(diffs, "; "), nil
+}
+
+func (g *mixedGroup) short(id string) string {
+	if id == "" {
+		return ""
+	}
+	kind := "port"
+	if g.originals[id] {
+		kind = "original"
+	}
+	return kind + ":" + id[len(id)-4:]
+}
+
+// waitStable waits until every partition is owned by the instance that the
+// distribution gives it to, and returns how long that took.
+func (g *mixedGroup) waitStable(step string) time.Duration {
+	g.t.Helper()
+	start := time.Now()
+	var last string
+	if !poll(60*time.Second, func() bool {
+		diffs, err := g.mismatches()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = diffs
+		return diffs == ""
+	}) {
+		g.t.Fatalf("%s: the group did not settle in 60s: %s", step, last)
+	}
+	return time.Since(start)
+}
+
+// producer produces to topic until stopped, and keeps the keys of what it
+// produced.
+type producer struct {
+	mu       sync.Mutex
+	produced []string
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func startProducer(t testing.TB, client sarama.Client, topic string) *producer {
+	t.Helper()
+	sp, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer sp.Close()
+		ticker := time.NewTicker(20 * time.Millisecond) // the production rate, not synchronisation
+		defer ticker.Stop()
+		for i := 0; ; i++ {
+			msgs := make([]*sarama.ProducerMessage, 8)
+			for j := range msgs {
+				msgs[j] = &sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(fmt.Sprintf("m-%d-%d", i, j))}
+			}
+			if err := sp.SendMessages(msgs); err != nil {
+				t.Errorf("produce: %s", err)
+				return
+			}
+			p.mu.Lock()
+			for _, m := range msgs {
+				p.produced = append(p.produced, messageKey(m.Topic, m.Partition, m.Offset))
+			}
+			p.mu.Unlock()
+			select {
+			case <-p.stop:
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+	return p
+}
+
+// finish stops the producer and returns the keys of what it produced.
+func (p *producer) finish() []string {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.produced
+}
+
+// TestMixedGroupUpgradeAndRollback replaces the two original instances of
+// a group by ports, one at a time, and goes back the same way, while
+// messages are produced; with a static, a white and a black list. At every
+// step each partition must end up owned by the instance the distribution
+// gives it to (none unowned, none waited for by a second owner), and in
+// the end every message must have been processed.
+func TestMixedGroupUpgradeAndRollback(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("__kcmix")
+	createTopic(t, admin, topic, 8)
+	t.Cleanup(func() { _ = admin.DeleteTopic(topic) })
+	// __consumer_offsets exists once a group committed: make sure it does.
+	commitOffsets(t, client, uniqueName("mixed-init"), topic, map[int32]int64{0: 0})
+
+	const releaseWait = time.Second // the originals' MaxProcessingTime pause
+	for _, sub := range mixedSubscriptions(topic) {
+		t.Run(sub.name, func(t *testing.T) {
+			g := newMixedGroup(t, sub)
+			prod := startProducer(t, client, topic)
+			var steps []string
+			step := func(name string) {
+				steps = append(steps, fmt.Sprintf("%s %.1fs", name, g.waitStable(name).Seconds()))
+			}
+
+			o1, o2 := g.startOriginal(releaseWait), g.startOriginal(releaseWait)
+			step("two originals")
+			p1 := g.startPort()
+			step("+port")
+			o1.close(t)
+			step("-original")
+			p2 := g.startPort()
+			step("+port")
+			o2.close(t)
+			step("-original (all ports)")
+			o3 := g.startOriginal(releaseWait)
+			step("rollback: +original")
+			p1.close(t)
+			step("-port")
+			o4 := g.startOriginal(releaseWait)
+			step("+original")
+			p2.close(t)
+			step("-port (all originals)")
+
+			produced := prod.finish()
+			var missing, duplicates int
+			if !poll(60*time.Second, func() bool {
+				missing, duplicates = g.rec.check(produced)
+				return missing == 0
+			}) {
+				t.Errorf("%d of %d messages were never processed", missing, len(produced))
+			}
+			o3.close(t)
+			o4.close(t)
+			t.Logf("%s: %d messages, %d duplicates; steps (time to settle): %s", sub.name, len(produced), duplicates, strings.Join(steps, ", "))
+		})
+	}
+}
