@@ -212,13 +212,11 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	cfg.Config = config.saramaConfig()
 	cfg.Zookeeper = &kzConfig
 
-	probe, err := probeZookeeper(nodes, &kzConfig)
+	id, err := newInstanceID()
 	if err != nil {
 		return nil, err
 	}
-	defer probe.Close() // discovery reads the broker registrations through it
-
-	id, err := newInstanceID()
+	probe, err := probeZookeeper(nodes, &kzConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -227,12 +225,13 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		config:       &cfg,
 		group:        group,
 		subscription: subscription,
+		zkConn:       probe,
 		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
 		errors:       make(chan error, cfg.ChannelBufferSize),
 	}
 	cm.pms.Store(&partitionManagers{})
 
-	if err := cm.connect(nodes, probe, id, subscriptionJSON); err != nil {
+	if err := cm.connect(nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
 		cm.closeConnections()
 		return nil, err
 	}
@@ -352,7 +351,14 @@ type consumerManager struct {
 	subscription     Subscription
 	subscriptionJSON []byte
 
-	kz       *kazoo.Kazoo
+	kz *kazoo.Kazoo
+	// zkConn is a second ZooKeeper connection, Join's probe: broker
+	// discovery and the registrations of the other instances are read
+	// through it (see zkGet). Closed by closeConnections.
+	zkConn *zk.Conn
+	// zkReads counts the goroutines of zkGet; closeConnections waits for
+	// them after closing zkConn.
+	zkReads  sync.WaitGroup
 	kzGroup  *kazoo.Consumergroup
 	instance *kazoo.ConsumergroupInstance
 	// registered tells whether the instance's registration node is ours to
@@ -372,6 +378,12 @@ type consumerManager struct {
 	// watch on the group's instances, or nil; used by the manager
 	// goroutine only, which stops it (stopWatching).
 	instancesWatch *merger
+	// marked maps the registered instances whose registration was read
+	// to whether it has this package's mark (see originalsRegistered);
+	// originals is set while an instance without it is registered. Used
+	// by the manager goroutine only.
+	marked    map[string]bool
+	originals bool
 
 	// pms holds the partition managers, for Ack; written by run only.
 	pms atomic.Pointer[partitionManagers]
@@ -459,7 +471,9 @@ func (cm *consumerManager) Stats() []PartitionStats {
 	pms := *cm.pms.Load()
 	result := make([]PartitionStats, 0, len(pms))
 	for _, pm := range pms {
-		result = append(result, pm.stats())
+		if !pm.hold {
+			result = append(result, pm.stats())
+		}
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].TopicPartition.less(result[j].TopicPartition) })
 	return result
@@ -502,13 +516,17 @@ func (cm *consumerManager) run() {
 		ok               bool
 	)
 	for {
-		if partitionsChange == nil {
-			if partitions, partitionsChange, ok = cm.watchSubscription(); !ok {
+		if instancesChange == nil {
+			var kindsChanged bool
+			if instances, instancesChange, kindsChanged, ok = cm.watchInstances(); !ok {
 				return
 			}
+			if kindsChanged {
+				partitionsChange = nil // the partitions to distribute depend on the kinds
+			}
 		}
-		if instancesChange == nil {
-			if instances, instancesChange, ok = cm.watchInstances(); !ok {
+		if partitionsChange == nil {
+			if partitions, partitionsChange, ok = cm.watchSubscription(); !ok {
 				return
 			}
 		}
@@ -527,9 +545,10 @@ func (cm *consumerManager) run() {
 
 		cm.logf("Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
 		distribution := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))
-		assigned := make(map[topicPartition]*kazoo.Partition)
+		assigned := make(map[topicPartition]assignment)
 		for _, p := range distribution[cm.instance.ID] {
-			assigned[topicPartition{topic: p.Topic().Name, partition: p.ID}] = p
+			tp := topicPartition{topic: p.Topic().Name, partition: p.ID}
+			assigned[tp] = assignment{partition: p, hold: cm.holds(tp.topic, cm.originals)}
 		}
 		cm.reportStops(cm.managePartitionManagers(assigned))
 
@@ -668,7 +687,7 @@ func describeEvent(ev zk.Event) string {
 // them, retrying errors until the manager is interrupted (ok is false then).
 func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.Event, bool) {
 	for attempt := 0; ; attempt++ {
-		partitions, changed, err := watchPartitions(cm.subscription, cm.kz, &cm.watches)
+		partitions, changed, err := watchPartitions(cm.subscription, cm.kz, &cm.watches, cm.originals)
 		if err == nil {
 			return partitions, changed, true
 		}
@@ -679,20 +698,37 @@ func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.E
 	}
 }
 
-// watchInstances returns the group's instances and a watch on them,
-// retrying errors until the manager is interrupted (ok is false then).
-func (cm *consumerManager) watchInstances() (kazoo.ConsumergroupInstanceList, <-chan zk.Event, bool) {
+// watchInstances returns the group's instances and a watch on them, and
+// sets cm.originals (see originalsRegistered); it reports whether that
+// changed. It retries errors until the manager is interrupted (ok is false
+// then).
+func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstanceList, changed <-chan zk.Event, kindsChanged, ok bool) {
 	for attempt := 0; ; attempt++ {
-		instances, changed, err := cm.kzGroup.WatchInstances()
+		instances, watch, err := cm.kzGroup.WatchInstances()
+		var originals bool
+		if err == nil {
+			originals, err = cm.originalsRegistered(instances)
+		}
+		if errors.Is(err, errDying) {
+			return nil, nil, false, false
+		}
 		if err == nil {
 			cm.stopWatchingInstances()
-			var out <-chan zk.Event
-			cm.instancesWatch, out = startMerger([]<-chan samuelzk.Event{changed})
-			return instances, out, true
+			cm.instancesWatch, changed = startMerger([]<-chan samuelzk.Event{watch})
+			kindsChanged = originals != cm.originals
+			if kindsChanged {
+				if originals {
+					cm.logf("An instance of the original library is registered: distributing over the partitions it sees, Kafka's internal topics included (claimed, never consumed).")
+				} else {
+					cm.logf("No instance of the original library is registered any more: distributing without Kafka's internal topics.")
+				}
+			}
+			cm.originals = originals
+			return instances, changed, kindsChanged, true
 		}
 		cm.logf("Failed to watch consumer group instances: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
 	}
 }
@@ -746,7 +782,15 @@ func (cm *consumerManager) register() bool {
 // assigned partitions: it stops the others, waiting until they are done,
 // and starts the missing ones. Stopping managers stay visible to Ack until
 // they are done, since they wait for acks. It returns the stopped ones.
-func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*kazoo.Partition) (stopped []*partitionManager) {
+// assignment is a partition of this instance's share.
+type assignment struct {
+	partition *kazoo.Partition
+	// hold: claim the partition but do not consume it (see
+	// partitionManager.hold).
+	hold bool
+}
+
+func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]assignment) (stopped []*partitionManager) {
 	current := *cm.pms.Load()
 	var stopping []*partitionManager
 	next := make(partitionManagers, len(assigned))
@@ -759,9 +803,10 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		}
 	}
 	var started []*partitionManager
-	for tp, p := range assigned {
+	for tp, a := range assigned {
 		if _, ok := current[tp]; !ok {
-			pm := newPartitionManager(cm, p)
+			pm := newPartitionManager(cm, a.partition)
+			pm.hold = a.hold
 			next[tp] = pm
 			started = append(started, pm)
 		}
@@ -786,16 +831,23 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 	}
 	cm.pms.Store(&next)
 
-	if cm.config.OnRebalance != nil && len(stopping)+len(started) > 0 {
-		cm.config.OnRebalance(Rebalance{Revoked: sortedPartitions(stopping), Assigned: sortedPartitions(started)})
+	if cm.config.OnRebalance != nil {
+		revoked, assigned := sortedPartitions(stopping), sortedPartitions(started)
+		if len(revoked)+len(assigned) > 0 {
+			cm.config.OnRebalance(Rebalance{Revoked: revoked, Assigned: assigned})
+		}
 	}
 	return stopping
 }
 
+// sortedPartitions returns the partitions of pms in order, leaving out the
+// held ones (which Stats and OnRebalance do not show).
 func sortedPartitions(pms []*partitionManager) []TopicPartition {
 	result := make([]TopicPartition, 0, len(pms))
 	for _, pm := range pms {
-		result = append(result, TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition})
+		if !pm.hold {
+			result = append(result, TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition})
+		}
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].less(result[j]) })
 	return result
@@ -957,6 +1009,10 @@ func (cm *consumerManager) closeConnections() []error {
 		if err := cm.kz.Close(); err != nil {
 			cm.logf("Failed to close ZooKeeper connection: %s.", err)
 		}
+	}
+	if cm.zkConn != nil {
+		cm.zkConn.Close()
+		cm.zkReads.Wait()
 	}
 	return errs
 }

@@ -3,6 +3,7 @@ package kafkaconsumer
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -74,9 +75,18 @@ type mixedGroup struct {
 	cg        *kazoo.Consumergroup
 	rec       *recorder
 	originals map[string]bool // the IDs of the original instances started
+	topic     string          // the topic that is produced to
+
+	owners map[topicPartition]string // at the end of the last step
+	// fromOriginal counts the moves of partitions of topic from an original
+	// instance to another instance, each of which may cost a duplicate:
+	// the original commits the offset of the last message it processed.
+	fromOriginal int
+	steps  []string                  // each step and its time to settle
+	ports  []*portInstance           // the running ports
 }
 
-func newMixedGroup(t testing.TB, sub mixedSubscription) *mixedGroup {
+func newMixedGroup(t testing.TB, sub mixedSubscription, topic string) *mixedGroup {
 	t.Helper()
 	nodes, chroot, err := parseZookeeper(zookeeperPeers)
 	if err != nil {
@@ -91,7 +101,7 @@ func newMixedGroup(t testing.TB, sub mixedSubscription) *mixedGroup {
 	}
 	t.Cleanup(func() { _ = kz.Close() })
 	name := uniqueName("mixed-" + sub.name)
-	return &mixedGroup{t: t, name: name, sub: sub, kz: kz, cg: kz.Consumergroup(name), rec: newRecorder(), originals: make(map[string]bool)}
+	return &mixedGroup{t: t, name: name, sub: sub, topic: topic, kz: kz, cg: kz.Consumergroup(name), rec: newRecorder(), originals: make(map[string]bool)}
 }
 
 func (g *mixedGroup) startOriginal(releaseWait time.Duration) *originalInstance {
@@ -119,7 +129,14 @@ func (g *mixedGroup) startPort() *portInstance {
 		}
 	}()
 	g.t.Cleanup(func() { p.close(g.t) }) // on failure; a no-op after close
+	g.ports = append(g.ports, p)
 	return p
+}
+
+func (g *mixedGroup) closePort(p *portInstance) {
+	g.t.Helper()
+	p.close(g.t)
+	g.ports = slices.DeleteFunc(g.ports, func(q *portInstance) bool { return q == p })
 }
 
 func (p *portInstance) close(t testing.TB) {
@@ -176,28 +193,30 @@ func (g *mixedGroup) expected() (map[topicPartition]string, error) {
 }
 
 // mismatches compares the owner nodes of the group's partitions with
-// expected, and describes the differences.
-func (g *mixedGroup) mismatches() (string, error) {
+// expected, and describes the differences; it returns the owners too.
+func (g *mixedGroup) mismatches() (string, map[topicPartition]string, error) {
 	want, err := g.expected()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var diffs []string
+	owners := make(map[topicPartition]string, len(want))
 	for tp, id := range want {
 		owner, err := g.cg.PartitionOwner(tp.topic, tp.partition)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		got := ""
 		if owner != nil {
 			got = owner.ID
 		}
+		owners[tp] = got
 		if got != id {
 			diffs = append(diffs, fmt.Sprintf("%s/%d owned by %q, want %q", tp.topic, tp.partition, g.short(got), g.short(id)))
 		}
 	}
 	sort.Strings(diffs)
-	return strings.Join(diffs, "; "), nil
+	return strings.Join(diffs, "; "), owners, nil
 }
 
 func (g *mixedGroup) short(id string) string {
@@ -211,24 +230,44 @@ func (g *mixedGroup) short(id string) string {
 	return kind + ":" + id[len(id)-4:]
 }
 
-// waitStable waits until every partition is owned by the instance that the
-// distribution gives it to, and returns how long that took.
-func (g *mixedGroup) waitStable(step string) time.Duration {
+// step runs action (an instance joins or leaves), then waits until every
+// partition is owned by the instance that the distribution gives it to.
+// It notes how long that took from the start of action, and how many
+// partitions of topic moved from an original instance.
+func (g *mixedGroup) step(name string, action func()) {
 	g.t.Helper()
 	start := time.Now()
-	var last string
+	action()
+	var (
+		last   string
+		owners map[topicPartition]string
+	)
 	if !poll(60*time.Second, func() bool {
-		diffs, err := g.mismatches()
+		diffs, current, err := g.mismatches()
 		if err != nil {
 			last = err.Error()
 			return false
 		}
-		last = diffs
+		last, owners = diffs, current
 		return diffs == ""
 	}) {
-		g.t.Fatalf("%s: the group did not settle in 60s: %s", step, last)
+		g.t.Fatalf("%s: the group did not settle in 60s: %s", name, last)
 	}
-	return time.Since(start)
+	elapsed := time.Since(start)
+	for _, p := range g.ports {
+		for _, st := range p.c.Stats() {
+			if internalTopics[st.Topic] {
+				g.t.Errorf("%s: Stats shows %s/%d, a partition held for the original instances", name, st.Topic, st.Partition)
+			}
+		}
+	}
+	for tp, owner := range owners {
+		if before := g.owners[tp]; tp.topic == g.topic && g.originals[before] && owner != "" && owner != before {
+			g.fromOriginal++
+		}
+	}
+	g.owners = owners
+	g.steps = append(g.steps, fmt.Sprintf("%s %.1fs", name, elapsed.Seconds()))
 }
 
 // producer produces to topic until stopped, and keeps the keys of what it
@@ -304,31 +343,21 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 	const releaseWait = time.Second // the originals' MaxProcessingTime pause
 	for _, sub := range mixedSubscriptions(topic) {
 		t.Run(sub.name, func(t *testing.T) {
-			g := newMixedGroup(t, sub)
+			g := newMixedGroup(t, sub, topic)
 			prod := startProducer(t, client, topic)
-			var steps []string
-			step := func(name string) {
-				steps = append(steps, fmt.Sprintf("%s %.1fs", name, g.waitStable(name).Seconds()))
-			}
-
-			o1, o2 := g.startOriginal(releaseWait), g.startOriginal(releaseWait)
-			step("two originals")
-			p1 := g.startPort()
-			step("+port")
-			o1.close(t)
-			step("-original")
-			p2 := g.startPort()
-			step("+port")
-			o2.close(t)
-			step("-original (all ports)")
-			o3 := g.startOriginal(releaseWait)
-			step("rollback: +original")
-			p1.close(t)
-			step("-port")
-			o4 := g.startOriginal(releaseWait)
-			step("+original")
-			p2.close(t)
-			step("-port (all originals)")
+			var (
+				o1, o2, o3, o4 *originalInstance
+				p1, p2         *portInstance
+			)
+			g.step("two originals", func() { o1, o2 = g.startOriginal(releaseWait), g.startOriginal(releaseWait) })
+			g.step("+port", func() { p1 = g.startPort() })
+			g.step("-original", func() { o1.close(t) })
+			g.step("+port", func() { p2 = g.startPort() })
+			g.step("-original (all ports)", func() { o2.close(t) })
+			g.step("rollback: +original", func() { o3 = g.startOriginal(releaseWait) })
+			g.step("-port", func() { g.closePort(p1) })
+			g.step("+original", func() { o4 = g.startOriginal(releaseWait) })
+			g.step("-port (all originals)", func() { g.closePort(p2) })
 
 			produced := prod.finish()
 			var missing, duplicates int
@@ -340,7 +369,42 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 			}
 			o3.close(t)
 			o4.close(t)
-			t.Logf("%s: %d messages, %d duplicates; steps (time to settle): %s", sub.name, len(produced), duplicates, strings.Join(steps, ", "))
+			t.Logf("%s: %d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
+				sub.name, len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
+			if duplicates > g.fromOriginal {
+				t.Errorf("%d duplicates for %d moves away from an original; want at most one each", duplicates, g.fromOriginal)
+			}
 		})
+	}
+}
+
+func TestMarkRegistration(t *testing.T) {
+	t.Parallel()
+	json, err := TopicSubscription("a").JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isMarkedRegistration(json) {
+		t.Errorf("JSON() %s is marked; the mark belongs to the registration only", json)
+	}
+	marked := markRegistration(json)
+	if !isMarkedRegistration(marked) {
+		t.Errorf("markRegistration(%s) = %s, not marked", json, marked)
+	}
+	if again := markRegistration(marked); string(again) != string(marked) {
+		t.Errorf("marking twice changed %s to %s", marked, again)
+	}
+	for _, other := range []string{
+		`{"pattern":"static","subscription":{"a":1},"timestamp":"1","version":1}`, // the original's
+		`{"pattern":"static","subscription":{"a":1},"timestamp":1,"version":1}`,   // kazoo-go's Register
+		`{"client":"something else"}`,
+		`not json`,
+	} {
+		if isMarkedRegistration([]byte(other)) {
+			t.Errorf("%s is taken for a registration of this package", other)
+		}
+	}
+	if got := markRegistration([]byte(`"a string"`)); string(got) != `"a string"` {
+		t.Errorf("markRegistration of a JSON string = %s, want it unchanged", got)
 	}
 }

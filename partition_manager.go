@@ -40,6 +40,12 @@ type partitionManager struct {
 	parent *consumerManager
 	tp     topicPartition
 	prefix string // log prefix naming instance and partition
+	// hold: run claims the partition and keeps the claim until killed,
+	// but consumes nothing. In a group with instances of the original
+	// library, whose white and black lists select Kafka's internal topics,
+	// the internal topics' partitions that fall to this instance are held
+	// (see mixed.go). Stats and OnRebalance leave held partitions out.
+	hold bool
 
 	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
 
@@ -215,7 +221,10 @@ func (pm *partitionManager) loseClaim() bool {
 func (pm *partitionManager) run() {
 	defer pm.t.Done()
 	if pm.claim() {
-		if pom := pm.startOffsetManager(); pom != nil {
+		if pm.hold {
+			pm.logf("Claimed; held for the instances of the original library, not consumed.")
+			<-pm.t.Dying()
+		} else if pom := pm.startOffsetManager(); pom != nil {
 			pm.consumeUntilKilled(pom)
 		}
 	}

@@ -37,7 +37,9 @@ type Subscription interface {
 
 	// JSON returns the subscription as it is stored with the instance's
 	// registration in ZooKeeper, in the layout of Kafka's old high-level
-	// consumer.
+	// consumer. Join adds a "client" field to it, which tells the group's
+	// other instances that this one is not of the original library (see
+	// "Upgrading from wvanbergen/kafka" in the README).
 	JSON() ([]byte, error)
 }
 
@@ -117,11 +119,11 @@ func (ss *staticSubscription) validate() error {
 
 // WatchPartitions implements Subscription. Every call sets new watches.
 func (ss *staticSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
-	return ss.watchPartitionsCached(kz, new(watchCache))
+	return ss.watchPartitionsCached(kz, new(watchCache), false)
 }
 
 // watchPartitionsCached implements cachingSubscription.
-func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
+func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, _ bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	names := make([]string, 0, len(ss.topics))
 	for topic := range ss.topics {
 		names = append(names, topic)
@@ -186,18 +188,19 @@ func (rs *regexpSubscription) validate() error {
 	return nil
 }
 
-// selects tells whether the subscription consumes the topic.
-func (rs *regexpSubscription) selects(topic string) bool {
-	return !internalTopics[topic] && rs.regexp.MatchString(topic) == rs.include
+// selects tells whether the subscription consumes the topic; internal
+// topics only when internal is set (as the original library's lists do).
+func (rs *regexpSubscription) selects(topic string, internal bool) bool {
+	return (internal || !internalTopics[topic]) && rs.regexp.MatchString(topic) == rs.include
 }
 
 // WatchPartitions implements Subscription. Every call sets new watches.
 func (rs *regexpSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
-	return rs.watchPartitionsCached(kz, new(watchCache))
+	return rs.watchPartitionsCached(kz, new(watchCache), false)
 }
 
 // watchPartitionsCached implements cachingSubscription.
-func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
+func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	cache.begin()
 	topics, err := cache.watchTopics(kz)
 	if err != nil {
@@ -207,7 +210,7 @@ func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 
 	var result kazoo.PartitionList
 	for _, topic := range topics {
-		if !rs.selects(topic.Name) {
+		if !rs.selects(topic.Name, internal) {
 			continue
 		}
 		partitions, err := cache.watchTopic(kz, topic.Name)
@@ -241,16 +244,18 @@ func validateTopicName(topic string) error {
 // cachingSubscription is implemented by the subscriptions of this package.
 // watchPartitionsCached is WatchPartitions, but reuses the watches in cache
 // that have not fired yet instead of setting new ones next to them, and
-// leaves the watches it sets there for the next call.
+// leaves the watches it sets there for the next call. With internal set,
+// white and black lists select Kafka's internal topics too, as the
+// original library's do (see mixed.go).
 type cachingSubscription interface {
-	watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error)
+	watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error)
 }
 
 // watchPartitions watches the partitions of s: through cache when s is one
 // of this package's subscriptions, else with s.WatchPartitions.
-func watchPartitions(s Subscription, kz *kazoo.Kazoo, cache *watchCache) (kazoo.PartitionList, <-chan zk.Event, error) {
+func watchPartitions(s Subscription, kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	if cs, ok := s.(cachingSubscription); ok {
-		return cs.watchPartitionsCached(kz, cache)
+		return cs.watchPartitionsCached(kz, cache, internal)
 	}
 	return s.WatchPartitions(kz)
 }

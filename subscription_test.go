@@ -92,16 +92,23 @@ func TestRegexpSubscriptionSelects(t *testing.T) {
 		{"__transaction_state", false, false},
 	}
 	for _, tc := range cases {
-		if got := white.selects(tc.topic); got != tc.white {
+		if got := white.selects(tc.topic, false); got != tc.white {
 			t.Errorf("whitelist selects %s = %v, want %v", tc.topic, got, tc.white)
 		}
-		if got := black.selects(tc.topic); got != tc.black {
+		if got := black.selects(tc.topic, false); got != tc.black {
 			t.Errorf("blacklist selects %s = %v, want %v", tc.topic, got, tc.black)
 		}
 	}
 	everything := WhitelistSubscription(regexp.MustCompile(`.*`)).(*regexpSubscription)
-	if everything.selects("__consumer_offsets") {
+	if everything.selects("__consumer_offsets", false) {
 		t.Error("a whitelist of everything selects an internal topic")
+	}
+	// As the original library sees them, for a group with its instances.
+	if !everything.selects("__consumer_offsets", true) || !black.selects("__transaction_state", true) {
+		t.Error("with internal topics, a whitelist of everything or a blacklist of test.* does not select an internal topic")
+	}
+	if white.selects("__consumer_offsets", true) {
+		t.Error("with internal topics, a whitelist of test.* selects __consumer_offsets")
 	}
 }
 

@@ -35,6 +35,15 @@ var (
 	ErrTimeout = errors.New("timed out")
 )
 
+// The libraries of an instance. See Instance.Library.
+const (
+	LibraryKafkaconsumer = "kafkaconsumer"
+	LibraryOriginal      = "original"
+)
+
+// registrationClient is the "client" field of this library's registrations.
+const registrationClient = "github.com/kafkaconsumer/kafkaconsumer"
+
 // Group states, as seen in ZooKeeper. See GroupDescription.State.
 const (
 	StateEmpty       = "Empty"
@@ -79,6 +88,12 @@ type Instance struct {
 	// Subscription maps topics (static) or regular expressions (white and
 	// black lists) to a stream count.
 	Subscription map[string]int `json:"subscription,omitempty"`
+	// Library is LibraryKafkaconsumer for an instance of this library (its
+	// registration has the "client" field that marks it), else
+	// LibraryOriginal: one of the original wvanbergen/kafka library, as in
+	// a group that is being upgraded (or of another client that writes the
+	// same layout); empty when the registration is unreadable.
+	Library string `json:"library"`
 	// Registered is when the instance registered, from its timestamp.
 	Registered *time.Time `json:"registered,omitempty"`
 	// Owned are the partitions the instance has claimed, sorted.
@@ -408,6 +423,7 @@ type registrationJSON struct {
 	Pattern      string         `json:"pattern"`
 	Subscription map[string]int `json:"subscription"`
 	Timestamp    json.Number    `json:"timestamp"`
+	Client       string         `json:"client"`
 }
 
 func parseRegistration(id string, data []byte) Instance {
@@ -418,6 +434,10 @@ func parseRegistration(id string, data []byte) Instance {
 		return instance
 	}
 	instance.Pattern, instance.Subscription = reg.Pattern, reg.Subscription
+	instance.Library = LibraryOriginal
+	if reg.Client == registrationClient {
+		instance.Library = LibraryKafkaconsumer
+	}
 	if ms, err := reg.Timestamp.Int64(); err == nil && ms > 0 {
 		t := time.UnixMilli(ms).UTC()
 		instance.Registered = &t
@@ -593,14 +613,20 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 	return result, nil
 }
 
-// internalTopics are never selected by a white or black list (Kafka's
-// exclude.internal.topics=true, as the library does).
+// internalTopics are not selected by a white or black list (Kafka's
+// exclude.internal.topics=true, as the library does), unless an instance
+// of the original library is registered: its lists select them, and the
+// library's instances then distribute over its partition list.
 var internalTopics = map[string]bool{"__consumer_offsets": true, "__transaction_state": true}
 
 // subscribedTopics returns the topics that the instances' subscriptions
 // select among the topics that exist in Kafka, and the static ones that do
 // not exist (yet).
 func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]bool {
+	internal := false
+	for _, instance := range instances {
+		internal = internal || instance.Library == LibraryOriginal
+	}
 	result := make(map[string]bool)
 	for _, instance := range instances {
 		for key := range instance.Subscription {
@@ -613,7 +639,7 @@ func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]boo
 					continue
 				}
 				for _, topic := range kafkaTopics {
-					if !internalTopics[topic] && re.MatchString(topic) == (instance.Pattern == "white_list") {
+					if (internal || !internalTopics[topic]) && re.MatchString(topic) == (instance.Pattern == "white_list") {
 						result[topic] = true
 					}
 				}

@@ -29,7 +29,7 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		fmt.Fprintln(ew, "No instance is registered.")
 	} else {
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "INSTANCE\tSUBSCRIPTION\tREGISTERED\tPARTITIONS")
+		fmt.Fprintln(tw, "INSTANCE\tLIBRARY\tSUBSCRIPTION\tREGISTERED\tPARTITIONS")
 		for _, instance := range desc.Instances {
 			registered := "-"
 			if instance.Registered != nil {
@@ -39,7 +39,11 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 			if instance.Error != "" {
 				subscription = "(" + instance.Error + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", instance.ID, subscription, registered, len(instance.Owned))
+			library := instance.Library
+			if library == "" {
+				library = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", instance.ID, library, subscription, registered, len(instance.Owned))
 		}
 		_ = tw.Flush()
 	}

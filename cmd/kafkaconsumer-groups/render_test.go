@@ -24,9 +24,9 @@ func sampleDescription() *GroupDescription {
 		Brokers:   []string{"b1:9092", "b2:9092"},
 		State:     StateRebalancing,
 		Instances: []Instance{
-			{ID: "host-a:1111", Pattern: "static", Subscription: map[string]int{"orders": 1, "audit": 1}, Registered: &registered,
+			{ID: "host-a:1111", Library: LibraryKafkaconsumer, Pattern: "static", Subscription: map[string]int{"orders": 1, "audit": 1}, Registered: &registered,
 				Owned: []TopicPartition{{"orders", 0}, {"orders", 1}}},
-			{ID: "host-b:2222", Pattern: "white_list", Subscription: map[string]int{`^orders$`: 1}, Owned: []TopicPartition{}},
+			{ID: "host-b:2222", Library: LibraryOriginal, Pattern: "white_list", Subscription: map[string]int{`^orders$`: 1}, Owned: []TopicPartition{}},
 			{ID: "host-c:3333", Error: "unreadable registration", Owned: []TopicPartition{}},
 		},
 		Partitions: []Partition{
@@ -53,10 +53,10 @@ func TestRenderTable(t *testing.T) {
 	want := []string{
 		"Group orders: Rebalancing, 3 instances, 4 partitions, lag 2 (zookeeper zk:2181/kafka, kafka b1:9092,b2:9092)",
 		"",
-		"INSTANCE SUBSCRIPTION REGISTERED PARTITIONS",
-		"host-a:1111 static: audit,orders 2025-12-02T13:40:01Z 2",
-		"host-b:2222 white_list: ^orders$ - 0",
-		"host-c:3333 (unreadable registration) - 0",
+		"INSTANCE LIBRARY SUBSCRIPTION REGISTERED PARTITIONS",
+		"host-a:1111 kafkaconsumer static: audit,orders 2025-12-02T13:40:01Z 2",
+		"host-b:2222 original white_list: ^orders$ - 0",
+		"host-c:3333 - (unreadable registration) - 0",
 		"",
 		"TOPIC PARTITION OWNER COMMITTED LOG-END LAG",
 		"old 0 host-gone:9 (not registered) 5 - -",
@@ -169,10 +169,12 @@ func TestParseRegistration(t *testing.T) {
 	for _, tc := range []struct {
 		name, data string
 		wantErr    bool
+		library    string
 	}{
-		{"library (string timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":"` + strconv.FormatInt(ms, 10) + `","version":1}`, false},
-		{"kazoo-go (number timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":` + strconv.FormatInt(ms, 10) + `,"version":1}`, false},
-		{"garbage", `not json`, true},
+		{"library", `{"client":"github.com/kafkaconsumer/kafkaconsumer","pattern":"static","subscription":{"t":1},"timestamp":"` + strconv.FormatInt(ms, 10) + `","version":1}`, false, LibraryKafkaconsumer},
+		{"original (string timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":"` + strconv.FormatInt(ms, 10) + `","version":1}`, false, LibraryOriginal},
+		{"kazoo-go (number timestamp)", `{"pattern":"static","subscription":{"t":1},"timestamp":` + strconv.FormatInt(ms, 10) + `,"version":1}`, false, LibraryOriginal},
+		{"garbage", `not json`, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			instance := parseRegistration("id", []byte(tc.data))
@@ -182,7 +184,7 @@ func TestParseRegistration(t *testing.T) {
 				}
 				return
 			}
-			if instance.Error != "" || instance.Pattern != "static" || instance.Subscription["t"] != 1 {
+			if instance.Error != "" || instance.Pattern != "static" || instance.Subscription["t"] != 1 || instance.Library != tc.library {
 				t.Errorf("got %+v", instance)
 			}
 			if instance.Registered == nil || instance.Registered.UnixMilli() != ms {
@@ -203,6 +205,10 @@ func TestSubscribedTopics(t *testing.T) {
 		{"static, also missing topics", []Instance{{Pattern: "static", Subscription: map[string]int{"audit": 1, "later": 1}}}, []string{"audit", "later"}},
 		{"white list", []Instance{{Pattern: "white_list", Subscription: map[string]int{`^orders\.`: 1}}}, []string{"orders.eu", "orders.us"}},
 		{"black list skips internal topics", []Instance{{Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}}}, []string{"audit"}},
+		{"with an original instance, internal topics too", []Instance{
+			{Library: LibraryKafkaconsumer, Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}},
+			{Library: LibraryOriginal, Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}},
+		}, []string{"__consumer_offsets", "audit"}},
 		{"bad regexp", []Instance{{Pattern: "white_list", Subscription: map[string]int{`(`: 1}}}, nil},
 		{"union of instances", []Instance{
 			{Pattern: "static", Subscription: map[string]int{"audit": 1}},

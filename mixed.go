@@ -1,0 +1,131 @@
+package kafkaconsumer
+
+// Mixed groups: instances of the original wvanbergen/kafka kafkaconsumer and
+// of this package in one group, as during an upgrade (or its rollback) one
+// instance at a time.
+//
+// Both kinds distribute the same way, over the partition lists they see.
+// Those differ for the white and black lists: the original's select
+// Kafka's internal topics too. So that every instance computes the same
+// distribution, this package marks its own registration (the "client"
+// field, which the original ignores), and while any instance without the
+// mark is registered, distributes over the partition list the original
+// sees: internal topics included. It claims the internal topics'
+// partitions that fall to it, but does not consume them (held partitions:
+// see partitionManager.hold). With only marked instances registered, the
+// internal topics are left out, as ever.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// registrationClient is the value of the "client" field that marks the
+// registrations of this package's instances.
+const registrationClient = "github.com/kafkaconsumer/kafkaconsumer"
+
+// markRegistration adds the "client" field to a registration, unless it has
+// one. A registration that is not a JSON object (a custom Subscription's)
+// is returned as it is: the other instances then take this one for an
+// original, which costs nothing but the internal topics' claims.
+func markRegistration(data []byte) []byte {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		return data
+	}
+	if _, ok := fields["client"]; ok {
+		return data
+	}
+	fields["client"], _ = json.Marshal(registrationClient)
+	marked, err := json.Marshal(fields)
+	if err != nil {
+		return data
+	}
+	return marked
+}
+
+// isMarkedRegistration tells whether a registration is one of this
+// package's instances.
+func isMarkedRegistration(data []byte) bool {
+	var reg struct {
+		Client string `json:"client"`
+	}
+	return json.Unmarshal(data, &reg) == nil && reg.Client == registrationClient
+}
+
+// errDying is returned by zkGet when the manager is interrupted first.
+var errDying = errors.New("interrupted")
+
+// zkGet reads a node through the consumer's go-zookeeper connection (kazoo-
+// go neither shares its own nor returns a registration's raw data). The
+// client has no request timeout: the read runs in a goroutine, which
+// closeConnections waits for after closing the connection (which fails
+// it), so that an interrupt does not wait for ZooKeeper.
+func (cm *consumerManager) zkGet(path string) ([]byte, error) {
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	cm.zkReads.Add(1)
+	go func() { // owned by closeConnections, which waits for zkReads
+		defer cm.zkReads.Done()
+		data, _, err := cm.zkConn.Get(path)
+		done <- result{data, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-cm.t.Dying():
+		return nil, errDying
+	}
+}
+
+// originalsRegistered tells whether any of the instances is one of the
+// original library (its registration has no mark). It reads the
+// registrations of the instances it has not seen before, and remembers
+// the answer for as long as they are registered. Used by the manager
+// goroutine only.
+func (cm *consumerManager) originalsRegistered(instances kazoo.ConsumergroupInstanceList) (bool, error) {
+	if cm.marked == nil {
+		cm.marked = map[string]bool{cm.instance.ID: true}
+	}
+	registered := make(map[string]bool, len(instances))
+	originals := false
+	for _, instance := range instances {
+		marked, known := cm.marked[instance.ID]
+		if !known {
+			path := fmt.Sprintf("%s/consumers/%s/ids/%s", cm.config.Zookeeper.Chroot, cm.group, instance.ID)
+			data, err := cm.zkGet(path)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // gone already: the instances' watch fires
+			} else if err != nil {
+				return false, fmt.Errorf("read the registration of instance %s: %w", instance.ID, err)
+			}
+			marked = isMarkedRegistration(data)
+			cm.marked[instance.ID] = marked
+			if !marked {
+				cm.logf("Instance %s is one of the original library (its registration has no %q field).", instance.ID, "client")
+			}
+		}
+		registered[instance.ID] = true
+		originals = originals || !marked
+	}
+	for id := range cm.marked {
+		if !registered[id] && id != cm.instance.ID {
+			delete(cm.marked, id)
+		}
+	}
+	return originals, nil
+}
+
+// holds tells whether the partitions of topic are claimed but not consumed:
+// an internal topic that only the original's lists select.
+func (cm *consumerManager) holds(topic string, originals bool) bool {
+	_, pattern := cm.subscription.(*regexpSubscription)
+	return originals && pattern && internalTopics[topic]
+}
