@@ -82,8 +82,8 @@ type mixedGroup struct {
 	// instance to another instance, each of which may cost a duplicate:
 	// the original commits the offset of the last message it processed.
 	fromOriginal int
-	steps  []string                  // each step and its time to settle
-	ports  []*portInstance           // the running ports
+	steps        []string        // each step and its time to settle
+	ports        []*portInstance // the running ports
 }
 
 func newMixedGroup(t testing.TB, sub mixedSubscription, topic string) *mixedGroup {
