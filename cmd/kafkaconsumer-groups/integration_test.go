@@ -180,7 +180,7 @@ func TestDescribeGroupIntegration(t *testing.T) {
 			return fmt.Errorf("group %s, state %s, %d instances, %d partitions", desc.Group, desc.State, len(desc.Instances), len(desc.Partitions))
 		}
 		instance := desc.Instances[0]
-		if instance.Pattern != "static" || instance.Subscription[topic] != 1 || instance.Registered == nil || len(instance.Owned) != partitions {
+		if instance.Pattern != "static" || instance.Subscription[topic] != 1 || instance.Registered == nil || len(instance.Owned) != partitions || instance.Library != LibraryKafkaconsumer {
 			return fmt.Errorf("instance %+v", instance)
 		}
 		for _, p := range desc.Partitions {
@@ -210,7 +210,7 @@ func TestDescribeGroupIntegration(t *testing.T) {
 		t.Fatalf("exit status %d: %s", code, stderr.String())
 	}
 	table := stdout.String()
-	for _, want := range []string{"Group " + group + ": Stable, 1 instance, 4 partitions, lag 4", desc.Instances[0].ID, "static: " + topic} {
+	for _, want := range []string{"Group " + group + ": Stable, 1 instance, 4 partitions, lag 4", desc.Instances[0].ID + "  kafkaconsumer", "static: " + topic} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
