@@ -5,6 +5,10 @@
 #   make test          gofmt check, go vet, then all tests (-race) against a
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
+#   make test-kraft    the integration and review suites (not the fault
+#                      suite) with Config.Discovery DiscoverFromKafka against
+#                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
+#                      KAFKA_VERSION=4.1.1 for Kafka 4
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
 #                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft);
@@ -39,7 +43,7 @@ KAFKA_VERSION ?=
 ZOOKEEPER_VERSION ?=
 export KAFKA_VERSION ZOOKEEPER_VERSION
 
-.PHONY: all jars cluster-up cluster-down cluster-status test test-run test-short \
+.PHONY: all jars cluster-up cluster-down cluster-status test test-run test-kraft test-short \
 	test-matrix fmt-check vet lint bench demo
 
 all: test
@@ -71,6 +75,17 @@ endif
 
 test-run:
 	$(GO) test $(TEST_FLAGS) ./...
+
+# The tests that run in both discovery modes; the fault suite, the tools
+# and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
+# of their own or read /brokers, and stay with make test.
+KRAFT_TESTS ?= TestIntegration|TestReview|TestKafkaDiscovery|TestMigration
+
+test-kraft: fmt-check vet
+	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
+	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext MODE=kraft && \
+	source .cluster/env && \
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' .
 
 # PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
 test-matrix: fmt-check vet

@@ -291,7 +291,12 @@ func jarsComplete(dir string, check func(string) bool) bool {
 // looksLikeKafkaLibs reports whether dir holds a Kafka broker (Scala 2.13
 // build) and a ZooKeeper server jar.
 func looksLikeKafkaLibs(dir string) bool {
-	for _, pattern := range []string{"kafka_2.13-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar"} {
+	return hasJars(dir, "kafka_2.13-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar")
+}
+
+// hasJars reports whether dir holds a file matching each pattern.
+func hasJars(dir string, patterns ...string) bool {
+	for _, pattern := range patterns {
 		m, _ := filepath.Glob(filepath.Join(dir, pattern))
 		if len(m) == 0 {
 			return false
@@ -304,13 +309,7 @@ func looksLikeKafkaLibs(dir string) bool {
 // build), its clients and the log4j 1.2 binding (reload4j) that the
 // test cluster's logging configuration uses: Kafka 4's jars.
 func looksLikeKRaftLibs(dir string) bool {
-	for _, pattern := range []string{"kafka_2.13-*.jar", "kafka-clients-*.jar", "reload4j-*.jar"} {
-		m, _ := filepath.Glob(filepath.Join(dir, pattern))
-		if len(m) == 0 {
-			return false
-		}
-	}
-	return true
+	return hasJars(dir, "kafka_2.13-*.jar", "kafka-clients-*.jar", "reload4j-*.jar")
 }
 
 // looksLikeZooKeeperLibs reports whether dir holds a ZooKeeper server jar
