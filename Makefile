@@ -5,11 +5,19 @@
 #   make test          gofmt check, go vet, then all tests (-race) against a
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
+#   make test-kraft    the integration and review suites (not the fault
+#                      suite) with Config.Discovery DiscoverFromKafka against
+#                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
+#                      KAFKA_VERSION=4.1.1 for Kafka 4
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
-#                      SECURITY=plaintext|sasl_ssl|mixed); then `. .cluster/env`
-#                      exports ZOOKEEPER_PEERS and KAFKA_PEERS (and, secured,
-#                      KAFKA_SECURITY, KAFKA_TLS_CA, KAFKA_SASL_*)
+#                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft);
+#                      then `. .cluster/env` exports ZOOKEEPER_PEERS and
+#                      KAFKA_PEERS (and, secured, KAFKA_SECURITY, KAFKA_TLS_CA,
+#                      KAFKA_SASL_*; MODE=kraft: KAFKA_MODE=kraft). MODE=kraft
+#                      runs KRaft brokers (broker+controller) and a stand-alone
+#                      ZooKeeper for the groups only; Kafka 4 runs only so:
+#                      make cluster-up MODE=kraft KAFKA_VERSION=4.1.1
 #   make cluster-down  stop it and remove .cluster/
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
@@ -17,7 +25,8 @@
 #
 # The versions: KAFKA_VERSION (default 3.9.1) and ZOOKEEPER_VERSION (default:
 # the ZooKeeper server the Kafka release brings; a given version runs from
-# ZooKeeper's own jars), for cluster-up, test and jars, e.g.
+# ZooKeeper's own jars; with Kafka 4, which brings none, 3.8.4), for
+# cluster-up, test and jars, e.g.
 #   make test KAFKA_VERSION=2.8.2 ZOOKEEPER_VERSION=3.5.10
 
 SHELL := /bin/bash
@@ -26,6 +35,7 @@ TESTCLUSTER := $(GO) run ./internal/testcluster/cmd/testcluster
 ZOOKEEPERS ?= 1
 BROKERS ?= 1
 SECURITY ?= plaintext
+MODE ?= zookeeper
 STATICCHECK_VERSION ?= v0.8.2
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 # Read by the testcluster command and by the tests (empty: the defaults).
@@ -33,7 +43,7 @@ KAFKA_VERSION ?=
 ZOOKEEPER_VERSION ?=
 export KAFKA_VERSION ZOOKEEPER_VERSION
 
-.PHONY: all jars cluster-up cluster-down cluster-status test test-run test-short \
+.PHONY: all jars cluster-up cluster-down cluster-status test test-run test-kraft test-short \
 	test-matrix fmt-check vet lint bench demo
 
 all: test
@@ -42,7 +52,7 @@ jars:
 	$(TESTCLUSTER) jars
 
 cluster-up:
-	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY)
+	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY) -mode $(MODE)
 
 cluster-down:
 	$(TESTCLUSTER) down
@@ -65,6 +75,17 @@ endif
 
 test-run:
 	$(GO) test $(TEST_FLAGS) ./...
+
+# The tests that run in both discovery modes; the fault suite, the tools
+# and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
+# of their own or read /brokers, and stay with make test.
+KRAFT_TESTS ?= TestIntegration|TestReview|TestKafkaDiscovery|TestMigration
+
+test-kraft: fmt-check vet
+	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
+	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext MODE=kraft && \
+	source .cluster/env && \
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' .
 
 # PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
 test-matrix: fmt-check vet

@@ -26,6 +26,11 @@ import (
 // does not share its own), and gives up after Zookeeper.Timeout. Errors
 // wrap ErrNoBrokers when no broker fits.
 func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
+	if cm.config.Discovery == DiscoverFromKafka {
+		cm.logf("Using the configured Kafka brokers %s; topics and partitions from Kafka's metadata every %s (DiscoverFromKafka).",
+			strings.Join(cm.config.Brokers, ","), cm.config.DiscoveryInterval)
+		return append([]string(nil), cm.config.Brokers...), nil
+	}
 	if len(cm.config.Brokers) > 0 {
 		cm.logf("Using the configured Kafka brokers %s (no discovery through ZooKeeper).", strings.Join(cm.config.Brokers, ","))
 		return append([]string(nil), cm.config.Brokers...), nil
@@ -35,7 +40,8 @@ func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
 		return nil, fmt.Errorf("read kafka broker registrations in zookeeper: %w", err)
 	}
 	if len(regs) == 0 {
-		return nil, fmt.Errorf("%w: zookeeper lists none under %s/brokers/ids", ErrNoBrokers, cm.config.Zookeeper.Chroot)
+		return nil, fmt.Errorf("%w: zookeeper lists none under %s/brokers/ids; if the Kafka cluster runs in KRaft mode (Kafka 4 always does), its brokers register in Kafka, not in ZooKeeper: set Config.Discovery to DiscoverFromKafka and Config.Brokers to its bootstrap addresses",
+			ErrNoBrokers, cm.config.Zookeeper.Chroot)
 	}
 	protocol := cm.config.securityProtocol()
 	sel, err := zkbrokers.Select(regs, cm.config.Listener, protocol)

@@ -15,6 +15,7 @@ import (
 // the registrations; Config.Listener picks the PLAINTEXT listener by name.
 func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 	needCluster(t)
+	skipKafkaDiscovery(t, "it tests broker discovery through ZooKeeper's registrations")
 	verifyNoClusterLeaks(t)
 
 	t.Run("TLS wanted, none registered", func(t *testing.T) {

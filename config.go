@@ -27,6 +27,9 @@ const (
 
 	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
 	DefaultMaxPendingAcks = 16384
+
+	// DefaultDiscoveryInterval is the DiscoveryInterval of NewConfig.
+	DefaultDiscoveryInterval = 5 * time.Second
 )
 
 // Config is the configuration of a consumer instance. Create it with
@@ -64,6 +67,22 @@ type Config struct {
 	// ErrNoBrokers, naming the listeners found, when no broker has the
 	// listener. It cannot be combined with Brokers.
 	Listener string
+
+	// Discovery says where the brokers, topics and partitions are found:
+	// DiscoverFromZookeeper (the default) or DiscoverFromKafka, for a
+	// cluster in KRaft mode (Kafka 4 has no other), whose ZooKeeper holds
+	// no /brokers. Either way ZooKeeper coordinates the group.
+	Discovery Discovery
+
+	// DiscoveryInterval is how often, with DiscoverFromKafka, each instance
+	// asks Kafka for the metadata of the subscribed topics, and so bounds
+	// how late a topic or partition created (or deleted) is noticed: a new
+	// partition is consumed within about one interval, a rebalance that
+	// moves partitions between instances completes within two. Kafka's
+	// metadata.max.age.ms for this purpose. Unused with
+	// DiscoverFromZookeeper, which watches ZooKeeper. Default
+	// DefaultDiscoveryInterval (5 s).
+	DiscoveryInterval time.Duration
 
 	// MaxProcessingTime is how long a partition that is being stopped (in a
 	// rebalance or by Close) waits for the messages it handed out to be
@@ -125,6 +144,7 @@ func NewConfig() *Config {
 		Zookeeper:         kazoo.NewConfig(),
 		MaxProcessingTime: DefaultMaxProcessingTime,
 		MaxPendingAcks:    DefaultMaxPendingAcks,
+		DiscoveryInterval: DefaultDiscoveryInterval,
 	}
 	c.Config.Consumer.Return.Errors = true
 	c.Zookeeper.Timeout = DefaultZookeeperTimeout
@@ -156,6 +176,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Listener %q is not a listener name (letters, digits, '_' and '-')", ErrInvalidConfig, c.Listener)
 	case c.Listener != "" && len(c.Brokers) > 0:
 		return fmt.Errorf("%w: Listener %q and Brokers are both set; Listener only selects among brokers found through ZooKeeper", ErrInvalidConfig, c.Listener)
+	case c.DiscoveryInterval <= 0:
+		return fmt.Errorf("%w: DiscoveryInterval must be positive, got %s", ErrInvalidConfig, c.DiscoveryInterval)
+	}
+	if err := c.validateDiscovery(); err != nil {
+		return err
 	}
 	for _, addr := range c.Brokers {
 		if err := validateBrokerAddr(addr); err != nil {

@@ -163,6 +163,10 @@ type PartitionStats struct {
 // configuration's TLS and SASL settings, or the listener Config.Listener
 // names; Config.Brokers replaces that discovery. When no broker fits it
 // fails with an error wrapping ErrNoBrokers that names the listeners found.
+// With Config.Discovery DiscoverFromKafka (for a KRaft cluster, whose
+// ZooKeeper has no /brokers), the brokers are Config.Brokers and the
+// partitions come from Kafka's metadata; a custom Subscription is refused
+// then (ErrInvalidSubscription).
 //
 // Join waits at most config.Zookeeper.Timeout for a first ZooKeeper
 // session (and up to a second more to close a failed attempt). What
@@ -186,6 +190,9 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		if err := v.validate(); err != nil {
 			return nil, err
 		}
+	}
+	if _, ok := subscription.(topicSelector); !ok && config != nil && config.Discovery == DiscoverFromKafka {
+		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
 	}
 	nodes, chroot, err := parseZookeeper(zookeeper)
 	if err != nil {
@@ -374,6 +381,10 @@ type consumerManager struct {
 	// watches holds the subscription's watches that have not fired yet;
 	// used by the manager goroutine only (watchSubscription).
 	watches watchCache
+	// metadataPoll is the goroutine that polls Kafka's metadata with
+	// DiscoverFromKafka, or nil; used by the manager goroutine only, which
+	// stops it (stopMetadataPoller).
+	metadataPoll *metadataPoller
 	// instancesWatch is the goroutine that converts the event of the
 	// watch on the group's instances, or nil; used by the manager
 	// goroutine only, which stops it (stopWatching).
@@ -686,6 +697,9 @@ func describeEvent(ev zk.Event) string {
 // watchSubscription returns the subscription's partitions and a watch on
 // them, retrying errors until the manager is interrupted (ok is false then).
 func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.Event, bool) {
+	if cm.config.Discovery == DiscoverFromKafka {
+		return cm.watchMetadata()
+	}
 	for attempt := 0; ; attempt++ {
 		partitions, changed, err := watchPartitions(cm.subscription, cm.kz, &cm.watches, cm.originals)
 		if err == nil {
@@ -896,6 +910,7 @@ func (cm *consumerManager) shutdown() {
 	cm.stopWatchingInstances()
 
 	errs = append(errs, cm.closeConnections()...)
+	cm.stopMetadataPoller() // after the client closed, which ends a request in flight
 	close(cm.messages)
 	close(cm.errors)
 	cm.t.Kill(errors.Join(errs...))

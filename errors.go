@@ -68,8 +68,10 @@ var (
 	ErrReleaseFailed = errors.New("kafkaconsumer: partition claim not released")
 
 	// ErrNoBrokers is returned by Join when ZooKeeper lists no Kafka
-	// broker, or none with a listener that fits the configuration
-	// (Config.Listener, or the security protocol of Net.TLS and Net.SASL);
-	// the error then names the listeners the brokers have.
+	// broker (a KRaft cluster's brokers register in Kafka only: the error
+	// then says to set Config.Discovery and Config.Brokers), or none with a
+	// listener that fits the configuration (Config.Listener, or the
+	// security protocol of Net.TLS and Net.SASL); the error then names the
+	// listeners the brokers have.
 	ErrNoBrokers = errors.New("kafkaconsumer: no usable kafka broker found in zookeeper")
 )

@@ -4,6 +4,12 @@ package kafkaconsumer
 // named by ZOOKEEPER_PEERS and KAFKA_PEERS when they are set (make
 // cluster-up writes them to .cluster/env), else one that TestMain starts
 // with internal/testcluster. It is skipped under -short.
+//
+// With KAFKA_MODE=kraft (make cluster-up MODE=kraft writes it) or
+// KAFKA_DISCOVERY=kafka, the same tests run with Config.Discovery
+// DiscoverFromKafka (testConfig), against a KRaft cluster that TestMain
+// starts when none is given; the tests that only make sense with
+// DiscoverFromZookeeper skip (skipKafkaDiscovery).
 
 import (
 	"flag"
@@ -25,7 +31,30 @@ import (
 var (
 	zookeeperPeers string   // the test cluster's ZooKeeper connection string
 	kafkaPeers     []string // its brokers
+	// testDiscovery is the Config.Discovery of testConfig: DiscoverFromKafka
+	// with KAFKA_MODE=kraft or KAFKA_DISCOVERY=kafka.
+	testDiscovery = discoveryFromEnv()
 )
+
+// testDiscoveryInterval is testConfig's DiscoveryInterval: short, so that
+// the tests that wait for new topics wait about as long in both modes.
+const testDiscoveryInterval = time.Second
+
+func discoveryFromEnv() Discovery {
+	if os.Getenv("KAFKA_MODE") == "kraft" || os.Getenv("KAFKA_DISCOVERY") == "kafka" {
+		return DiscoverFromKafka
+	}
+	return DiscoverFromZookeeper
+}
+
+// skipKafkaDiscovery skips a test that only makes sense with
+// DiscoverFromZookeeper when the suite runs with DiscoverFromKafka.
+func skipKafkaDiscovery(t *testing.T, why string) {
+	t.Helper()
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("ZooKeeper discovery only: " + why)
+	}
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
@@ -49,7 +78,11 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	if zookeeperPeers == "" || len(kafkaPeers) == 0 {
-		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1,
+		mode := testcluster.ModeZooKeeper
+		if os.Getenv("KAFKA_MODE") == "kraft" {
+			mode = testcluster.ModeKRaft
+		}
+		cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 1, Brokers: 1, Mode: mode,
 			KafkaVersion: kafkaVersion, ZooKeeperVersion: zookeeperVersion,
 			Logf: func(format string, args ...any) {
 				if strings.Contains(format, "using Java") { // another Java than the default: say which
@@ -375,10 +408,16 @@ func union(values []string, cols ...*collector) (all bool, duplicates int) {
 }
 
 // testConfig is the configuration of the integration tests: short waits,
-// sarama's Version set to the brokers' (testKafkaVersion).
+// sarama's Version set to the brokers' (testKafkaVersion), and the
+// Discovery of the run (testDiscovery).
 func testConfig() *Config {
 	config := NewConfig()
 	config.Version = testKafkaVersion()
+	if testDiscovery == DiscoverFromKafka {
+		config.Discovery = DiscoverFromKafka
+		config.Brokers = kafkaPeers
+		config.DiscoveryInterval = testDiscoveryInterval
+	}
 	config.MaxProcessingTime = 2 * time.Second
 	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	return config

@@ -135,6 +135,7 @@ func joinFails(t *testing.T, zookeeper string, config *Config, bound time.Durati
 // read.
 func TestIntegrationSecuredSASLSSL(t *testing.T) {
 	needCluster(t)
+	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode secured cluster and tests listener discovery")
 	cluster := startSecuredCluster(t, testcluster.SecuritySASLSSL)
 	verifyNoClusterLeaks(t)
 	client := securedClient(t, cluster)
@@ -191,6 +192,7 @@ func TestIntegrationSecuredSASLSSL(t *testing.T) {
 // consumer finds the one that fits its configuration, or the one it names.
 func TestIntegrationSecuredMixed(t *testing.T) {
 	needCluster(t)
+	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode secured cluster and tests listener discovery")
 	cluster := startSecuredCluster(t, testcluster.SecurityMixed)
 	verifyNoClusterLeaks(t)
 	client := securedClient(t, cluster)

@@ -40,6 +40,7 @@ func aclString(acls []zk.ACL) string {
 // registers the group under /consumers, which Kafka leaves open.
 func TestIntegrationZooKeeperSASL(t *testing.T) {
 	needCluster(t)
+	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode cluster whose brokers log in to ZooKeeper")
 	began := time.Now()
 	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASL: true})
 	if err != nil {
@@ -151,6 +152,7 @@ func TestIntegrationZooKeeperSASL(t *testing.T) {
 // saying why, before it registers anything.
 func TestIntegrationZooKeeperSASLRequired(t *testing.T) {
 	needCluster(t)
+	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode cluster whose brokers log in to ZooKeeper")
 	began := time.Now()
 	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASLRequired: true})
 	if err != nil {

@@ -81,7 +81,15 @@ type Options struct {
 	// ZooKeeper release's own jars (org.apache.zookeeper:zookeeper, with
 	// its own logging back end; see EnsureZooKeeperJars). Empty: the
 	// ZooKeeper server that the Kafka release brings.
+	// With Kafka 4 or later (ModeKRaft only) the default is
+	// DefaultKRaftZooKeeperVersion.
 	ZooKeeperVersion string
+	// Mode is ModeZooKeeper ("" too, the default) or ModeKRaft: KRaft
+	// brokers, each also a controller, from the same Kafka jars, next to
+	// a stand-alone ZooKeeper that only the consumer groups use. ModeKRaft
+	// needs Kafka 3.9 or later and Security SecurityPlaintext without
+	// ZooKeeper SASL; Kafka 4 or later runs only in it.
+	Mode string
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -105,6 +113,9 @@ type Cluster struct {
 	zkSASL       bool     // Options.ZooKeeperSASL
 	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
 	zkRequired   bool     // Options.ZooKeeperSASLRequired
+
+	mode      string // ModeZooKeeper or ModeKRaft
+	clusterID string // the KRaft cluster ID, in ModeKRaft
 
 	// ctx is cancelled by Close, which ends every wait in progress.
 	ctx    context.Context
@@ -136,6 +147,8 @@ type node struct {
 	securePort   int // the EXTERNAL (SASL_SSL) port in mixed mode
 	quorumPort   int // ZooKeeper ensemble only
 	electionPort int // ZooKeeper ensemble only
+	// controllerPort is a KRaft broker's CONTROLLER listener port.
+	controllerPort int
 
 	life sync.Mutex // serialises starting and stopping this node
 
@@ -305,6 +318,15 @@ func Start(opts Options) (*Cluster, error) {
 	if _, err := sarama.ParseKafkaVersion(opts.KafkaVersion); err != nil {
 		return nil, fmt.Errorf("testcluster: Kafka version %q: %w", opts.KafkaVersion, err)
 	}
+	if opts.Mode, err = validMode(opts.Mode, opts.KafkaVersion); err != nil {
+		return nil, err
+	}
+	if opts.Mode == ModeKRaft {
+		if security != SecurityPlaintext || opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired {
+			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext)
+		}
+		opts.ZooKeeperVersion = ZooKeeperVersionFor(opts.KafkaVersion, opts.ZooKeeperVersion)
+	}
 	java, err := pickJava(opts.KafkaVersion, opts.ZooKeeperVersion, opts.Logf)
 	if err != nil {
 		return nil, err
@@ -345,6 +367,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		security:     opts.Security,
 		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
 		zkRequired:   opts.ZooKeeperSASLRequired,
+		mode:         opts.Mode,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -389,8 +412,13 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 	if opts.ZooKeepers > 1 {
 		nports += 2 * opts.ZooKeepers
 	}
-	if c.security == SecurityMixed {
+	if c.security == SecurityMixed || c.mode == ModeKRaft {
 		nports += opts.Brokers
+	}
+	if c.mode == ModeKRaft {
+		if c.clusterID, err = newClusterID(); err != nil {
+			return nil, err
+		}
 	}
 	if c.security != SecurityPlaintext {
 		c.tls = newTLSFiles(c.dir)
@@ -425,6 +453,9 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		if c.security == SecurityMixed {
 			n.securePort = next()
 		}
+		if c.mode == ModeKRaft {
+			n.controllerPort = next()
+		}
 		c.brokers = append(c.brokers, n)
 	}
 	for _, n := range c.zks {
@@ -435,6 +466,14 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 	for _, n := range c.brokers {
 		if err := c.writeBrokerConfig(n, opts.BrokerConfig); err != nil {
 			return nil, err
+		}
+	}
+	if c.mode == ModeKRaft {
+		c.logf("testcluster: formatting the KRaft storage of %d broker(s), cluster ID %s", len(c.brokers), c.clusterID)
+		for _, n := range c.brokers {
+			if err := c.formatStorage(n); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := c.saveState(); err != nil {
@@ -457,7 +496,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		}
 	}
 
-	c.logf("testcluster: starting %d Kafka broker(s)", len(c.brokers))
+	c.logf("testcluster: starting %d Kafka broker(s) (%s mode)", len(c.brokers), c.mode)
 	for _, n := range c.brokers {
 		if err := c.spawn(n); err != nil {
 			return nil, err
@@ -680,6 +719,14 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 	}
 	for k, v := range security {
 		props[k] = v
+	}
+	if c.mode == ModeKRaft {
+		for _, k := range zookeeperOnlyProps {
+			delete(props, k)
+		}
+		for k, v := range c.kraftProps(n) {
+			props[k] = v
+		}
 	}
 	if c.zkSASL {
 		if err := c.writeBrokerZooKeeperSASL(n, props); err != nil {
@@ -982,7 +1029,7 @@ func (c *Cluster) startNode(n *node) error {
 		return nil
 	}
 	began := time.Now()
-	if n.kind == brokerNode {
+	if n.kind == brokerNode && c.mode != ModeKRaft {
 		path := "/brokers/ids/" + strconv.Itoa(n.id)
 		if err := c.waitZNodesGone(c.ctx, []string{path}, c.timeout); err != nil {
 			return fmt.Errorf("testcluster: %s: waiting for its old registration %s to expire: %w", n, path, err)
@@ -1113,6 +1160,10 @@ type stateFile struct {
 	KafkaVersion     string `json:"kafka_version,omitempty"`
 	ZooKeeperVersion string `json:"zookeeper_version,omitempty"`
 	ZooKeeperJars    string `json:"zookeeper_jars,omitempty"`
+	// Mode (Options.Mode) and the KRaft cluster ID; absent in older state
+	// files, which are ZooKeeper mode.
+	Mode      string `json:"mode,omitempty"`
+	ClusterID string `json:"cluster_id,omitempty"`
 }
 
 type nodeState struct {
@@ -1122,7 +1173,9 @@ type nodeState struct {
 	QuorumPort   int    `json:"quorum_port,omitempty"`
 	ElectionPort int    `json:"election_port,omitempty"`
 	SecurePort   int    `json:"secure_port,omitempty"`
-	PID          int    `json:"pid"`
+	// ControllerPort is a KRaft broker's CONTROLLER port.
+	ControllerPort int `json:"controller_port,omitempty"`
+	PID            int `json:"pid"`
 }
 
 // StateFile is the name of the file, in a detached cluster's Dir, that
@@ -1140,7 +1193,8 @@ func (c *Cluster) saveState() error {
 	defer c.mu.Unlock()
 	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
 		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired,
-		KafkaVersion: c.kafkaVersion, ZooKeeperVersion: c.zkVersion, ZooKeeperJars: c.zkJars}
+		KafkaVersion: c.kafkaVersion, ZooKeeperVersion: c.zkVersion, ZooKeeperJars: c.zkJars,
+		Mode: c.mode, ClusterID: c.clusterID}
 	if c.security != SecurityPlaintext {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
@@ -1149,7 +1203,8 @@ func (c *Cluster) saveState() error {
 		out   *[]nodeState
 	}{{c.zks, &st.ZooKeepers}, {c.brokers, &st.Brokers}} {
 		for _, n := range list.nodes {
-			ns := nodeState{ID: n.id, Dir: n.dir, Port: n.port, QuorumPort: n.quorumPort, ElectionPort: n.electionPort, SecurePort: n.securePort}
+			ns := nodeState{ID: n.id, Dir: n.dir, Port: n.port, QuorumPort: n.quorumPort, ElectionPort: n.electionPort, SecurePort: n.securePort,
+				ControllerPort: n.controllerPort}
 			if p := n.getProc(); p != nil {
 				ns.PID = p.pid
 			}
@@ -1210,6 +1265,10 @@ func Load(dir string) (*Cluster, error) {
 	if c.kafkaVersion == "" {
 		c.kafkaVersion = DefaultKafkaVersion
 	}
+	c.mode, c.clusterID = st.Mode, st.ClusterID
+	if c.mode == "" {
+		c.mode = ModeZooKeeper
+	}
 	if c.zkJars == "" {
 		c.zkJars = c.jars
 	}
@@ -1221,7 +1280,7 @@ func Load(dir string) (*Cluster, error) {
 	}{{zookeeperNode, st.ZooKeepers, &c.zks}, {brokerNode, st.Brokers, &c.brokers}} {
 		for i, ns := range list.nodes {
 			n := &node{kind: list.kind, index: i, id: ns.ID, dir: ns.Dir, port: ns.Port,
-				quorumPort: ns.QuorumPort, electionPort: ns.ElectionPort, securePort: ns.SecurePort}
+				quorumPort: ns.QuorumPort, electionPort: ns.ElectionPort, securePort: ns.SecurePort, controllerPort: ns.ControllerPort}
 			if ns.PID > 0 {
 				c.pids = append(c.pids, ns.PID)
 				if p := (&proc{pid: ns.PID, marker: n.marker()}); p.alive() {
@@ -1284,6 +1343,9 @@ func (c *Cluster) JavaVersion() string {
 	}
 	return c.java
 }
+
+// Mode returns ModeZooKeeper or ModeKRaft.
+func (c *Cluster) Mode() string { return c.mode }
 
 // GivenZooKeeperVersion returns Options.ZooKeeperVersion: "" when the
 // ZooKeeper nodes run from the Kafka release's jars.

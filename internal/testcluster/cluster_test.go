@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 	"go.uber.org/goleak"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
@@ -185,6 +186,63 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("re-creating a deleted topic: %v", err)
 	}
 	if err := c.Healthy(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A KRaft cluster: the brokers serve without ZooKeeper, whose tree holds
+// no /brokers; topics, restarts and the state file work as in ZooKeeper
+// mode. KAFKA_VERSION picks the release (4.x runs only in this mode).
+func TestKRaftCluster(t *testing.T) {
+	skipShort(t)
+	kafka, zookeeper := testcluster.VersionsFromEnv()
+	dir := t.TempDir()
+	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf, Mode: testcluster.ModeKRaft, Dir: dir, Detached: true,
+		KafkaVersion: kafka, ZooKeeperVersion: zookeeper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		pids := c.Pids()
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := testcluster.WaitGone(pids, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
+	if c.Mode() != testcluster.ModeKRaft {
+		t.Errorf("Mode() = %q", c.Mode())
+	}
+	conn, _, err := zk.Connect(strings.Split(c.ZookeeperPeers(), ","), 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if ok, _, err := conn.Exists("/brokers"); err != nil || ok {
+		t.Errorf("ZooKeeper has /brokers (%v, %v); KRaft brokers must not use it", ok, err)
+	}
+	if err := c.CreateTopic("harness", 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "harness", "one")
+	loaded, err := testcluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close() // the broker it restarts; c's Close kills the others
+	if loaded.Mode() != testcluster.ModeKRaft {
+		t.Errorf("Load: Mode() = %q", loaded.Mode())
+	}
+	if err := loaded.KillBroker(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := loaded.StartBroker(0); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "harness", "two")
+	consume(t, c, "harness", "one", "two")
+	if err := loaded.Healthy(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,6 +3,10 @@
 // 127.0.0.1 ports, built from the Kafka jars that Maven Central serves
 // (see EnsureKafkaJars).
 //
+// Options.Mode ModeKRaft runs KRaft brokers instead (each a combined
+// broker and controller, from the same jars; Kafka 4 runs only so), next
+// to a stand-alone ZooKeeper that only consumer groups use.
+//
 // Options.KafkaVersion picks the Kafka release (default DefaultKafkaVersion,
 // 3.9.1); Options.ZooKeeperVersion runs the ZooKeeper nodes from a
 // ZooKeeper release's own jars (EnsureZooKeeperJars) instead of the server

@@ -118,9 +118,10 @@ func ZooKeeperJarsDir(version string) (string, error) {
 // EnsureJars is EnsureKafkaJars(DefaultKafkaVersion).
 func EnsureJars() (string, error) { return EnsureKafkaJars(DefaultKafkaVersion) }
 
-// EnsureKafkaJars returns a directory holding the jars of a ZooKeeper-mode
-// Kafka broker of the given release and of the ZooKeeper server it brings
-// (the directory KafkaJarsDir names). When they are missing or incomplete
+// EnsureKafkaJars returns a directory holding the jars of a Kafka broker
+// of the given release and of the ZooKeeper server it brings, up to 3.9
+// (Kafka 4 brings none: see DefaultKRaftZooKeeperVersion) (the directory
+// KafkaJarsDir names). When they are missing or incomplete
 // it runs Maven (`mvn dependency:copy-dependencies` on the project in
 // jars/pom.xml, embedded in this package, with the version put in), which
 // takes a few seconds with a warm ~/.m2 and needs Maven Central otherwise.
@@ -135,7 +136,11 @@ func EnsureKafkaJars(version string) (string, error) {
 		return dir, nil // a directory the user filled, e.g. a release's libs/
 	}
 	pom := bytes.Replace(pomXML, []byte("<kafka.version>"+DefaultKafkaVersion+"<"), []byte("<kafka.version>"+version+"<"), 1)
-	return ensureJars(dir, pom, "Kafka "+version, looksLikeKafkaLibs)
+	check := looksLikeKafkaLibs
+	if majorMinor(version) >= 400 {
+		check = looksLikeKRaftLibs // Kafka 4 brings no ZooKeeper
+	}
+	return ensureJars(dir, pom, "Kafka "+version, check)
 }
 
 // EnsureZooKeeperJars returns a directory holding the jars of a ZooKeeper
@@ -286,13 +291,25 @@ func jarsComplete(dir string, check func(string) bool) bool {
 // looksLikeKafkaLibs reports whether dir holds a Kafka broker (Scala 2.13
 // build) and a ZooKeeper server jar.
 func looksLikeKafkaLibs(dir string) bool {
-	for _, pattern := range []string{"kafka_2.13-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar"} {
+	return hasJars(dir, "kafka_2.13-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar")
+}
+
+// hasJars reports whether dir holds a file matching each pattern.
+func hasJars(dir string, patterns ...string) bool {
+	for _, pattern := range patterns {
 		m, _ := filepath.Glob(filepath.Join(dir, pattern))
 		if len(m) == 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// looksLikeKRaftLibs reports whether dir holds a Kafka broker (Scala 2.13
+// build), its clients and the log4j 1.2 binding (reload4j) that the
+// test cluster's logging configuration uses: Kafka 4's jars.
+func looksLikeKRaftLibs(dir string) bool {
+	return hasJars(dir, "kafka_2.13-*.jar", "kafka-clients-*.jar", "reload4j-*.jar")
 }
 
 // looksLikeZooKeeperLibs reports whether dir holds a ZooKeeper server jar

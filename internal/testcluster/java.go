@@ -29,6 +29,8 @@ type javaRange struct {
 //     (Debian 12 has no Java 11) and runs.
 //   - Kafka 3.0 to 3.8 document Java 8, 11 and 17 (3.0's page says 8 and
 //     11; its release added 17); 3.9 adds 21 and 23.
+//   - Kafka 4 brokers need Java 17 (4.0 documents 17 and 23 for
+//     brokers); 4.1.1 ran here on Java 17.
 //   - ZooKeeper 3.5 and 3.6 document Java 8 and 11; 3.5.10 and 3.6.4 were
 //     tested here on Java 17. 3.7 and later run on 17 and 21.
 func javaRangeFor(kafka, zookeeper string) javaRange {
@@ -38,6 +40,8 @@ func javaRangeFor(kafka, zookeeper string) javaRange {
 		r = javaRange{min: 8, max: 17, why: "Kafka " + kafka + " runs on Java 8 to 17 (documented: 8 and 11; 17 tested here)"}
 	case mm < 309:
 		r = javaRange{min: 8, max: 17, why: "Kafka " + kafka + " runs on Java 8 to 17"}
+	case mm >= 400:
+		r = javaRange{min: 17, max: 25, why: "Kafka " + kafka + " brokers run on Java 17 to 25"}
 	}
 	if zookeeper != "" {
 		zmax := 21

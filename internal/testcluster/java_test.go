@@ -26,6 +26,8 @@ func TestJavaRangeFor(t *testing.T) {
 		{"3.9.1", "", 8, 23},
 		{"3.9.1", "3.9.4", 8, 21},
 		{"3.7.2", "", 8, 17},
+		{"4.1.1", "3.8.4", 17, 21},
+		{"4.1.1", "", 17, 25},
 	} {
 		r := javaRangeFor(tc.kafka, tc.zookeeper)
 		if r.min != tc.min || r.max != tc.max {

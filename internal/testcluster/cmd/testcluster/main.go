@@ -1,7 +1,7 @@
 // Command testcluster starts and stops the local ZooKeeper-mode Kafka
 // cluster that `make cluster-up` / `make cluster-down` / `make test` use.
 //
-//	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
+//	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed] [-mode zookeeper|kraft]
 //	                               [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
 //	testcluster [-dir .cluster] down
 //	testcluster [-dir .cluster] status | env
@@ -17,6 +17,13 @@
 //	export KAFKA_PEERS=127.0.0.1:…,…
 //	export KAFKA_VERSION=3.9.1
 //	export ZOOKEEPER_VERSION=3.8.4   (only when a ZooKeeper version was given)
+//	export KAFKA_MODE=kraft          (only with -mode kraft)
+//
+// -mode kraft (default $MODE) runs KRaft brokers (each a combined broker
+// and controller, storage formatted with kafka.tools.StorageTool) from the
+// same Kafka jars, next to a stand-alone ZooKeeper that only the consumer
+// groups use; Kafka 4 (KAFKA_VERSION=4.1.1) runs only so, its ZooKeeper
+// from ZooKeeper's own jars (default 3.8.4).
 //
 // The versions default to $KAFKA_VERSION (else 3.9.1) and
 // $ZOOKEEPER_VERSION (else the ZooKeeper server the Kafka release brings,
@@ -78,7 +85,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, `usage: testcluster [-dir DIR] COMMAND [ARGS]
 
 commands:
-  up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed]
+  up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed] [-mode zookeeper|kraft]
      [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
                                     start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1,
                                     $SECURITY or plaintext), create test.1, test.4, test.64,
@@ -110,6 +117,7 @@ func run(dir, command string, args []string) error {
 	switch command {
 	case "jars":
 		kafka, zookeeper := testcluster.VersionsFromEnv()
+		zookeeper = testcluster.ZooKeeperVersionFor(kafka, zookeeper)
 		d, err := testcluster.EnsureKafkaJars(kafka)
 		if err != nil {
 			return err
@@ -217,16 +225,22 @@ func up(dir string, args []string) error {
 	kafkaDefault, zookeeperDefault := testcluster.VersionsFromEnv()
 	kafkaVersion := fs.String("kafka-version", kafkaDefault, "Kafka release (default $KAFKA_VERSION, or "+testcluster.DefaultKafkaVersion+")")
 	zookeeperVersion := fs.String("zookeeper-version", zookeeperDefault, "ZooKeeper release, run from its own jars (default $ZOOKEEPER_VERSION, or the one the Kafka release brings)")
+	mode := fs.String("mode", os.Getenv("MODE"), "zookeeper or kraft: KRaft brokers (combined broker and controller) next to a stand-alone ZooKeeper for the groups (default $MODE, or zookeeper; Kafka 4 needs kraft)")
 	_ = fs.Parse(args)
+	if *mode == "" {
+		*mode = testcluster.ModeZooKeeper
+	}
 	if *security == "" {
 		*security = testcluster.SecurityPlaintext
 	}
 
 	if c, err := testcluster.Load(dir); err == nil {
 		switch {
+		case c.Mode() != *mode:
+			logf("a %s-mode cluster runs in %s; replacing it", c.Mode(), dir)
 		case c.Security() != *security:
 			logf("a %s cluster runs in %s; replacing it", c.Security(), dir)
-		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != *zookeeperVersion:
+		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != testcluster.ZooKeeperVersionFor(*kafkaVersion, *zookeeperVersion):
 			logf("a cluster of Kafka %s and ZooKeeper %s runs in %s; replacing it", c.KafkaVersion(), c.ZooKeeperVersion(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
 			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
@@ -253,7 +267,7 @@ func up(dir string, args []string) error {
 	if zk == "" {
 		zk = "the one Kafka brings"
 	}
-	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s, ZooKeeper %s, %s)", *zookeepers, *brokers, dir, *kafkaVersion, zk, *security)
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s in %s mode, ZooKeeper %s, %s)", *zookeepers, *brokers, dir, *kafkaVersion, *mode, zk, *security)
 	c, err := testcluster.Start(testcluster.Options{
 		ZooKeepers:       *zookeepers,
 		Brokers:          *brokers,
@@ -264,6 +278,7 @@ func up(dir string, args []string) error {
 		Context:          ctx,
 		KafkaVersion:     *kafkaVersion,
 		ZooKeeperVersion: *zookeeperVersion,
+		Mode:             *mode,
 	})
 	if err != nil {
 		return err
@@ -292,6 +307,9 @@ func up(dir string, args []string) error {
 func writeEnv(dir string, c *testcluster.Cluster) error {
 	env := fmt.Sprintf("export ZOOKEEPER_PEERS=%s\nexport KAFKA_PEERS=%s\nexport KAFKA_VERSION=%s\n",
 		c.ZookeeperPeers(), strings.Join(c.KafkaPeers(), ","), c.KafkaVersion())
+	if c.Mode() == testcluster.ModeKRaft {
+		env += fmt.Sprintf("export KAFKA_MODE=%s\n", c.Mode())
+	}
 	if zk := c.GivenZooKeeperVersion(); zk != "" {
 		env += fmt.Sprintf("export ZOOKEEPER_VERSION=%s\n", zk)
 	}

@@ -1,0 +1,115 @@
+package testcluster
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The cluster modes (Options.Mode).
+const (
+	// ModeZooKeeper runs ZooKeeper-mode brokers, registered in the
+	// cluster's ZooKeeper (Kafka before 4.0).
+	ModeZooKeeper = "zookeeper"
+	// ModeKRaft runs KRaft brokers: each broker is also a controller
+	// (process.roles=broker,controller), all of them the controller
+	// quorum, with storage formatted by kafka.tools.StorageTool before the
+	// first start. The ZooKeeper nodes still run, stand-alone: the brokers
+	// do not use them; they are there for the consumer groups.
+	ModeKRaft = "kraft"
+)
+
+// DefaultKRaftZooKeeperVersion is the ZooKeeper release the stand-alone
+// ZooKeeper runs from when Kafka 4 or later (whose jars bring no ZooKeeper)
+// runs in ModeKRaft and Options.ZooKeeperVersion is empty: the server
+// Kafka 3.9 brings.
+const DefaultKRaftZooKeeperVersion = "3.8.4"
+
+// validMode returns the mode Options.Mode names ("" is ModeZooKeeper),
+// or an error for one that this package does not run with the version.
+func validMode(mode, kafkaVersion string) (string, error) {
+	switch mode {
+	case "", ModeZooKeeper:
+		if majorMinor(kafkaVersion) >= 400 {
+			return "", fmt.Errorf("testcluster: Kafka %s has no ZooKeeper mode; use Mode %q", kafkaVersion, ModeKRaft)
+		}
+		return ModeZooKeeper, nil
+	case ModeKRaft:
+		if majorMinor(kafkaVersion) < 309 {
+			return "", fmt.Errorf("testcluster: Mode %q needs Kafka 3.9 or later (its StorageTool and KRaft settings), not %s", ModeKRaft, kafkaVersion)
+		}
+		return ModeKRaft, nil
+	}
+	return "", fmt.Errorf("testcluster: unknown Mode %q (want %q or %q)", mode, ModeZooKeeper, ModeKRaft)
+}
+
+// newClusterID returns a KRaft cluster ID: 16 random bytes, URL-safe
+// base64 without padding, as kafka-storage random-uuid prints.
+func newClusterID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("testcluster: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// kraftProps returns the settings of broker n in ModeKRaft that replace
+// the ZooKeeper ones: its role, node id, listeners (PLAINTEXT on its port,
+// CONTROLLER on its controller port) and the static controller quorum of
+// every broker.
+func (c *Cluster) kraftProps(n *node) map[string]string {
+	voters := make([]string, len(c.brokers))
+	for i, b := range c.brokers {
+		voters[i] = fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.controllerPort)
+	}
+	return map[string]string{
+		"process.roles":                  "broker,controller",
+		"node.id":                        strconv.Itoa(n.id),
+		"controller.quorum.voters":       strings.Join(voters, ","),
+		"controller.listener.names":      "CONTROLLER",
+		"listeners":                      "PLAINTEXT://" + n.addr() + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(n.controllerPort),
+		"advertised.listeners":           "PLAINTEXT://" + n.addr(),
+		"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"inter.broker.listener.name":     "PLAINTEXT",
+	}
+}
+
+// zookeeperOnlyProps are the broker settings that KRaft brokers do not
+// take (Kafka 4 logs them as unknown, 3.9 refuses zookeeper.connect with
+// process.roles).
+var zookeeperOnlyProps = []string{
+	"broker.id", "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+	"controlled.shutdown.max.retries", "controlled.shutdown.retry.backoff.ms",
+}
+
+// formatStorage formats broker n's log directory for the cluster ID
+// (kafka-storage format), which a KRaft broker needs before its first
+// start.
+func (c *Cluster) formatStorage(n *node) error {
+	cmd := exec.CommandContext(c.ctx, c.java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dlog4j.configuration=file:"+filepath.Join(n.dir, "log4j.properties"),
+		"-cp", filepath.Join(c.jars, "*"),
+		"kafka.tools.StorageTool", "format", "--cluster-id", c.clusterID, "--config", n.configFile(), "--ignore-formatted")
+	cmd.Dir = n.dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testcluster: formatting the storage of %s: %v\n%s", n, err, tailString(string(out), 20))
+	}
+	return nil
+}
+
+// ZooKeeperVersionFor returns the ZooKeeper release whose own jars a
+// cluster of Kafka kafka runs its ZooKeeper from, given $ZOOKEEPER_VERSION
+// (zookeeper): zookeeper when set; else, for Kafka 4 or later (which
+// brings none), DefaultKRaftZooKeeperVersion; else "" (the one Kafka
+// brings).
+func ZooKeeperVersionFor(kafka, zookeeper string) string {
+	if zookeeper == "" && majorMinor(kafka) >= 400 {
+		return DefaultKRaftZooKeeperVersion
+	}
+	return zookeeper
+}
