@@ -90,6 +90,10 @@ func TestSelectsTopic(t *testing.T) {
 			t.Errorf("%T.selectsTopic(%q, %v) = %v, want %v", tc.sel, tc.name, tc.internal, got, tc.want)
 		}
 	}
+	// With an instance of the original library in the group (mixed.go).
+	if !(internalToo{black}).selectsTopic("__consumer_offsets", true) || (internalToo{white}).selectsTopic("__consumer_offsets", true) {
+		t.Error("internalToo: a blacklist of ^b does not select __consumer_offsets, or a whitelist of ^a does")
+	}
 	if got := static.metadataTopics(); strings.Join(got, ",") != "__consumer_offsets,a" {
 		t.Errorf("static metadataTopics() = %v", got)
 	}

@@ -67,7 +67,7 @@ func (rs *regexpSubscription) metadataTopics() []string { return nil }
 // selectsTopic implements topicSelector: the topics the pattern selects,
 // but none that the metadata marks internal.
 func (rs *regexpSubscription) selectsTopic(name string, internal bool) bool {
-	return !internal && rs.selects(name, true)
+	return !internal && rs.selects(name, false)
 }
 
 // internalToo is a topicSelector that takes internal topics for others,
@@ -76,6 +76,9 @@ func (rs *regexpSubscription) selectsTopic(name string, internal bool) bool {
 type internalToo struct{ topicSelector }
 
 func (s internalToo) selectsTopic(name string, _ bool) bool {
+	if rs, ok := s.topicSelector.(*regexpSubscription); ok {
+		return rs.selects(name, true)
+	}
 	return s.topicSelector.selectsTopic(name, false)
 }
 
