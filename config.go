@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -43,7 +44,8 @@ type Config struct {
 	// is taken from the connection string given to Join. Timeout is the
 	// session timeout (default DefaultZookeeperTimeout; see there for the
 	// trade-off) and also bounds how long Join waits for a first session.
-	// Logger defaults to one that writes to the package Logger.
+	// Logger defaults to one that writes to the consumer's logger
+	// (Config.Logger, or the package Logger when that is nil).
 	Zookeeper *kazoo.Config
 
 	// Brokers, when not empty, are the Kafka addresses ("host:port") that
@@ -99,6 +101,18 @@ type Config struct {
 	// no rebalance proceeds until it returns: keep it short, and do not call
 	// Close from it (Interrupt is fine). Default nil.
 	OnRebalance func(Rebalance)
+
+	// Logger, when set, receives this consumer's log lines, and those of
+	// its ZooKeeper client (unless Zookeeper.Logger is set to something
+	// else), with the attributes group and instance (the instance's ID),
+	// plus topic and partition on the lines of a partition and
+	// component=zookeeper on the ZooKeeper client's. Levels: debug for the
+	// life of each partition (claimed, started, stopped), info for
+	// registration and rebalances, warn for what the consumer retries or
+	// works around, error for what needs a person (a commit not confirmed,
+	// a claim not released, a log truncated, errors dropped). Default nil:
+	// the lines go to the package Logger, which is silent by default.
+	Logger *slog.Logger
 
 	// hooks are fault injection points for tests; nil in normal use.
 	hooks *testHooks

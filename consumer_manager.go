@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -202,11 +203,17 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
 	}
 
+	id, err := newInstanceID()
+	if err != nil {
+		return nil, err
+	}
+	logger := newLogger(config.Logger, group, id)
+
 	// Work on copies: Join does not change the caller's configuration.
 	kzConfig := *config.Zookeeper
 	kzConfig.Chroot = chroot
-	if kzConfig.Logger == nil {
-		kzConfig.Logger = zookeeperLogger{}
+	if kzConfig.Logger == nil || kzConfig.Logger == (zookeeperLogger{}) {
+		kzConfig.Logger = slogZookeeperLogger{logger.With(attrComponent, "zookeeper")}
 	}
 	cfg := *config
 	cfg.Config = config.saramaConfig()
@@ -218,13 +225,9 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	}
 	defer probe.Close() // discovery reads the broker registrations through it
 
-	id, err := newInstanceID()
-	if err != nil {
-		return nil, err
-	}
-
 	cm := &consumerManager{
 		config:       &cfg,
+		log:          logger,
 		group:        group,
 		subscription: subscription,
 		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
@@ -334,7 +337,7 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
 	cm.registered = true
-	cm.logf("Consumer instance registered (%s).", id)
+	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
 	return nil
 }
 
@@ -347,7 +350,8 @@ type partitionManagers map[topicPartition]*partitionManager
 // tomb: Interrupt kills it, Close waits for it. run owns the partition
 // managers.
 type consumerManager struct {
-	config           *Config // a copy of the caller's; read only
+	config           *Config      // a copy of the caller's; read only
+	log              *slog.Logger // Config.Logger or the package Logger's, with group and instance
 	group            string
 	subscription     Subscription
 	subscriptionJSON []byte
@@ -443,7 +447,7 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	if pm == nil || pm.tp.partition != msg.Partition || pm.tp.topic != msg.Topic || pm.retired.Load() {
 		pm = (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]
 		if pm == nil {
-			cm.logf("Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
+			cm.logf(slog.LevelDebug, "Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
 			return
 		}
 		slot.Store(pm)
@@ -473,13 +477,13 @@ func (tp TopicPartition) less(other TopicPartition) bool {
 // for no errors or is not reading them fast enough. It never blocks.
 func (cm *consumerManager) sendError(err error) {
 	if !cm.config.Consumer.Return.Errors {
-		cm.logf("Error: %s", err)
+		cm.logf(slog.LevelError, "Error: %s", err)
 		return
 	}
 	select {
 	case cm.errors <- err:
 	default:
-		cm.logf("Errors channel full; dropped error: %s", err)
+		cm.logf(slog.LevelError, "Errors channel full; dropped error: %s", err)
 	}
 }
 
@@ -514,7 +518,7 @@ func (cm *consumerManager) run() {
 		}
 
 		if instances.Find(cm.instance.ID) == nil {
-			cm.logf("This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
+			cm.logf(slog.LevelWarn, "This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
 			cm.sendError(ErrRegistrationLost)
 			cm.loseClaims()
 			cm.reportStops(cm.managePartitionManagers(nil))
@@ -525,7 +529,7 @@ func (cm *consumerManager) run() {
 			continue
 		}
 
-		cm.logf("Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
+		cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
 		distribution := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))
 		assigned := make(map[topicPartition]*kazoo.Partition)
 		for _, p := range distribution[cm.instance.ID] {
@@ -561,14 +565,14 @@ func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Ev
 		}
 		select {
 		case <-cm.t.Dying():
-			cm.logf("Interrupted, shutting down...")
+			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
 			return false
 		case ev := <-*partitionsChange:
-			cm.logf("Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
+			cm.logf(slog.LevelInfo, "Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
 			*partitionsChange = nil
 			return true
 		case ev := <-*instancesChange:
-			cm.logf("Woke up because the list of running instances changed (%s).", describeEvent(ev))
+			cm.logf(slog.LevelInfo, "Woke up because the list of running instances changed (%s).", describeEvent(ev))
 			*instancesChange = nil
 			return true
 		case <-retryC:
@@ -620,11 +624,11 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 			err := cm.releasePartition(tp)
 			switch {
 			case err == nil:
-				cm.logf("Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
+				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
 			case errors.Is(err, kazoo.ErrPartitionNotClaimed):
 				// gone, or another instance's
 			default:
-				cm.logf("Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
+				cm.logf(slog.LevelWarn, "Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
 				return append(left, orphans[i:]...)
 			}
 		}
@@ -672,7 +676,7 @@ func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.E
 		if err == nil {
 			return partitions, changed, true
 		}
-		cm.logf("Failed to watch subscription: %s. Trying again.", err)
+		cm.logf(slog.LevelWarn, "Failed to watch subscription: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
@@ -690,7 +694,7 @@ func (cm *consumerManager) watchInstances() (kazoo.ConsumergroupInstanceList, <-
 			cm.instancesWatch, out = startMerger([]<-chan samuelzk.Event{changed})
 			return instances, out, true
 		}
-		cm.logf("Failed to watch consumer group instances: %s. Trying again.", convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to watch consumer group instances: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
@@ -732,10 +736,10 @@ func (cm *consumerManager) register() bool {
 	for attempt := 0; ; attempt++ {
 		err := cm.registerInstance()
 		if err == nil {
-			cm.logf("Consumer instance registered again.")
+			cm.logf(slog.LevelInfo, "Consumer instance registered again.")
 			return true
 		}
-		cm.logf("Failed to register: %s. Trying again.", convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to register: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
 			return false
 		}
@@ -766,7 +770,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 			started = append(started, pm)
 		}
 	}
-	cm.logf("This instance is assigned to consume %d partitions, and is currently consuming %d partitions (stopping %d, starting %d).",
+	cm.logf(slog.LevelInfo, "This instance is assigned to consume %d partitions, and is currently consuming %d partitions (stopping %d, starting %d).",
 		len(assigned), len(current), len(stopping), len(started))
 
 	during := make(partitionManagers, len(next)+len(stopping))
@@ -948,14 +952,14 @@ func (cm *consumerManager) closeConnections() []error {
 	if cm.registered {
 		if err := cm.instance.Deregister(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
-			cm.logf("Failed to %s.", err)
+			cm.logf(slog.LevelError, "Failed to %s.", err)
 			errs = append(errs, err)
 		}
 		cm.registered = false
 	}
 	if cm.kz != nil {
 		if err := cm.kz.Close(); err != nil {
-			cm.logf("Failed to close ZooKeeper connection: %s.", err)
+			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
 		}
 	}
 	return errs
@@ -974,7 +978,7 @@ func (cm *consumerManager) closeKafka() error {
 		defer close(closed)
 		if cm.consumer != nil {
 			if err := cm.consumer.Close(); err != nil {
-				cm.logf("Failed to close consumer: %s.", err)
+				cm.logf(slog.LevelWarn, "Failed to close consumer: %s.", err)
 			}
 		}
 		cm.closers.Wait()
@@ -984,7 +988,7 @@ func (cm *consumerManager) closeKafka() error {
 		}
 		if cm.offsetManager != nil {
 			if err := cm.offsetManager.Close(); err != nil {
-				cm.logf("Failed to close offset manager: %s.", err)
+				cm.logf(slog.LevelWarn, "Failed to close offset manager: %s.", err)
 			}
 		}
 		cm.forwarders.Wait()
@@ -998,7 +1002,7 @@ func (cm *consumerManager) closeKafka() error {
 	case <-closed:
 	case <-timeout.C:
 		err = fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
-		cm.logf("%s.", err)
+		cm.logf(slog.LevelError, "%s.", err)
 		if cm.client != nil {
 			_ = cm.client.Close()
 			clientClosed = true
@@ -1007,23 +1011,13 @@ func (cm *consumerManager) closeKafka() error {
 	}
 	if cm.client != nil && !clientClosed {
 		if err := cm.client.Close(); err != nil {
-			cm.logf("Failed to close Kafka client: %s.", err)
+			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
 		}
 	}
 	return err
 }
 
-func (cm *consumerManager) shortID() string {
-	if cm.instance == nil {
-		return "(defunct)"
-	}
-	id := cm.instance.ID
-	if len(id) > 12 {
-		id = id[len(id)-12:]
-	}
-	return id
-}
-
-func (cm *consumerManager) logf(format string, args ...interface{}) {
-	Logger.Printf("[instance=%s] "+format, append([]interface{}{cm.shortID()}, args...)...)
+// logf writes a line of this consumer at level (see Config.Logger).
+func (cm *consumerManager) logf(level slog.Level, format string, args ...interface{}) {
+	logf(cm.log, level, format, args...)
 }

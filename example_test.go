@@ -126,8 +126,19 @@ func ExampleConfig_rebalance() {
 	defer consumer.Close()
 }
 
-// The package Logger is silent by default; this sends its lines, and the
-// ZooKeeper client's, to log/slog. Set it before the first Join.
+// Config.Logger receives a consumer's lines, and its ZooKeeper client's,
+// levelled and with the attributes group, instance, topic and partition.
+// Without it they go to the package Logger, which is silent by default and
+// kept for compatibility; set that before the first Join.
 func Example_slog() {
+	config := kafkaconsumer.NewConfig()
+	config.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+	defer consumer.Close()
+
+	// Or, for every consumer without a Config.Logger:
 	kafkaconsumer.Logger = slog.NewLogLogger(slog.NewTextHandler(os.Stderr, nil), slog.LevelInfo)
 }

@@ -62,6 +62,7 @@ func fakeManager(config *Config, consumer sarama.Consumer, offsets sarama.Offset
 	}
 	cm := &consumerManager{
 		config:        config,
+		log:           newLogger(config.Logger, "group", "instance"),
 		consumer:      consumer,
 		offsetManager: offsets,
 		messages:      make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),

@@ -3,6 +3,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type topicPartition struct {
 type partitionManager struct {
 	parent *consumerManager
 	tp     topicPartition
-	prefix string // log prefix naming instance and partition
+	log    *slog.Logger // the consumer's, with the partition's attributes
 
 	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
 
@@ -90,7 +91,7 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 	return &partitionManager{
 		parent:        parent,
 		tp:            tp,
-		prefix:        fmt.Sprintf("[instance=%s] [partition=%s/%d] ", parent.shortID(), tp.topic, tp.partition),
+		log:           parent.log.With(attrTopic, tp.topic, attrPartition, tp.partition),
 		wake:          make(chan struct{}, 1),
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
@@ -129,8 +130,9 @@ func (pm *partitionManager) stats() PartitionStats {
 	return s
 }
 
-func (pm *partitionManager) logf(format string, args ...interface{}) {
-	Logger.Printf(pm.prefix+format, args...)
+// logf writes a line of this partition at level (see Config.Logger).
+func (pm *partitionManager) logf(level slog.Level, format string, args ...interface{}) {
+	logf(pm.log, level, format, args...)
 }
 
 // errorf returns a *sarama.ConsumerError of this partition, as Errors()
@@ -237,6 +239,7 @@ func (pm *partitionManager) claim() bool {
 			pm.mu.Lock()
 			pm.claimed = true
 			pm.mu.Unlock()
+			pm.logf(slog.LevelDebug, "Claimed partition.")
 			return true
 		}
 		if errors.Is(err, samuelzk.ErrNodeExists) && attempt < 10 {
@@ -251,7 +254,7 @@ func (pm *partitionManager) claim() bool {
 			case err == nil && owner == nil:
 				continue // released in the meantime
 			case err == nil:
-				pm.logf("Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner.ID)
 				select {
 				case <-pm.t.Dying():
 					return false
@@ -263,7 +266,7 @@ func (pm *partitionManager) claim() bool {
 		} else {
 			uncertain = true
 		}
-		pm.logf("Failed to claim partition: %s. Trying again.", convertError(err))
+		pm.logf(slog.LevelWarn, "Failed to claim partition: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&pm.t, attempt) {
 			if uncertain {
 				pm.parent.addOrphan(pm.tp)
@@ -291,7 +294,7 @@ func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
 			pm.mu.Unlock()
 			return pom
 		}
-		pm.logf("Failed to start offset manager: %s. Trying again.", err)
+		pm.logf(slog.LevelWarn, "Failed to start offset manager: %s. Trying again.", err)
 		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
@@ -328,9 +331,9 @@ func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager
 			return
 		}
 		if err := pc.Close(); err != nil {
-			pm.logf("Partition consumer stopped: %s.", err)
+			pm.logf(slog.LevelWarn, "Partition consumer stopped: %s.", err)
 		}
-		pm.logf("Partition consumer stopped by itself; starting it again.")
+		pm.logf(slog.LevelWarn, "Partition consumer stopped by itself; starting it again.")
 	}
 }
 
@@ -348,6 +351,7 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 			pm.mu.Lock()
 			pm.pc = pc
 			pm.mu.Unlock()
+			pm.logf(slog.LevelDebug, "Consuming from offset %d.", offset)
 			return pc
 		}
 		select {
@@ -355,7 +359,7 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 			return nil
 		default:
 		}
-		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
+		pm.logf(slog.LevelWarn, "Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
 		if msg := err.Error(); msg != reported {
 			reported = msg
 			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
@@ -427,12 +431,12 @@ func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, fr
 	case truncated:
 		err := pm.errorf("%w: offset %d is past the end of the log; consuming again from offset %d (Offsets.Initial %d)",
 			ErrLogTruncated, from, start, cm.config.Offsets.Initial)
-		pm.logf("%s.", err)
+		pm.logf(slog.LevelError, "%s.", err)
 		cm.sendError(err)
 	case from >= 0:
-		pm.logf("Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
+		pm.logf(slog.LevelWarn, "Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
 	default:
-		pm.logf("No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
+		pm.logf(slog.LevelDebug, "No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
 	}
 	if cm.config.Offsets.Initial == sarama.OffsetNewest {
 		select {
@@ -596,12 +600,12 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 // on.
 func (pm *partitionManager) reportPause(paused bool) {
 	if !paused {
-		pm.logf("Resumed: an ack made room below MaxPendingAcks.")
+		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
 		return
 	}
 	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
 		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
-	pm.logf("%s.", err)
+	pm.logf(slog.LevelWarn, "%s.", err)
 	pm.parent.sendError(err)
 }
 
@@ -689,7 +693,9 @@ func (pm *partitionManager) stop() error {
 		pm.waitForAcks(acksDue)
 		pm.commitErr = pm.closeOffsetManager(pom, deadline)
 	}
-	return errors.Join(pm.commitErr, pm.release(deadline))
+	err := errors.Join(pm.commitErr, pm.release(deadline))
+	pm.logf(slog.LevelDebug, "Stopped partition.")
+	return err
 }
 
 // waitForAcks waits until no handed-out message is pending, or until due.
@@ -713,7 +719,7 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 				return
 			}
 		case <-timeout.C:
-			pm.logf("%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
+			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
 				left, pm.parent.config.MaxProcessingTime)
 			return
 		}
@@ -763,7 +769,7 @@ func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager
 func (pm *partitionManager) commitTimeout() error {
 	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; sarama goes on trying, and the next owner may consume acked messages again",
 		ErrCommitTimeout, pm.parent.config.MaxProcessingTime, stopGrace)
-	pm.logf("%s.", err)
+	pm.logf(slog.LevelError, "%s.", err)
 	return err
 }
 
@@ -786,17 +792,17 @@ func (pm *partitionManager) release(deadline time.Time) error {
 			return nil
 		}
 		if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
-			pm.logf("Claim was already gone (ZooKeeper session lost?).")
+			pm.logf(slog.LevelWarn, "Claim was already gone (ZooKeeper session lost?).")
 			return nil
 		}
 		delay := retryDelay(attempt)
 		if time.Now().Add(delay).After(deadline) {
 			pm.parent.addOrphan(pm.tp)
 			err := pm.errorf("%w: %w; trying again in the background", ErrReleaseFailed, convertError(err))
-			pm.logf("%s.", err)
+			pm.logf(slog.LevelError, "%s.", err)
 			return err
 		}
-		pm.logf("Failed to release partition: %s. Trying again.", convertError(err))
+		pm.logf(slog.LevelWarn, "Failed to release partition: %s. Trying again.", convertError(err))
 		sleep := time.NewTimer(delay)
 		<-sleep.C
 	}
