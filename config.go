@@ -114,6 +114,12 @@ type Config struct {
 	// the lines go to the package Logger, which is silent by default.
 	Logger *slog.Logger
 
+	// Metrics, when set, receives the consumer's events: rebalances, claim
+	// waits, lost registrations, commit rounds and failed commits, pauses
+	// at MaxPendingAcks (see Metrics; the kprom module adapts it to
+	// Prometheus). Default nil.
+	Metrics Metrics
+
 	// hooks are fault injection points for tests; nil in normal use.
 	hooks *testHooks
 
@@ -187,6 +193,9 @@ func (c *Config) Validate() error {
 func (c *Config) saramaConfig() *sarama.Config {
 	sc := *c.Config
 	sc.Consumer.Offsets.Initial = c.Offsets.Initial
+	// The committer runs the commit rounds (consumerManager.commitLoop),
+	// so that each is seen, timed and reported to Metrics.
+	sc.Consumer.Offsets.AutoCommit.Enable = false
 	return &sc
 }
 

@@ -11,6 +11,7 @@
 package kafkaconsumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,31 @@ type Consumer interface {
 	// ZooKeeper session expires), or the error of deregistering. A second
 	// call returns the same.
 	Close() error
+
+	// Shutdown shuts the consumer down as Close does, but waits for the
+	// acks of handed-out messages (at most MaxProcessingTime, as Close)
+	// only until ctx is done, as http.Server.Shutdown waits for
+	// connections: it returns nil, or what Close would have returned, when
+	// every partition stopped before ctx was done.
+	// When ctx is done first, the partitions stop waiting for acks at
+	// once: each commits what was acked, releases its claim, and the
+	// consumer is closed as by Close; the messages not acked are consumed
+	// again by the next owner of their partition. Then Shutdown returns
+	// ctx.Err(), joined with whatever else did not complete (test it with
+	// errors.Is(err, context.DeadlineExceeded)).
+	//
+	// The final commits, the releases and the closing of the connections
+	// still run after ctx is done: with Kafka and ZooKeeper reachable they
+	// take milliseconds; at worst 5 s for the commits, 5 s for the offset
+	// manager to close, plus the network timeouts described on Close. So
+	// give ctx a deadline a few seconds short of the one you must meet (see
+	// the README on Kubernetes' grace period).
+	//
+	// Shutdown may be called after Interrupt, and while Close or another
+	// Shutdown runs: each waits for the same shutdown, and an expired ctx
+	// cuts the waits for acks short for all of them. After the consumer is
+	// closed it returns at once what Close returns.
+	Shutdown(ctx context.Context) error
 
 	// Messages returns the channel of messages to process; Ack each of them
 	// when it is processed. The channel is closed at the end of Close.
@@ -133,6 +159,11 @@ type PartitionStats struct {
 	LastHandedOut int64
 	// LastAcked is the highest offset acked, or -1.
 	LastAcked int64
+	// HandedOut and Acked count the messages handed out on Messages, and
+	// acked, since this instance started running the partition (they
+	// start from 0 again when it runs the partition again after a
+	// rebalance, as Prometheus counters may).
+	HandedOut, Acked uint64
 	// Pending is the number of handed-out messages not acked yet.
 	Pending int
 	// Committed is the offset to commit: the next message to read after
@@ -150,6 +181,17 @@ type PartitionStats struct {
 }
 
 // Join joins a consumer group and returns its running Consumer instance.
+// It is JoinContext with context.Background(): see there. Without a
+// context, its waits are bounded by its own deadlines only, and the wait
+// for the claims of its first share by the previous owners.
+func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return JoinContext(context.Background(), group, subscription, zookeeper, config)
+}
+
+// JoinContext joins a consumer group and returns its running Consumer
+// instance once it consumes its share of the subscription: it is
+// registered, and it has claimed every partition that the first
+// distribution gave it.
 //
 //   - group is the name of the group; all instances of a group use the same
 //     one. It must not be empty nor contain '/'.
@@ -159,24 +201,39 @@ type PartitionStats struct {
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
-// Join finds the Kafka brokers through their registrations in ZooKeeper,
+// JoinContext finds the Kafka brokers through their registrations in ZooKeeper,
 // on each broker's first listener whose security protocol fits the sarama
 // configuration's TLS and SASL settings, or the listener Config.Listener
 // names; Config.Brokers replaces that discovery. When no broker fits it
 // fails with an error wrapping ErrNoBrokers that names the listeners found.
 //
-// Join waits at most config.Zookeeper.Timeout for a first ZooKeeper
+// It waits at most config.Zookeeper.Timeout for a first ZooKeeper
 // session (and up to a second more to close a failed attempt). What
 // follows is bounded by the clients: a ZooKeeper request fails with
 // zk.ErrNoServer once every server refused or timed out (about a second
 // each), and sarama gives up on Kafka after trying every broker
 // Metadata.Retry.Max + 1 times, each dial taking up to Net.DialTimeout.
-// Join connects to Kafka before it registers the instance, so that the
+// It connects to Kafka before it registers the instance, so that the
 // group never hands a share to an instance that cannot consume it. On any
 // error it returns it (wrapping one of the Err* values of this package, or
 // the error of sarama or ZooKeeper) and leaves nothing running or
 // registered.
-func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+//
+// The claims may take time: a partition still owned by another instance
+// is claimed when that instance lets go of it, after up to its
+// MaxProcessingTime + 5 s when it is stopping in a rebalance, or when the
+// ZooKeeper session of an owner that died expires (Zookeeper.Timeout).
+//
+// ctx bounds all of it. When ctx is done before the consumer is running,
+// JoinContext stops what it started (as Close does: it releases the
+// claims it made and deregisters the instance) and returns ctx.Err(),
+// joined with the errors of that stop if any; it leaves nothing running
+// or registered. A step that cannot be interrupted, such as sarama's
+// connection to the brokers, completes first, within its own timeouts;
+// ctx is checked between the steps. Cancelling ctx after JoinContext
+// returned does nothing: stop the consumer with Shutdown, Close or
+// Interrupt.
+func JoinContext(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
@@ -219,7 +276,7 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	cfg.Config = config.saramaConfig()
 	cfg.Zookeeper = &kzConfig
 
-	probe, err := probeZookeeper(nodes, &kzConfig)
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -228,21 +285,70 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 	cm := &consumerManager{
 		config:       &cfg,
 		log:          logger,
+		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
 		group:        group,
 		subscription: subscription,
 		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
 		errors:       make(chan error, cfg.ChannelBufferSize),
+		hurry:        make(chan struct{}),
+		firstRound:   make(chan struct{}),
+		claims:       make(chan struct{}, 1),
 	}
 	cm.pms.Store(&partitionManagers{})
 
-	if err := cm.connect(nodes, probe, id, subscriptionJSON); err != nil {
+	if err := cm.connect(ctx, nodes, probe, id, subscriptionJSON); err != nil {
 		cm.closeConnections()
 		return nil, err
 	}
 
 	cm.startLoops()
 	go cm.run()
+	if err := cm.waitStarted(ctx); err != nil {
+		cm.hurryUp()
+		return nil, errors.Join(err, cm.Close())
+	}
 	return cm, nil
+}
+
+// waitStarted waits until the manager goroutine made its first
+// distribution and every partition of it is claimed, or until ctx is done
+// (it returns ctx's error).
+func (cm *consumerManager) waitStarted(ctx context.Context) error {
+	select {
+	case <-cm.firstRound:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for !cm.allClaimed() {
+		select {
+		case <-cm.claims:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// allClaimed reports whether every partition manager holds its claim.
+func (cm *consumerManager) allClaimed() bool {
+	for _, pm := range *cm.pms.Load() {
+		pm.mu.Lock()
+		claimed := pm.claimed
+		pm.mu.Unlock()
+		if !claimed {
+			return false
+		}
+	}
+	return true
+}
+
+// notifyClaims tells waitStarted, without blocking, that a partition was
+// claimed or that the partition managers changed.
+func (cm *consumerManager) notifyClaims() {
+	select {
+	case cm.claims <- struct{}{}:
+	default:
+	}
 }
 
 // startLoops starts the marker and committer goroutines, which shutdown
@@ -292,7 +398,7 @@ func (cm *consumerManager) markLoop() {
 // last the registration, so that the group never hands a share to an
 // instance that cannot consume it. On error, closeConnections undoes what
 // was done.
-func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
+func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
 	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
 	if err != nil {
 		return fmt.Errorf("connect to zookeeper: %w", convertError(err))
@@ -304,6 +410,9 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 
 	brokers, err := cm.discoverBrokers(probe)
 	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 
@@ -322,6 +431,9 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
 		return fmt.Errorf("start consumer: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 
 	if exists, err := cm.kzGroup.Exists(); err != nil {
 		return fmt.Errorf("look up consumer group %s: %w", cm.group, convertError(err))
@@ -333,6 +445,9 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := cm.registerInstance(); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
@@ -351,6 +466,7 @@ type partitionManagers map[topicPartition]*partitionManager
 // managers.
 type consumerManager struct {
 	config           *Config      // a copy of the caller's; read only
+	autoCommit       bool         // the caller's Consumer.Offsets.AutoCommit.Enable
 	log              *slog.Logger // Config.Logger or the package Logger's, with group and instance
 	group            string
 	subscription     Subscription
@@ -418,6 +534,16 @@ type consumerManager struct {
 	// goroutine deletes those nodes (releaseOrphans).
 	orphans map[topicPartition]bool
 
+	// hurry is closed (by hurryUp, once) when a Shutdown's context is
+	// done: stopping partitions stop waiting for acks.
+	hurry     chan struct{}
+	hurryOnce sync.Once
+	// firstRound is closed by the manager goroutine when it made its first
+	// distribution; claims receives a token, without blocking the sender,
+	// when a partition is claimed. JoinContext waits on them.
+	firstRound chan struct{}
+	claims     chan struct{}
+
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
 }
@@ -435,6 +561,24 @@ func (cm *consumerManager) Interrupt() { cm.t.Kill(nil) }
 func (cm *consumerManager) Close() error {
 	cm.Interrupt()
 	return cm.t.Wait()
+}
+
+// Shutdown implements Consumer.
+func (cm *consumerManager) Shutdown(ctx context.Context) error {
+	cm.Interrupt()
+	select {
+	case <-cm.t.Dead():
+		return cm.t.Err()
+	case <-ctx.Done():
+	}
+	cm.hurryUp()
+	return errors.Join(ctx.Err(), cm.t.Wait())
+}
+
+// hurryUp makes stopping partitions stop waiting for acks. Safe from any
+// goroutine, more than once.
+func (cm *consumerManager) hurryUp() {
+	cm.hurryOnce.Do(func() { close(cm.hurry) })
 }
 
 // Ack implements Consumer.
@@ -504,6 +648,7 @@ func (cm *consumerManager) run() {
 		partitionsChange <-chan zk.Event
 		instancesChange  <-chan zk.Event
 		ok               bool
+		distributed      bool // firstRound is closed
 	)
 	for {
 		if partitionsChange == nil {
@@ -520,6 +665,7 @@ func (cm *consumerManager) run() {
 		if instances.Find(cm.instance.ID) == nil {
 			cm.logf(slog.LevelWarn, "This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
 			cm.sendError(ErrRegistrationLost)
+			cm.config.metrics().RegistrationLost(cm.group)
 			cm.loseClaims()
 			cm.reportStops(cm.managePartitionManagers(nil))
 			if !cm.register() {
@@ -536,6 +682,10 @@ func (cm *consumerManager) run() {
 			assigned[topicPartition{topic: p.Topic().Name, partition: p.ID}] = p
 		}
 		cm.reportStops(cm.managePartitionManagers(assigned))
+		if !distributed {
+			distributed = true
+			close(cm.firstRound)
+		}
 
 		if !cm.sleep(&partitionsChange, &instancesChange) {
 			return
@@ -751,6 +901,7 @@ func (cm *consumerManager) register() bool {
 // and starts the missing ones. Stopping managers stay visible to Ack until
 // they are done, since they wait for acks. It returns the stopped ones.
 func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*kazoo.Partition) (stopped []*partitionManager) {
+	began := time.Now()
 	current := *cm.pms.Load()
 	var stopping []*partitionManager
 	next := make(partitionManagers, len(assigned))
@@ -789,9 +940,14 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
+	cm.notifyClaims()
 
-	if cm.config.OnRebalance != nil && len(stopping)+len(started) > 0 {
-		cm.config.OnRebalance(Rebalance{Revoked: sortedPartitions(stopping), Assigned: sortedPartitions(started)})
+	if len(stopping)+len(started) > 0 {
+		r := Rebalance{Revoked: sortedPartitions(stopping), Assigned: sortedPartitions(started)}
+		cm.config.metrics().Rebalanced(cm.group, r, time.Since(began))
+		if cm.config.OnRebalance != nil {
+			cm.config.OnRebalance(r)
+		}
 	}
 	return stopping
 }
@@ -892,13 +1048,24 @@ func (cm *consumerManager) commit() <-chan struct{} {
 }
 
 // commitLoop is the committer goroutine: it runs the offset manager's
-// commit rounds that commit asks for, one at a time, until closeKafka
-// closes commitStop. Commit blocks while Kafka is unreachable (sarama
+// commit rounds, one at a time, those that commit asks for and, when the
+// user's configuration enables auto-commit, one every
+// Consumer.Offsets.AutoCommit.Interval (sarama's own auto-commit is off,
+// see Config.saramaConfig), until closeKafka closes commitStop. Commit blocks while Kafka is unreachable (sarama
 // retries the coordinator); the callers wait with their own deadlines.
 func (cm *consumerManager) commitLoop() {
 	defer close(cm.commitDone)
+	var tick <-chan time.Time
+	if cm.autoCommit {
+		ticker := time.NewTicker(cm.config.Consumer.Offsets.AutoCommit.Interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		select {
+		case <-tick:
+			cm.commitRound()
+			continue
 		case <-cm.commitStop:
 			cm.commitMu.Lock()
 			cm.commitStopped = true
@@ -914,11 +1081,19 @@ func (cm *consumerManager) commitLoop() {
 		round := cm.nextRound
 		cm.nextRound = nil
 		cm.commitMu.Unlock()
-		cm.offsetManager.Commit()
+		cm.commitRound()
 		if round != nil {
 			close(round)
 		}
 	}
+}
+
+// commitRound runs one commit round of the offset manager, and reports it
+// to Metrics.
+func (cm *consumerManager) commitRound() {
+	began := time.Now()
+	cm.offsetManager.Commit()
+	cm.config.metrics().Committed(cm.group, time.Since(began))
 }
 
 // closeInBackground closes a partition consumer without waiting: sarama's
@@ -987,6 +1162,9 @@ func (cm *consumerManager) closeKafka() error {
 			<-cm.commitDone
 		}
 		if cm.offsetManager != nil {
+			// sarama's Close commits nothing with its auto-commit off:
+			// a last round, for marks whose final commit timed out.
+			cm.offsetManager.Commit()
 			if err := cm.offsetManager.Close(); err != nil {
 				cm.logf(slog.LevelWarn, "Failed to close offset manager: %s.", err)
 			}

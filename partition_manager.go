@@ -73,6 +73,9 @@ type partitionManager struct {
 	lastHandedOut int64
 	// lastAcked is the highest offset acked, or -1.
 	lastAcked int64
+	// handedOut and acked count the messages handed out, and acked, since
+	// this partition manager started.
+	handedOut, acked uint64
 	// claimed is set while this instance holds the partition's owner node;
 	// the consumer manager clears it when the ZooKeeper session that held
 	// the claim is gone.
@@ -104,11 +107,13 @@ func (pm *partitionManager) stats() PartitionStats {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	s := PartitionStats{
-		TopicPartition: TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition},
+		TopicPartition: pm.public(),
 		Claimed:        pm.claimed,
 		Paused:         pm.paused,
 		LastHandedOut:  pm.lastHandedOut,
 		LastAcked:      pm.lastAcked,
+		HandedOut:      pm.handedOut,
+		Acked:          pm.acked,
 		Pending:        pm.pending.pending(),
 		Committed:      -1,
 		HighWaterMark:  -1,
@@ -135,6 +140,11 @@ func (pm *partitionManager) logf(level slog.Level, format string, args ...interf
 	logf(pm.log, level, format, args...)
 }
 
+// public returns the partition as the API names it.
+func (pm *partitionManager) public() TopicPartition {
+	return TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition}
+}
+
 // errorf returns a *sarama.ConsumerError of this partition, as Errors()
 // carries them, wrapping the formatted error.
 func (pm *partitionManager) errorf(format string, args ...interface{}) error {
@@ -150,8 +160,9 @@ func (pm *partitionManager) errorf(format string, args ...interface{}) error {
 func (pm *partitionManager) ack(offset int64) bool {
 	pm.mu.Lock()
 	known, _ := pm.pending.ack(offset)
-	if known && offset > pm.lastAcked {
-		pm.lastAcked = offset
+	if known {
+		pm.acked++
+		pm.lastAcked = max(pm.lastAcked, offset)
 	}
 	wake := known && pm.waiting
 	pm.mu.Unlock()
@@ -233,6 +244,12 @@ func (pm *partitionManager) run() {
 func (pm *partitionManager) claim() bool {
 	instance, group := pm.parent.instance, pm.parent.kzGroup
 	uncertain := false
+	var waitedSince time.Time // when it began to wait for another owner
+	defer func() {
+		if !waitedSince.IsZero() {
+			pm.parent.config.metrics().ClaimWaited(pm.parent.group, pm.public(), time.Since(waitedSince))
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		err := instance.ClaimPartition(pm.tp.topic, pm.tp.partition)
 		if err == nil {
@@ -240,6 +257,7 @@ func (pm *partitionManager) claim() bool {
 			pm.claimed = true
 			pm.mu.Unlock()
 			pm.logf(slog.LevelDebug, "Claimed partition.")
+			pm.parent.notifyClaims()
 			return true
 		}
 		if errors.Is(err, samuelzk.ErrNodeExists) && attempt < 10 {
@@ -255,6 +273,9 @@ func (pm *partitionManager) claim() bool {
 				continue // released in the meantime
 			case err == nil:
 				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				if waitedSince.IsZero() {
+					waitedSince = time.Now()
+				}
 				select {
 				case <-pm.t.Dying():
 					return false
@@ -310,6 +331,7 @@ func (pm *partitionManager) forwardOffsetErrors(pom sarama.PartitionOffsetManage
 	defer pm.parent.forwarders.Done()
 	defer close(done)
 	for err := range pom.Errors() {
+		pm.parent.config.metrics().CommitFailed(pm.parent.group, pm.public(), err)
 		pm.parent.sendError(err)
 	}
 }
@@ -584,6 +606,7 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 	before = pm.lastHandedOut
 	if n > 0 {
 		pm.lastHandedOut = batch[n-1].Offset
+		pm.handedOut += uint64(n)
 	}
 	pm.waiting = n == 0
 	changed := pm.paused != (n == 0)
@@ -603,6 +626,7 @@ func (pm *partitionManager) reportPause(paused bool) {
 		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
 		return
 	}
+	pm.parent.config.metrics().Paused(pm.parent.group, pm.public())
 	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
 		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
 	pm.logf(slog.LevelWarn, "%s.", err)
@@ -674,7 +698,9 @@ func (h *handOut) forward(err *sarama.ConsumerError, ok bool) {
 // out; lastHandedOut goes back to last.
 func (pm *partitionManager) takeBack(offset, last int64) {
 	pm.mu.Lock()
+	size := pm.pending.size()
 	pm.pending.unpushFrom(offset)
+	pm.handedOut -= uint64(size - pm.pending.size())
 	pm.lastHandedOut = last
 	pm.mu.Unlock()
 }
@@ -698,7 +724,8 @@ func (pm *partitionManager) stop() error {
 	return err
 }
 
-// waitForAcks waits until no handed-out message is pending, or until due.
+// waitForAcks waits until no handed-out message is pending, until due, or
+// until a Shutdown's context is done (the consumer manager's hurry).
 func (pm *partitionManager) waitForAcks(due time.Time) {
 	pm.mu.Lock()
 	left := pm.pending.pending()
@@ -721,6 +748,9 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 		case <-timeout.C:
 			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
 				left, pm.parent.config.MaxProcessingTime)
+			return
+		case <-pm.parent.hurry:
+			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked before the deadline of Shutdown; the next owner consumes them again.", left)
 			return
 		}
 	}
