@@ -541,8 +541,9 @@ type consumerManager struct {
 	// firstRound is closed by the manager goroutine when it made its first
 	// distribution; claims receives a token, without blocking the sender,
 	// when a partition is claimed. JoinContext waits on them.
-	firstRound chan struct{}
-	claims     chan struct{}
+	firstRound  chan struct{}
+	distributed bool // firstRound is closed; used by the manager goroutine only
+	claims      chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
@@ -648,7 +649,6 @@ func (cm *consumerManager) run() {
 		partitionsChange <-chan zk.Event
 		instancesChange  <-chan zk.Event
 		ok               bool
-		distributed      bool // firstRound is closed
 	)
 	for {
 		if partitionsChange == nil {
@@ -682,10 +682,6 @@ func (cm *consumerManager) run() {
 			assigned[topicPartition{topic: p.Topic().Name, partition: p.ID}] = p
 		}
 		cm.reportStops(cm.managePartitionManagers(assigned))
-		if !distributed {
-			distributed = true
-			close(cm.firstRound)
-		}
 
 		if !cm.sleep(&partitionsChange, &instancesChange) {
 			return
@@ -900,6 +896,9 @@ func (cm *consumerManager) register() bool {
 // assigned partitions: it stops the others, waiting until they are done,
 // and starts the missing ones. Stopping managers stay visible to Ack until
 // they are done, since they wait for acks. It returns the stopped ones.
+// assigned is nil when the instance stops all its partitions without a
+// distribution (a lost registration, the shutdown); the first call with a
+// distribution closes firstRound.
 func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*kazoo.Partition) (stopped []*partitionManager) {
 	began := time.Now()
 	current := *cm.pms.Load()
@@ -940,6 +939,12 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]*
 		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
+	if assigned != nil && !cm.distributed && cm.firstRound != nil {
+		// Before OnRebalance, which may block: JoinContext must not wait
+		// for it.
+		cm.distributed = true
+		close(cm.firstRound)
+	}
 	cm.notifyClaims()
 
 	if len(stopping)+len(started) > 0 {
