@@ -181,11 +181,14 @@ type PartitionStats struct {
 }
 
 // Join joins a consumer group and returns its running Consumer instance.
-// It is JoinContext with context.Background(): see there. Without a
-// context, its waits are bounded by its own deadlines only, and the wait
-// for the claims of its first share by the previous owners.
+// It is JoinContext with context.Background() (see there), except that it
+// returns once the instance is registered, without waiting for the claims
+// of its first share: its partitions are claimed in the background (see
+// PartitionStats.Claimed), as the original package did: without a
+// deadline, that wait would have no bound of its own, since it lasts as
+// long as a previous owner holds a claim.
 func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
-	return JoinContext(context.Background(), group, subscription, zookeeper, config)
+	return joinGroup(context.Background(), group, subscription, zookeeper, config, false)
 }
 
 // JoinContext joins a consumer group and returns its running Consumer
@@ -234,6 +237,11 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 // returned does nothing: stop the consumer with Shutdown, Close or
 // Interrupt.
 func JoinContext(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return joinGroup(ctx, group, subscription, zookeeper, config, true)
+}
+
+// joinGroup is Join (waitClaims false) and JoinContext (true).
+func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
@@ -303,9 +311,15 @@ func JoinContext(ctx context.Context, group string, subscription Subscription, z
 
 	cm.startLoops()
 	go cm.run()
+	if !waitClaims {
+		return cm, nil
+	}
 	if err := cm.waitStarted(ctx); err != nil {
 		cm.hurryUp()
-		return nil, errors.Join(err, cm.Close())
+		if closeErr := cm.Close(); closeErr != nil {
+			return nil, errors.Join(err, closeErr)
+		}
+		return nil, err
 	}
 	return cm, nil
 }
@@ -573,7 +587,10 @@ func (cm *consumerManager) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	cm.hurryUp()
-	return errors.Join(ctx.Err(), cm.t.Wait())
+	if err := cm.t.Wait(); err != nil {
+		return errors.Join(ctx.Err(), err)
+	}
+	return ctx.Err()
 }
 
 // hurryUp makes stopping partitions stop waiting for acks. Safe from any

@@ -1,6 +1,7 @@
 package kafkaconsumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +101,9 @@ func TestIntegrationMetrics(t *testing.T) {
 	done := make(chan result, 1)
 	joinStart := time.Now()
 	go func() {
-		c, err := Join(group, TopicSubscription("test.4"), zookeeperPeers, config)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := JoinContext(ctx, group, TopicSubscription("test.4"), zookeeperPeers, config)
 		done <- result{c, err}
 	}()
 	waitFor(t, 30*time.Second, "the claim of test.4/1 to wait", func() bool {
@@ -110,7 +113,12 @@ func TestIntegrationMetrics(t *testing.T) {
 	if err := conn.Delete(owner, -1); err != nil {
 		t.Fatalf("delete %s: %s", owner, err)
 	}
-	j := receiveWithin(t, done, "Join once test.4/1 is released")
+	var j result
+	select {
+	case j = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("JoinContext did not return within 30 s of the release of test.4/1")
+	}
 	joined := time.Since(joinStart)
 	if j.err != nil {
 		t.Fatalf("Join: %s", j.err)
