@@ -74,8 +74,9 @@ type Config struct {
 	// The final commit and the release of the claim may take 5 s more:
 	// a stopping partition holds its claim for at most MaxProcessingTime
 	// + 5 s, whatever Kafka and ZooKeeper do. Under an orchestrator, keep
-	// it below the grace period of a stop (30 s in Kubernetes) minus 10 s
-	// (see Consumer.Close). Default 60 s.
+	// it below the grace period of a stop (30 s in Kubernetes) minus 10 s,
+	// and stop with Consumer.Shutdown with that deadline (see the README,
+	// "Bounded start and stop"). Default 60 s.
 	MaxProcessingTime time.Duration
 
 	// MaxPendingAcks bounds, per partition, how many messages may be handed

@@ -51,7 +51,7 @@ const (
 // consumer, its partitions and its ZooKeeper client goes through it.
 func newLogger(l *slog.Logger, group, id string) *slog.Logger {
 	if l == nil {
-		l = slog.New(packageHandler{})
+		l = slog.New(packageHandler{target: packageLogger})
 	}
 	return l.With(attrGroup, group, attrInstance, id)
 }
@@ -66,19 +66,23 @@ func logf(l *slog.Logger, level slog.Level, format string, args ...interface{}) 
 	l.Log(ctx, level, fmt.Sprintf(format, args...))
 }
 
+// packageLogger returns the package Logger.
+func packageLogger() StdLogger { return Logger }
+
 // packageHandler is the slog.Handler of a consumer whose Config.Logger is
-// nil: it writes each record as one line to the package Logger, read at
-// the time of the line so that a Logger set after Join still takes effect
-// (the format is on Logger). It is enabled for every level unless Logger
-// is the silent default.
+// nil: it writes each record as one line to the package Logger (target),
+// read at the time of the line so that a Logger set after Join still takes
+// effect (the format is on Logger). It is enabled for every level unless
+// Logger is the silent default.
 type packageHandler struct {
-	attrs []slog.Attr // from WithAttrs, in order
-	group string      // from WithGroup: the prefix of the attributes' keys
+	target func() StdLogger // packageLogger; another in tests
+	attrs  []slog.Attr      // from WithAttrs, in order
+	group  string           // from WithGroup: the prefix of the attributes' keys
 }
 
 // Enabled implements slog.Handler.
-func (packageHandler) Enabled(context.Context, slog.Level) bool {
-	return Logger != silentLogger
+func (h packageHandler) Enabled(context.Context, slog.Level) bool {
+	return h.target() != silentLogger
 }
 
 // Handle implements slog.Handler.
@@ -127,7 +131,7 @@ func (h packageHandler) Handle(_ context.Context, r slog.Record) error {
 	line.WriteString(" ")
 	line.WriteString(r.Message)
 	line.WriteString(rest.String())
-	Logger.Print(line.String())
+	h.target().Print(line.String())
 	return nil
 }
 

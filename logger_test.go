@@ -95,23 +95,12 @@ func (l *lineLogger) add(line string) {
 	l.lines = append(l.lines, line)
 }
 
-func (l *lineLogger) containing(s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// setPackageLogger sets the package Logger for the test, and back after it.
-func setPackageLogger(t *testing.T, l StdLogger) {
-	old := Logger
-	Logger = l
-	t.Cleanup(func() { Logger = old })
+// packageLoggerOf returns the logger of a consumer without Config.Logger,
+// whose package Logger is target. (The tests do not set the package
+// Logger itself: the goroutines of closed ZooKeeper connections of other
+// tests may still read it.)
+func packageLoggerOf(target StdLogger, group, id string) *slog.Logger {
+	return slog.New(packageHandler{target: func() StdLogger { return target }}).With(attrGroup, group, attrInstance, id)
 }
 
 // TestPackageHandlerLines: with Config.Logger nil, a consumer's lines reach
@@ -119,8 +108,7 @@ func setPackageLogger(t *testing.T, l StdLogger) {
 // (instance, partition, zookeeper), the other attributes after the message.
 func TestPackageHandlerLines(t *testing.T) {
 	lines := &lineLogger{}
-	setPackageLogger(t, lines)
-	l := newLogger(nil, "g1", "0123456789-abcdefabcdef")
+	l := packageLoggerOf(lines, "g1", "0123456789-abcdefabcdef")
 	l.With(attrTopic, "orders", attrPartition, int32(3)).Warn("Failed to claim partition.", "attempt", 2)
 	slogZookeeperLogger{l.With(attrComponent, "zookeeper")}.Printf("connected to %s", "zk1:2181")
 	l.WithGroup("req").Info("grouped", "id", 7)
@@ -137,13 +125,10 @@ func TestPackageHandlerLines(t *testing.T) {
 // TestPackageHandlerSilent: while the package Logger is the silent
 // default, no line is formatted.
 func TestPackageHandlerSilent(t *testing.T) {
-	setPackageLogger(t, silentLogger)
-	l := newLogger(nil, "g", "id")
-	if l.Enabled(context.Background(), slog.LevelError) {
+	if l := packageLoggerOf(silentLogger, "g", "id"); l.Enabled(context.Background(), slog.LevelError) {
 		t.Error("the package handler is enabled while the package Logger is silent")
 	}
-	setPackageLogger(t, log.New(&strings.Builder{}, "", 0))
-	if !l.Enabled(context.Background(), slog.LevelDebug) {
+	if l := packageLoggerOf(log.New(&strings.Builder{}, "", 0), "g", "id"); !l.Enabled(context.Background(), slog.LevelDebug) {
 		t.Error("the package handler is disabled with a package Logger set")
 	}
 }
@@ -154,8 +139,6 @@ func TestPackageHandlerSilent(t *testing.T) {
 func TestIntegrationConfigLogger(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
-	lines := &lineLogger{}
-	setPackageLogger(t, lines)
 	logger, rec := newRecordingLogger()
 	config := testConfig()
 	config.Logger = logger
@@ -185,7 +168,11 @@ func TestIntegrationConfigLogger(t *testing.T) {
 	if _, ok := rec.find(slog.LevelInfo, "a line of the ZooKeeper client", map[string]string{attrInstance: id, attrComponent: "zookeeper"}); !ok {
 		t.Error("the ZooKeeper client's line did not reach Config.Logger")
 	}
-	if got := lines.containing(id[len(id)-12:]); len(got) > 0 {
-		t.Errorf("with Config.Logger set, the package Logger got lines: %q", got)
+	cm := c.(*consumerManager)
+	if _, ok := cm.log.Handler().(packageHandler); ok {
+		t.Error("with Config.Logger set, the consumer logs to the package Logger")
+	}
+	if _, ok := cm.config.Zookeeper.Logger.(slogZookeeperLogger); !ok {
+		t.Errorf("the ZooKeeper client logs to a %T, not to the consumer's logger", cm.config.Zookeeper.Logger)
 	}
 }
