@@ -183,7 +183,7 @@ scrape() {
 	body=$(cat <&3)
 	exec 3<&-
 	grep -E '^kafkaconsumer_(rebalances_total|partitions_assigned_total|claim_waits_total|commits_total|messages_acked_total|partition_lag_messages)[{ ]' <<<"$body" |
-		sort -V | awk '/messages_acked_total|lag_messages/ { if (n[$0 ~ /acked/]++ >= 3) next } { print }' || true
+		sort -t'"' -k1,1 -k4,4n | awk '/messages_acked_total|lag_messages/ { if (n[$0 ~ /acked/]++ >= 3) next } { print }' || true
 }
 
 # ---------------------------------------------------------------- demo
@@ -216,7 +216,7 @@ sleep 10
 say "What the group looks like (cmd/kafkaconsumer-groups --group $group)"
 groups | indent
 
-say "One scrape of c1's Prometheus metrics (examples/groupdemo -metrics, module kprom); the first three partitions of each per-partition series"
+say "One scrape of c1's Prometheus metrics (examples/groupdemo -metrics, module kprom); three partitions of each per-partition series"
 scrape c1 | indent
 
 say "Stopping c2 with SIGTERM: it commits what it processed and leaves; c1 and c3 take over its partitions"
