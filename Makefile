@@ -73,8 +73,16 @@ else
 	@$(MAKE) --no-print-directory test-run
 endif
 
+# The modules of the repository: the library, the Prometheus adapter kprom
+# (a module of its own, so that the library does not depend on the
+# Prometheus client), and examples/groupdemo, which uses kprom. Each target
+# that runs over ./... runs in each of them.
+MODULES := . kprom examples/groupdemo
+# each-module CMD: run CMD in every module, stopping at the first failure.
+each-module = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
+
 test-run:
-	$(GO) test $(TEST_FLAGS) ./...
+	@$(call each-module,echo "--- go test ($$m)" && $(GO) test $(TEST_FLAGS) ./...)
 
 # The tests that run in both discovery modes; the fault suite, the tools
 # and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
@@ -92,17 +100,17 @@ test-matrix: fmt-check vet
 	GO=$(GO) scripts/test-matrix.sh
 
 test-short:
-	$(GO) test -race -short ./...
+	@$(call each-module,$(GO) test -race -short ./...)
 
 fmt-check:
 	@files="$$(gofmt -l .)"; \
 	if [ -n "$$files" ]; then echo "gofmt -l: not formatted:"; echo "$$files"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
+	@$(call each-module,$(GO) vet ./...)
 
 lint:
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@$(call each-module,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...)
 
 # Hooks for the benchmark module (bench/Makefile) and the examples
 # (examples/Makefile, target demo); they say so when there is nothing yet.

@@ -7,6 +7,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -27,12 +28,12 @@ import (
 // wrap ErrNoBrokers when no broker fits.
 func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
 	if cm.config.Discovery == DiscoverFromKafka {
-		cm.logf("Using the configured Kafka brokers %s; topics and partitions from Kafka's metadata every %s (DiscoverFromKafka).",
+		cm.logf(slog.LevelInfo, "Using the configured Kafka brokers %s; topics and partitions from Kafka's metadata every %s (DiscoverFromKafka).",
 			strings.Join(cm.config.Brokers, ","), cm.config.DiscoveryInterval)
 		return append([]string(nil), cm.config.Brokers...), nil
 	}
 	if len(cm.config.Brokers) > 0 {
-		cm.logf("Using the configured Kafka brokers %s (no discovery through ZooKeeper).", strings.Join(cm.config.Brokers, ","))
+		cm.logf(slog.LevelInfo, "Using the configured Kafka brokers %s (no discovery through ZooKeeper).", strings.Join(cm.config.Brokers, ","))
 		return append([]string(nil), cm.config.Brokers...), nil
 	}
 	regs, err := readBrokerRegistrations(conn, cm.config.Zookeeper)
@@ -49,9 +50,9 @@ func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNoBrokers, err)
 	}
 	if len(sel.Skipped) > 0 {
-		cm.logf("Kafka brokers %s have no fitting listener; left out.", strings.Join(sel.Skipped, ","))
+		cm.logf(slog.LevelWarn, "Kafka brokers %s have no fitting listener; left out.", strings.Join(sel.Skipped, ","))
 	}
-	cm.logf("Discovered Kafka cluster at %s (listener %s, security protocol %s).",
+	cm.logf(slog.LevelInfo, "Discovered Kafka cluster at %s (listener %s, security protocol %s).",
 		strings.Join(sel.Addrs, ","), strings.Join(sel.Listeners, ","), protocol)
 	return sel.Addrs, nil
 }

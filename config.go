@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -46,7 +47,8 @@ type Config struct {
 	// is taken from the connection string given to Join. Timeout is the
 	// session timeout (default DefaultZookeeperTimeout; see there for the
 	// trade-off) and also bounds how long Join waits for a first session.
-	// Logger defaults to one that writes to the package Logger.
+	// Logger defaults to one that writes to the consumer's logger
+	// (Config.Logger, or the package Logger when that is nil).
 	Zookeeper *kazoo.Config
 
 	// Brokers, when not empty, are the Kafka addresses ("host:port") that
@@ -91,8 +93,9 @@ type Config struct {
 	// The final commit and the release of the claim may take 5 s more:
 	// a stopping partition holds its claim for at most MaxProcessingTime
 	// + 5 s, whatever Kafka and ZooKeeper do. Under an orchestrator, keep
-	// it below the grace period of a stop (30 s in Kubernetes) minus 10 s
-	// (see Consumer.Close). Default 60 s.
+	// it below the grace period of a stop (30 s in Kubernetes) minus 10 s,
+	// and stop with Consumer.Shutdown with that deadline (see the README,
+	// "Bounded start and stop"). Default 60 s.
 	MaxProcessingTime time.Duration
 
 	// MaxPendingAcks bounds, per partition, how many messages may be handed
@@ -118,6 +121,24 @@ type Config struct {
 	// no rebalance proceeds until it returns: keep it short, and do not call
 	// Close from it (Interrupt is fine). Default nil.
 	OnRebalance func(Rebalance)
+
+	// Logger, when set, receives this consumer's log lines, and those of
+	// its ZooKeeper client (unless Zookeeper.Logger is set to something
+	// else), with the attributes group and instance (the instance's ID),
+	// plus topic and partition on the lines of a partition and
+	// component=zookeeper on the ZooKeeper client's. Levels: debug for the
+	// life of each partition (claimed, started, stopped), info for
+	// registration and rebalances, warn for what the consumer retries or
+	// works around, error for what needs a person (a commit not confirmed,
+	// a claim not released, a log truncated, errors dropped). Default nil:
+	// the lines go to the package Logger, which is silent by default.
+	Logger *slog.Logger
+
+	// Metrics, when set, receives the consumer's events: rebalances, claim
+	// waits, lost registrations, commit rounds and failed commits, pauses
+	// at MaxPendingAcks (see Metrics; the kprom module adapts it to
+	// Prometheus). Default nil.
+	Metrics Metrics
 
 	// hooks are fault injection points for tests; nil in normal use.
 	hooks *testHooks
@@ -198,6 +219,9 @@ func (c *Config) Validate() error {
 func (c *Config) saramaConfig() *sarama.Config {
 	sc := *c.Config
 	sc.Consumer.Offsets.Initial = c.Offsets.Initial
+	// The committer runs the commit rounds (consumerManager.commitLoop),
+	// so that each is seen, timed and reported to Metrics.
+	sc.Consumer.Offsets.AutoCommit.Enable = false
 	return &sc
 }
 

@@ -11,9 +11,11 @@
 package kafkaconsumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -64,6 +66,31 @@ type Consumer interface {
 	// ZooKeeper session expires), or the error of deregistering. A second
 	// call returns the same.
 	Close() error
+
+	// Shutdown shuts the consumer down as Close does, but waits for the
+	// acks of handed-out messages (at most MaxProcessingTime, as Close)
+	// only until ctx is done, as http.Server.Shutdown waits for
+	// connections: it returns nil, or what Close would have returned, when
+	// every partition stopped before ctx was done.
+	// When ctx is done first, the partitions stop waiting for acks at
+	// once: each commits what was acked, releases its claim, and the
+	// consumer is closed as by Close; the messages not acked are consumed
+	// again by the next owner of their partition. Then Shutdown returns
+	// ctx.Err(), joined with whatever else did not complete (test it with
+	// errors.Is(err, context.DeadlineExceeded)).
+	//
+	// The final commits, the releases and the closing of the connections
+	// still run after ctx is done: with Kafka and ZooKeeper reachable they
+	// take milliseconds; at worst 5 s for the commits, 5 s for the offset
+	// manager to close, plus the network timeouts described on Close. So
+	// give ctx a deadline a few seconds short of the one you must meet (see
+	// the README on Kubernetes' grace period).
+	//
+	// Shutdown may be called after Interrupt, and while Close or another
+	// Shutdown runs: each waits for the same shutdown, and an expired ctx
+	// cuts the waits for acks short for all of them. After the consumer is
+	// closed it returns at once what Close returns.
+	Shutdown(ctx context.Context) error
 
 	// Messages returns the channel of messages to process; Ack each of them
 	// when it is processed. The channel is closed at the end of Close.
@@ -132,6 +159,11 @@ type PartitionStats struct {
 	LastHandedOut int64
 	// LastAcked is the highest offset acked, or -1.
 	LastAcked int64
+	// HandedOut and Acked count the messages handed out on Messages, and
+	// acked, since this instance started running the partition (they
+	// start from 0 again when it runs the partition again after a
+	// rebalance, as Prometheus counters may).
+	HandedOut, Acked uint64
 	// Pending is the number of handed-out messages not acked yet.
 	Pending int
 	// Committed is the offset to commit: the next message to read after
@@ -149,6 +181,20 @@ type PartitionStats struct {
 }
 
 // Join joins a consumer group and returns its running Consumer instance.
+// It is JoinContext with context.Background() (see there), except that it
+// returns once the instance is registered, without waiting for the claims
+// of its first share: its partitions are claimed in the background (see
+// PartitionStats.Claimed), as the original package did: without a
+// deadline, that wait would have no bound of its own, since it lasts as
+// long as a previous owner holds a claim.
+func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return joinGroup(context.Background(), group, subscription, zookeeper, config, false)
+}
+
+// JoinContext joins a consumer group and returns its running Consumer
+// instance once it consumes its share of the subscription: it is
+// registered, and it has claimed every partition that the first
+// distribution gave it.
 //
 //   - group is the name of the group; all instances of a group use the same
 //     one. It must not be empty nor contain '/'.
@@ -158,7 +204,7 @@ type PartitionStats struct {
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
-// Join finds the Kafka brokers through their registrations in ZooKeeper,
+// JoinContext finds the Kafka brokers through their registrations in ZooKeeper,
 // on each broker's first listener whose security protocol fits the sarama
 // configuration's TLS and SASL settings, or the listener Config.Listener
 // names; Config.Brokers replaces that discovery. When no broker fits it
@@ -168,18 +214,38 @@ type PartitionStats struct {
 // partitions come from Kafka's metadata; a custom Subscription is refused
 // then (ErrInvalidSubscription).
 //
-// Join waits at most config.Zookeeper.Timeout for a first ZooKeeper
+// It waits at most config.Zookeeper.Timeout for a first ZooKeeper
 // session (and up to a second more to close a failed attempt). What
 // follows is bounded by the clients: a ZooKeeper request fails with
 // zk.ErrNoServer once every server refused or timed out (about a second
 // each), and sarama gives up on Kafka after trying every broker
 // Metadata.Retry.Max + 1 times, each dial taking up to Net.DialTimeout.
-// Join connects to Kafka before it registers the instance, so that the
+// It connects to Kafka before it registers the instance, so that the
 // group never hands a share to an instance that cannot consume it. On any
 // error it returns it (wrapping one of the Err* values of this package, or
 // the error of sarama or ZooKeeper) and leaves nothing running or
 // registered.
-func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+//
+// The claims may take time: a partition still owned by another instance
+// is claimed when that instance lets go of it, after up to its
+// MaxProcessingTime + 5 s when it is stopping in a rebalance, or when the
+// ZooKeeper session of an owner that died expires (Zookeeper.Timeout).
+//
+// ctx bounds all of it. When ctx is done before the consumer is running,
+// JoinContext stops what it started (as Close does: it releases the
+// claims it made and deregisters the instance) and returns ctx.Err(),
+// joined with the errors of that stop if any; it leaves nothing running
+// or registered. A step that cannot be interrupted, such as sarama's
+// connection to the brokers, completes first, within its own timeouts;
+// ctx is checked between the steps. Cancelling ctx after JoinContext
+// returned does nothing: stop the consumer with Shutdown, Close or
+// Interrupt.
+func JoinContext(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return joinGroup(ctx, group, subscription, zookeeper, config, true)
+}
+
+// joinGroup is Join (waitClaims false) and JoinContext (true).
+func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
@@ -209,43 +275,102 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
 	}
 
+	id, err := newInstanceID()
+	if err != nil {
+		return nil, err
+	}
+	logger := newLogger(config.Logger, group, id)
+
 	// Work on copies: Join does not change the caller's configuration.
 	kzConfig := *config.Zookeeper
 	kzConfig.Chroot = chroot
-	if kzConfig.Logger == nil {
-		kzConfig.Logger = zookeeperLogger{}
+	if kzConfig.Logger == nil || kzConfig.Logger == (zookeeperLogger{}) {
+		kzConfig.Logger = slogZookeeperLogger{logger.With(attrComponent, "zookeeper")}
 	}
 	cfg := *config
 	cfg.Config = config.saramaConfig()
 	cfg.Zookeeper = &kzConfig
 
-	id, err := newInstanceID()
-	if err != nil {
-		return nil, err
-	}
-	probe, err := probeZookeeper(nodes, &kzConfig)
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig)
 	if err != nil {
 		return nil, err
 	}
 
 	cm := &consumerManager{
 		config:       &cfg,
+		log:          logger,
+		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
 		group:        group,
 		subscription: subscription,
 		zkConn:       probe,
 		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
 		errors:       make(chan error, cfg.ChannelBufferSize),
+		hurry:        make(chan struct{}),
+		firstRound:   make(chan struct{}),
+		claims:       make(chan struct{}, 1),
 	}
 	cm.pms.Store(&partitionManagers{})
+	cm.watches.log = logger
 
-	if err := cm.connect(nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
+	if err := cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
 		cm.closeConnections()
 		return nil, err
 	}
 
 	cm.startLoops()
 	go cm.run()
+	if !waitClaims {
+		return cm, nil
+	}
+	if err := cm.waitStarted(ctx); err != nil {
+		cm.hurryUp()
+		if closeErr := cm.Close(); closeErr != nil {
+			return nil, errors.Join(err, closeErr)
+		}
+		return nil, err
+	}
 	return cm, nil
+}
+
+// waitStarted waits until the manager goroutine made its first
+// distribution and every partition of it is claimed, or until ctx is done
+// (it returns ctx's error).
+func (cm *consumerManager) waitStarted(ctx context.Context) error {
+	select {
+	case <-cm.firstRound:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for !cm.allClaimed() {
+		select {
+		case <-cm.claims:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// allClaimed reports whether every partition manager holds its claim.
+func (cm *consumerManager) allClaimed() bool {
+	for _, pm := range *cm.pms.Load() {
+		pm.mu.Lock()
+		claimed := pm.claimed
+		pm.mu.Unlock()
+		if !claimed {
+			return false
+		}
+	}
+	return true
+}
+
+// notifyClaims tells waitStarted, without blocking, that a partition was
+// claimed or that the partition managers changed.
+func (cm *consumerManager) notifyClaims() {
+	select {
+	case cm.claims <- struct{}{}:
+	default:
+	}
 }
 
 // startLoops starts the marker and committer goroutines, which shutdown
@@ -295,7 +420,7 @@ func (cm *consumerManager) markLoop() {
 // last the registration, so that the group never hands a share to an
 // instance that cannot consume it. On error, closeConnections undoes what
 // was done.
-func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
+func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
 	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
 	if err != nil {
 		return fmt.Errorf("connect to zookeeper: %w", convertError(err))
@@ -307,6 +432,9 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 
 	brokers, err := cm.discoverBrokers(probe)
 	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 
@@ -325,6 +453,9 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
 		return fmt.Errorf("start consumer: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 
 	if exists, err := cm.kzGroup.Exists(); err != nil {
 		return fmt.Errorf("look up consumer group %s: %w", cm.group, convertError(err))
@@ -336,11 +467,14 @@ func (cm *consumerManager) connect(nodes []string, probe *zk.Conn, id string, su
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := cm.registerInstance(); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
 	cm.registered = true
-	cm.logf("Consumer instance registered (%s).", id)
+	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
 	return nil
 }
 
@@ -353,7 +487,9 @@ type partitionManagers map[topicPartition]*partitionManager
 // tomb: Interrupt kills it, Close waits for it. run owns the partition
 // managers.
 type consumerManager struct {
-	config           *Config // a copy of the caller's; read only
+	config           *Config      // a copy of the caller's; read only
+	autoCommit       bool         // the caller's Consumer.Offsets.AutoCommit.Enable
+	log              *slog.Logger // Config.Logger or the package Logger's, with group and instance
 	group            string
 	subscription     Subscription
 	subscriptionJSON []byte
@@ -437,6 +573,17 @@ type consumerManager struct {
 	// goroutine deletes those nodes (releaseOrphans).
 	orphans map[topicPartition]bool
 
+	// hurry is closed (by hurryUp, once) when a Shutdown's context is
+	// done: stopping partitions stop waiting for acks.
+	hurry     chan struct{}
+	hurryOnce sync.Once
+	// firstRound is closed by the manager goroutine when it made its first
+	// distribution; claims receives a token, without blocking the sender,
+	// when a partition is claimed. JoinContext waits on them.
+	firstRound  chan struct{}
+	distributed bool // firstRound is closed; used by the manager goroutine only
+	claims      chan struct{}
+
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
 }
@@ -456,6 +603,27 @@ func (cm *consumerManager) Close() error {
 	return cm.t.Wait()
 }
 
+// Shutdown implements Consumer.
+func (cm *consumerManager) Shutdown(ctx context.Context) error {
+	cm.Interrupt()
+	select {
+	case <-cm.t.Dead():
+		return cm.t.Err()
+	case <-ctx.Done():
+	}
+	cm.hurryUp()
+	if err := cm.t.Wait(); err != nil {
+		return errors.Join(ctx.Err(), err)
+	}
+	return ctx.Err()
+}
+
+// hurryUp makes stopping partitions stop waiting for acks. Safe from any
+// goroutine, more than once.
+func (cm *consumerManager) hurryUp() {
+	cm.hurryOnce.Do(func() { close(cm.hurry) })
+}
+
 // Ack implements Consumer.
 func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	if msg == nil {
@@ -466,7 +634,7 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	if pm == nil || pm.tp.partition != msg.Partition || pm.tp.topic != msg.Topic || pm.retired.Load() {
 		pm = (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]
 		if pm == nil {
-			cm.logf("Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
+			cm.logf(slog.LevelDebug, "Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
 			return
 		}
 		slot.Store(pm)
@@ -498,13 +666,13 @@ func (tp TopicPartition) less(other TopicPartition) bool {
 // for no errors or is not reading them fast enough. It never blocks.
 func (cm *consumerManager) sendError(err error) {
 	if !cm.config.Consumer.Return.Errors {
-		cm.logf("Error: %s", err)
+		cm.logf(slog.LevelError, "Error: %s", err)
 		return
 	}
 	select {
 	case cm.errors <- err:
 	default:
-		cm.logf("Errors channel full; dropped error: %s", err)
+		cm.logf(slog.LevelError, "Errors channel full; dropped error: %s", err)
 	}
 }
 
@@ -543,8 +711,9 @@ func (cm *consumerManager) run() {
 		}
 
 		if instances.Find(cm.instance.ID) == nil {
-			cm.logf("This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
+			cm.logf(slog.LevelWarn, "This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
 			cm.sendError(ErrRegistrationLost)
+			cm.config.metrics().RegistrationLost(cm.group)
 			cm.loseClaims()
 			cm.reportStops(cm.managePartitionManagers(nil))
 			if !cm.register() {
@@ -554,7 +723,7 @@ func (cm *consumerManager) run() {
 			continue
 		}
 
-		cm.logf("Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
+		cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
 		distribution := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))
 		assigned := make(map[topicPartition]assignment)
 		for _, p := range distribution[cm.instance.ID] {
@@ -591,14 +760,14 @@ func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Ev
 		}
 		select {
 		case <-cm.t.Dying():
-			cm.logf("Interrupted, shutting down...")
+			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
 			return false
 		case ev := <-*partitionsChange:
-			cm.logf("Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
+			cm.logf(slog.LevelInfo, "Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
 			*partitionsChange = nil
 			return true
 		case ev := <-*instancesChange:
-			cm.logf("Woke up because the list of running instances changed (%s).", describeEvent(ev))
+			cm.logf(slog.LevelInfo, "Woke up because the list of running instances changed (%s).", describeEvent(ev))
 			*instancesChange = nil
 			return true
 		case <-retryC:
@@ -650,11 +819,11 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 			err := cm.releasePartition(tp)
 			switch {
 			case err == nil:
-				cm.logf("Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
+				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
 			case errors.Is(err, kazoo.ErrPartitionNotClaimed):
 				// gone, or another instance's
 			default:
-				cm.logf("Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
+				cm.logf(slog.LevelWarn, "Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
 				return append(left, orphans[i:]...)
 			}
 		}
@@ -705,7 +874,7 @@ func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.E
 		if err == nil {
 			return partitions, changed, true
 		}
-		cm.logf("Failed to watch subscription: %s. Trying again.", err)
+		cm.logf(slog.LevelWarn, "Failed to watch subscription: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
@@ -732,15 +901,15 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 			kindsChanged = originals != cm.originals
 			if kindsChanged {
 				if originals {
-					cm.logf("An instance of the original library is registered: distributing over the partitions it sees, Kafka's internal topics included (claimed, never consumed).")
+					cm.logf(slog.LevelInfo, "An instance of the original library is registered: distributing over the partitions it sees, Kafka's internal topics included (claimed, never consumed).")
 				} else {
-					cm.logf("No instance of the original library is registered any more: distributing without Kafka's internal topics.")
+					cm.logf(slog.LevelInfo, "No instance of the original library is registered any more: distributing without Kafka's internal topics.")
 				}
 			}
 			cm.originals = originals
 			return instances, changed, kindsChanged, true
 		}
-		cm.logf("Failed to watch consumer group instances: %s. Trying again.", convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to watch consumer group instances: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false, false
 		}
@@ -782,20 +951,16 @@ func (cm *consumerManager) register() bool {
 	for attempt := 0; ; attempt++ {
 		err := cm.registerInstance()
 		if err == nil {
-			cm.logf("Consumer instance registered again.")
+			cm.logf(slog.LevelInfo, "Consumer instance registered again.")
 			return true
 		}
-		cm.logf("Failed to register: %s. Trying again.", convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to register: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
 			return false
 		}
 	}
 }
 
-// managePartitionManagers makes the running partition managers those of the
-// assigned partitions: it stops the others, waiting until they are done,
-// and starts the missing ones. Stopping managers stay visible to Ack until
-// they are done, since they wait for acks. It returns the stopped ones.
 // assignment is a partition of this instance's share.
 type assignment struct {
 	partition *kazoo.Partition
@@ -804,7 +969,15 @@ type assignment struct {
 	hold bool
 }
 
+// managePartitionManagers makes the running partition managers those of the
+// assigned partitions: it stops the others, waiting until they are done,
+// and starts the missing ones. Stopping managers stay visible to Ack until
+// they are done, since they wait for acks. It returns the stopped ones.
+// assigned is nil when the instance stops all its partitions without a
+// distribution (a lost registration, the shutdown); the first call with a
+// distribution closes firstRound.
 func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]assignment) (stopped []*partitionManager) {
+	began := time.Now()
 	current := *cm.pms.Load()
 	var stopping []*partitionManager
 	next := make(partitionManagers, len(assigned))
@@ -825,7 +998,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 			started = append(started, pm)
 		}
 	}
-	cm.logf("This instance is assigned to consume %d partitions, and is currently consuming %d partitions (stopping %d, starting %d).",
+	cm.logf(slog.LevelInfo, "This instance is assigned to consume %d partitions, and is currently consuming %d partitions (stopping %d, starting %d).",
 		len(assigned), len(current), len(stopping), len(started))
 
 	during := make(partitionManagers, len(next)+len(stopping))
@@ -844,11 +1017,20 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
+	if assigned != nil && !cm.distributed && cm.firstRound != nil {
+		// Before OnRebalance, which may block: JoinContext must not wait
+		// for it.
+		cm.distributed = true
+		close(cm.firstRound)
+	}
+	cm.notifyClaims()
 
-	if cm.config.OnRebalance != nil {
-		revoked, assigned := sortedPartitions(stopping), sortedPartitions(started)
-		if len(revoked)+len(assigned) > 0 {
-			cm.config.OnRebalance(Rebalance{Revoked: revoked, Assigned: assigned})
+	revoked, newly := sortedPartitions(stopping), sortedPartitions(started)
+	if len(revoked)+len(newly) > 0 {
+		r := Rebalance{Revoked: revoked, Assigned: newly}
+		cm.config.metrics().Rebalanced(cm.group, r, time.Since(began))
+		if cm.config.OnRebalance != nil {
+			cm.config.OnRebalance(r)
 		}
 	}
 	return stopping
@@ -955,13 +1137,24 @@ func (cm *consumerManager) commit() <-chan struct{} {
 }
 
 // commitLoop is the committer goroutine: it runs the offset manager's
-// commit rounds that commit asks for, one at a time, until closeKafka
-// closes commitStop. Commit blocks while Kafka is unreachable (sarama
+// commit rounds, one at a time, those that commit asks for and, when the
+// user's configuration enables auto-commit, one every
+// Consumer.Offsets.AutoCommit.Interval (sarama's own auto-commit is off,
+// see Config.saramaConfig), until closeKafka closes commitStop. Commit blocks while Kafka is unreachable (sarama
 // retries the coordinator); the callers wait with their own deadlines.
 func (cm *consumerManager) commitLoop() {
 	defer close(cm.commitDone)
+	var tick <-chan time.Time
+	if cm.autoCommit {
+		ticker := time.NewTicker(cm.config.Consumer.Offsets.AutoCommit.Interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		select {
+		case <-tick:
+			cm.commitRound()
+			continue
 		case <-cm.commitStop:
 			cm.commitMu.Lock()
 			cm.commitStopped = true
@@ -977,11 +1170,19 @@ func (cm *consumerManager) commitLoop() {
 		round := cm.nextRound
 		cm.nextRound = nil
 		cm.commitMu.Unlock()
-		cm.offsetManager.Commit()
+		cm.commitRound()
 		if round != nil {
 			close(round)
 		}
 	}
+}
+
+// commitRound runs one commit round of the offset manager, and reports it
+// to Metrics.
+func (cm *consumerManager) commitRound() {
+	began := time.Now()
+	cm.offsetManager.Commit()
+	cm.config.metrics().Committed(cm.group, time.Since(began))
 }
 
 // closeInBackground closes a partition consumer without waiting: sarama's
@@ -1015,14 +1216,14 @@ func (cm *consumerManager) closeConnections() []error {
 	if cm.registered {
 		if err := cm.instance.Deregister(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
-			cm.logf("Failed to %s.", err)
+			cm.logf(slog.LevelError, "Failed to %s.", err)
 			errs = append(errs, err)
 		}
 		cm.registered = false
 	}
 	if cm.kz != nil {
 		if err := cm.kz.Close(); err != nil {
-			cm.logf("Failed to close ZooKeeper connection: %s.", err)
+			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
 		}
 	}
 	if cm.zkConn != nil {
@@ -1045,7 +1246,7 @@ func (cm *consumerManager) closeKafka() error {
 		defer close(closed)
 		if cm.consumer != nil {
 			if err := cm.consumer.Close(); err != nil {
-				cm.logf("Failed to close consumer: %s.", err)
+				cm.logf(slog.LevelWarn, "Failed to close consumer: %s.", err)
 			}
 		}
 		cm.closers.Wait()
@@ -1054,8 +1255,11 @@ func (cm *consumerManager) closeKafka() error {
 			<-cm.commitDone
 		}
 		if cm.offsetManager != nil {
+			// sarama's Close commits nothing with its auto-commit off:
+			// a last round, for marks whose final commit timed out.
+			cm.offsetManager.Commit()
 			if err := cm.offsetManager.Close(); err != nil {
-				cm.logf("Failed to close offset manager: %s.", err)
+				cm.logf(slog.LevelWarn, "Failed to close offset manager: %s.", err)
 			}
 		}
 		cm.forwarders.Wait()
@@ -1069,7 +1273,7 @@ func (cm *consumerManager) closeKafka() error {
 	case <-closed:
 	case <-timeout.C:
 		err = fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
-		cm.logf("%s.", err)
+		cm.logf(slog.LevelError, "%s.", err)
 		if cm.client != nil {
 			_ = cm.client.Close()
 			clientClosed = true
@@ -1078,23 +1282,13 @@ func (cm *consumerManager) closeKafka() error {
 	}
 	if cm.client != nil && !clientClosed {
 		if err := cm.client.Close(); err != nil {
-			cm.logf("Failed to close Kafka client: %s.", err)
+			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
 		}
 	}
 	return err
 }
 
-func (cm *consumerManager) shortID() string {
-	if cm.instance == nil {
-		return "(defunct)"
-	}
-	id := cm.instance.ID
-	if len(id) > 12 {
-		id = id[len(id)-12:]
-	}
-	return id
-}
-
-func (cm *consumerManager) logf(format string, args ...interface{}) {
-	Logger.Printf("[instance=%s] "+format, append([]interface{}{cm.shortID()}, args...)...)
+// logf writes a line of this consumer at level (see Config.Logger).
+func (cm *consumerManager) logf(level slog.Level, format string, args ...interface{}) {
+	logf(cm.log, level, format, args...)
 }

@@ -178,7 +178,7 @@ func testManager(t *testing.T, config *Config) (*consumerManager, *partitionMana
 	if config == nil {
 		config = NewConfig()
 	}
-	cm := &consumerManager{config: config}
+	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance")}
 	partition := (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1})
 	pm := newPartitionManager(cm, partition)
 	pom := newFakeOffsetManager()
@@ -387,7 +387,7 @@ func TestWaitForAcksCountsWithdrawn(t *testing.T) {
 // benchManager returns a consumer manager without connections running one
 // partition manager (topic "topic", partition 3) and a message of it.
 func benchManager() (*consumerManager, *partitionManager, *sarama.ConsumerMessage) {
-	cm := &consumerManager{config: NewConfig()}
+	cm := &consumerManager{config: NewConfig(), log: newLogger(nil, "group", "instance")}
 	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1}))
 	pm.pom = newFakeOffsetManager()
 	cm.pms.Store(&partitionManagers{pm.tp: pm})

@@ -1,6 +1,7 @@
 package kafkaconsumer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -126,8 +129,77 @@ func ExampleConfig_rebalance() {
 	defer consumer.Close()
 }
 
-// The package Logger is silent by default; this sends its lines, and the
-// ZooKeeper client's, to log/slog. Set it before the first Join.
+// Config.Logger receives a consumer's lines, and its ZooKeeper client's,
+// levelled and with the attributes group, instance, topic and partition.
+// Without it they go to the package Logger, which is silent by default and
+// kept for compatibility; set that before the first Join.
 func Example_slog() {
+	config := kafkaconsumer.NewConfig()
+	config.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+	defer consumer.Close()
+
+	// Or, for every consumer without a Config.Logger:
 	kafkaconsumer.Logger = slog.NewLogLogger(slog.NewTextHandler(os.Stderr, nil), slog.LevelInfo)
+}
+
+// A consumer under Kubernetes, which sends SIGTERM and, after the pod's
+// terminationGracePeriodSeconds (30 s by default), SIGKILL. The start is
+// bounded too (and aborted by a SIGTERM), and Shutdown's deadline leaves
+// 10 s of the grace period for the final commits, the releases of the
+// claims and the closing of the connections. Workers process messages in
+// parallel; those they have not acked when the deadline passes are
+// consumed again by the next owner of their partition.
+func ExampleConsumer_Shutdown() {
+	const (
+		gracePeriod     = 30 * time.Second             // terminationGracePeriodSeconds
+		shutdownTimeout = gracePeriod - 10*time.Second // waiting for acks
+		startTimeout    = time.Minute                  // fail the start, and let the pod restart
+	)
+	config := kafkaconsumer.NewConfig()
+	config.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The longest a worker takes for a message, with a margin; at most
+	// shutdownTimeout. A rebalance waits this long for acks, too.
+	config.MaxProcessingTime = 15 * time.Second
+
+	terminated, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	startCtx, cancelStart := context.WithTimeout(terminated, startTimeout)
+	defer cancelStart()
+	consumer, err := kafkaconsumer.JoinContext(startCtx, "my-group", kafkaconsumer.TopicSubscription("my-topic"), "zk1:2181,zk2:2181/kafka", config)
+	if err != nil {
+		log.Fatalln("join:", err)
+	}
+
+	var workers sync.WaitGroup
+	for range 4 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for msg := range consumer.Messages() { // closed when Shutdown returns
+				fmt.Printf("%s/%d/%d: %s\n", msg.Topic, msg.Partition, msg.Offset, msg.Value)
+				consumer.Ack(msg)
+			}
+		}()
+	}
+	go func() {
+		for err := range consumer.Errors() { // closed when Shutdown returns
+			log.Println("consumer error:", err)
+		}
+	}()
+
+	<-terminated.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = consumer.Shutdown(ctx)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		log.Println("shutdown: messages not acked in time are left to the next owner:", err)
+	case err != nil:
+		log.Println("shutdown:", err)
+	}
+	workers.Wait()
 }

@@ -67,7 +67,7 @@ func feedPartitions(topic string, ins []chan *sarama.ConsumerMessage, n int) *sy
 func BenchmarkHandOut(b *testing.B) {
 	config := NewConfig()
 	config.MaxPendingAcks = benchPending
-	cm := &consumerManager{config: config, messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize)}
+	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance"), messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize)}
 	pms := make(partitionManagers)
 	pcs := make([]*fakePartitionConsumer, benchPartitions)
 	ins := make([]chan *sarama.ConsumerMessage, benchPartitions)

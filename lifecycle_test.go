@@ -62,6 +62,7 @@ func fakeManager(config *Config, consumer sarama.Consumer, offsets sarama.Offset
 	}
 	cm := &consumerManager{
 		config:        config,
+		log:           newLogger(config.Logger, "group", "instance"),
 		consumer:      consumer,
 		offsetManager: offsets,
 		messages:      make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),
@@ -137,6 +138,8 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 	verifyNoLeaks(t)
 	config := NewConfig()
 	config.MaxPendingAcks = 4
+	metrics := &recordingMetrics{}
+	config.Metrics = metrics
 	cm, pm := fakeManager(config, nil, nil)
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	pc := newFakePartitionConsumer(16)
@@ -176,6 +179,12 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 	}
 	if n := len(cm.errors); n != 0 {
 		t.Fatalf("%d more errors; want one per pause", n)
+	}
+	if s := cm.Stats(); s[0].HandedOut != 6 || s[0].Acked != 3 {
+		t.Errorf("Stats: %d handed out, %d acked; want 6 and 3", s[0].HandedOut, s[0].Acked)
+	}
+	if n := metrics.count("paused t/0"); n != 2 {
+		t.Errorf("Metrics.Paused called %d times for t/0; want 2 (one per pause)", n)
 	}
 }
 

@@ -24,6 +24,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -165,13 +166,13 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 		view, err := readMetadata(cm.client, cm.kz, sel)
 		if err == nil {
 			if len(view.missing) > 0 {
-				cm.logf("Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
+				cm.logf(slog.LevelWarn, "Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
 			}
 			var changed <-chan zk.Event
 			cm.metadataPoll, changed = cm.startMetadataPoller(sel, view)
 			return view.partitions, changed, true
 		}
-		cm.logf("Failed to read the subscription's partitions from Kafka: %s. Trying again.", err)
+		cm.logf(slog.LevelWarn, "Failed to read the subscription's partitions from Kafka: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
@@ -205,7 +206,7 @@ func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataV
 			}
 			view, err := readMetadata(cm.client, cm.kz, sel)
 			if err != nil {
-				cm.logf("Failed to poll Kafka's metadata: %s. Trying again in %s.", err, cm.config.DiscoveryInterval)
+				cm.logf(slog.LevelWarn, "Failed to poll Kafka's metadata: %s. Trying again in %s.", err, cm.config.DiscoveryInterval)
 				continue
 			}
 			if !view.sameAs(last) {

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
@@ -109,7 +110,7 @@ func (cm *consumerManager) originalsRegistered(instances kazoo.ConsumergroupInst
 			marked = isMarkedRegistration(data)
 			cm.marked[instance.ID] = marked
 			if !marked {
-				cm.logf("Instance %s is one of the original library (its registration has no %q field).", instance.ID, "client")
+				cm.logf(slog.LevelInfo, "Instance %s is one of the original library (its registration has no %q field).", instance.ID, "client")
 			}
 		}
 		registered[instance.ID] = true

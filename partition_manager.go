@@ -3,6 +3,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type topicPartition struct {
 type partitionManager struct {
 	parent *consumerManager
 	tp     topicPartition
-	prefix string // log prefix naming instance and partition
+	log    *slog.Logger // the consumer's, with the partition's attributes
 	// hold: run claims the partition and keeps the claim until killed,
 	// but consumes nothing. In a group with instances of the original
 	// library, whose white and black lists select Kafka's internal topics,
@@ -78,6 +79,9 @@ type partitionManager struct {
 	lastHandedOut int64
 	// lastAcked is the highest offset acked, or -1.
 	lastAcked int64
+	// handedOut and acked count the messages handed out, and acked, since
+	// this partition manager started.
+	handedOut, acked uint64
 	// claimed is set while this instance holds the partition's owner node;
 	// the consumer manager clears it when the ZooKeeper session that held
 	// the claim is gone.
@@ -96,7 +100,7 @@ func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *p
 	return &partitionManager{
 		parent:        parent,
 		tp:            tp,
-		prefix:        fmt.Sprintf("[instance=%s] [partition=%s/%d] ", parent.shortID(), tp.topic, tp.partition),
+		log:           parent.log.With(attrTopic, tp.topic, attrPartition, tp.partition),
 		wake:          make(chan struct{}, 1),
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
@@ -109,11 +113,13 @@ func (pm *partitionManager) stats() PartitionStats {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	s := PartitionStats{
-		TopicPartition: TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition},
+		TopicPartition: pm.public(),
 		Claimed:        pm.claimed,
 		Paused:         pm.paused,
 		LastHandedOut:  pm.lastHandedOut,
 		LastAcked:      pm.lastAcked,
+		HandedOut:      pm.handedOut,
+		Acked:          pm.acked,
 		Pending:        pm.pending.pending(),
 		Committed:      -1,
 		HighWaterMark:  -1,
@@ -135,8 +141,14 @@ func (pm *partitionManager) stats() PartitionStats {
 	return s
 }
 
-func (pm *partitionManager) logf(format string, args ...interface{}) {
-	Logger.Printf(pm.prefix+format, args...)
+// logf writes a line of this partition at level (see Config.Logger).
+func (pm *partitionManager) logf(level slog.Level, format string, args ...interface{}) {
+	logf(pm.log, level, format, args...)
+}
+
+// public returns the partition as the API names it.
+func (pm *partitionManager) public() TopicPartition {
+	return TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition}
 }
 
 // errorf returns a *sarama.ConsumerError of this partition, as Errors()
@@ -154,8 +166,9 @@ func (pm *partitionManager) errorf(format string, args ...interface{}) error {
 func (pm *partitionManager) ack(offset int64) bool {
 	pm.mu.Lock()
 	known, _ := pm.pending.ack(offset)
-	if known && offset > pm.lastAcked {
-		pm.lastAcked = offset
+	if known {
+		pm.acked++
+		pm.lastAcked = max(pm.lastAcked, offset)
 	}
 	wake := known && pm.waiting
 	pm.mu.Unlock()
@@ -222,7 +235,7 @@ func (pm *partitionManager) run() {
 	defer pm.t.Done()
 	if pm.claim() {
 		if pm.hold {
-			pm.logf("Claimed; held for the instances of the original library, not consumed.")
+			pm.logf(slog.LevelDebug, "Claimed; held for the instances of the original library, not consumed.")
 			<-pm.t.Dying()
 		} else if pom := pm.startOffsetManager(); pom != nil {
 			pm.consumeUntilKilled(pom)
@@ -240,12 +253,20 @@ func (pm *partitionManager) run() {
 func (pm *partitionManager) claim() bool {
 	instance, group := pm.parent.instance, pm.parent.kzGroup
 	uncertain := false
+	var waitedSince time.Time // when it began to wait for another owner
+	defer func() {
+		if !waitedSince.IsZero() {
+			pm.parent.config.metrics().ClaimWaited(pm.parent.group, pm.public(), time.Since(waitedSince))
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		err := instance.ClaimPartition(pm.tp.topic, pm.tp.partition)
 		if err == nil {
 			pm.mu.Lock()
 			pm.claimed = true
 			pm.mu.Unlock()
+			pm.logf(slog.LevelDebug, "Claimed partition.")
+			pm.parent.notifyClaims()
 			return true
 		}
 		if errors.Is(err, samuelzk.ErrNodeExists) && attempt < 10 {
@@ -260,7 +281,10 @@ func (pm *partitionManager) claim() bool {
 			case err == nil && owner == nil:
 				continue // released in the meantime
 			case err == nil:
-				pm.logf("Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				if waitedSince.IsZero() {
+					waitedSince = time.Now()
+				}
 				select {
 				case <-pm.t.Dying():
 					return false
@@ -272,7 +296,7 @@ func (pm *partitionManager) claim() bool {
 		} else {
 			uncertain = true
 		}
-		pm.logf("Failed to claim partition: %s. Trying again.", convertError(err))
+		pm.logf(slog.LevelWarn, "Failed to claim partition: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&pm.t, attempt) {
 			if uncertain {
 				pm.parent.addOrphan(pm.tp)
@@ -300,7 +324,7 @@ func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
 			pm.mu.Unlock()
 			return pom
 		}
-		pm.logf("Failed to start offset manager: %s. Trying again.", err)
+		pm.logf(slog.LevelWarn, "Failed to start offset manager: %s. Trying again.", err)
 		if !sleepOrDie(&pm.t, attempt) {
 			return nil
 		}
@@ -316,6 +340,7 @@ func (pm *partitionManager) forwardOffsetErrors(pom sarama.PartitionOffsetManage
 	defer pm.parent.forwarders.Done()
 	defer close(done)
 	for err := range pom.Errors() {
+		pm.parent.config.metrics().CommitFailed(pm.parent.group, pm.public(), err)
 		pm.parent.sendError(err)
 	}
 }
@@ -337,9 +362,9 @@ func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager
 			return
 		}
 		if err := pc.Close(); err != nil {
-			pm.logf("Partition consumer stopped: %s.", err)
+			pm.logf(slog.LevelWarn, "Partition consumer stopped: %s.", err)
 		}
-		pm.logf("Partition consumer stopped by itself; starting it again.")
+		pm.logf(slog.LevelWarn, "Partition consumer stopped by itself; starting it again.")
 	}
 }
 
@@ -357,6 +382,7 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 			pm.mu.Lock()
 			pm.pc = pc
 			pm.mu.Unlock()
+			pm.logf(slog.LevelDebug, "Consuming from offset %d.", offset)
 			return pc
 		}
 		select {
@@ -364,7 +390,7 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 			return nil
 		default:
 		}
-		pm.logf("Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
+		pm.logf(slog.LevelWarn, "Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
 		if msg := err.Error(); msg != reported {
 			reported = msg
 			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
@@ -436,12 +462,12 @@ func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, fr
 	case truncated:
 		err := pm.errorf("%w: offset %d is past the end of the log; consuming again from offset %d (Offsets.Initial %d)",
 			ErrLogTruncated, from, start, cm.config.Offsets.Initial)
-		pm.logf("%s.", err)
+		pm.logf(slog.LevelError, "%s.", err)
 		cm.sendError(err)
 	case from >= 0:
-		pm.logf("Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
+		pm.logf(slog.LevelWarn, "Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
 	default:
-		pm.logf("No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
+		pm.logf(slog.LevelDebug, "No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
 	}
 	if cm.config.Offsets.Initial == sarama.OffsetNewest {
 		select {
@@ -589,6 +615,7 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 	before = pm.lastHandedOut
 	if n > 0 {
 		pm.lastHandedOut = batch[n-1].Offset
+		pm.handedOut += uint64(n)
 	}
 	pm.waiting = n == 0
 	changed := pm.paused != (n == 0)
@@ -605,12 +632,13 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 // on.
 func (pm *partitionManager) reportPause(paused bool) {
 	if !paused {
-		pm.logf("Resumed: an ack made room below MaxPendingAcks.")
+		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
 		return
 	}
+	pm.parent.config.metrics().Paused(pm.parent.group, pm.public())
 	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
 		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
-	pm.logf("%s.", err)
+	pm.logf(slog.LevelWarn, "%s.", err)
 	pm.parent.sendError(err)
 }
 
@@ -679,7 +707,9 @@ func (h *handOut) forward(err *sarama.ConsumerError, ok bool) {
 // out; lastHandedOut goes back to last.
 func (pm *partitionManager) takeBack(offset, last int64) {
 	pm.mu.Lock()
+	size := pm.pending.size()
 	pm.pending.unpushFrom(offset)
+	pm.handedOut -= uint64(size - pm.pending.size())
 	pm.lastHandedOut = last
 	pm.mu.Unlock()
 }
@@ -698,10 +728,13 @@ func (pm *partitionManager) stop() error {
 		pm.waitForAcks(acksDue)
 		pm.commitErr = pm.closeOffsetManager(pom, deadline)
 	}
-	return errors.Join(pm.commitErr, pm.release(deadline))
+	err := errors.Join(pm.commitErr, pm.release(deadline))
+	pm.logf(slog.LevelDebug, "Stopped partition.")
+	return err
 }
 
-// waitForAcks waits until no handed-out message is pending, or until due.
+// waitForAcks waits until no handed-out message is pending, until due, or
+// until a Shutdown's context is done (the consumer manager's hurry).
 func (pm *partitionManager) waitForAcks(due time.Time) {
 	pm.mu.Lock()
 	left := pm.pending.pending()
@@ -722,8 +755,11 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 				return
 			}
 		case <-timeout.C:
-			pm.logf("%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
+			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
 				left, pm.parent.config.MaxProcessingTime)
+			return
+		case <-pm.parent.hurry:
+			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked before the deadline of Shutdown; the next owner consumes them again.", left)
 			return
 		}
 	}
@@ -772,7 +808,7 @@ func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager
 func (pm *partitionManager) commitTimeout() error {
 	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; sarama goes on trying, and the next owner may consume acked messages again",
 		ErrCommitTimeout, pm.parent.config.MaxProcessingTime, stopGrace)
-	pm.logf("%s.", err)
+	pm.logf(slog.LevelError, "%s.", err)
 	return err
 }
 
@@ -795,17 +831,17 @@ func (pm *partitionManager) release(deadline time.Time) error {
 			return nil
 		}
 		if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
-			pm.logf("Claim was already gone (ZooKeeper session lost?).")
+			pm.logf(slog.LevelWarn, "Claim was already gone (ZooKeeper session lost?).")
 			return nil
 		}
 		delay := retryDelay(attempt)
 		if time.Now().Add(delay).After(deadline) {
 			pm.parent.addOrphan(pm.tp)
 			err := pm.errorf("%w: %w; trying again in the background", ErrReleaseFailed, convertError(err))
-			pm.logf("%s.", err)
+			pm.logf(slog.LevelError, "%s.", err)
 			return err
 		}
-		pm.logf("Failed to release partition: %s. Trying again.", convertError(err))
+		pm.logf(slog.LevelWarn, "Failed to release partition: %s. Trying again.", convertError(err))
 		sleep := time.NewTimer(delay)
 		<-sleep.C
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"regexp"
 	"sort"
@@ -138,7 +139,7 @@ func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 	for _, name := range names {
 		partitions, err := cache.watchTopic(kz, name)
 		if errors.Is(err, samuelzk.ErrNoNode) {
-			Logger.Printf("Topic %s of the subscription does not exist; skipping it until it is created.", name)
+			cache.logf(slog.LevelWarn, "Topic %s of the subscription does not exist; skipping it until it is created.", name)
 			missing = true
 			continue
 		} else if err != nil {
@@ -283,6 +284,10 @@ func watchPartitions(s Subscription, kz *kazoo.Kazoo, cache *watchCache, interna
 // only: it is not safe for concurrent use. Its zero value is empty and ready
 // to use.
 type watchCache struct {
+	// log is the consumer's logger; nil for a subscription's
+	// WatchPartitions called directly (then the package Logger).
+	log *slog.Logger
+
 	topics map[string]*pendingWatch // topic name -> the watch on its node
 	list   *pendingWatch            // the watch on the topic list, or nil
 
@@ -316,6 +321,15 @@ func (w *pendingWatch) hasFired() bool {
 		}
 	}
 	return w.fired
+}
+
+// logf logs through the consumer's logger, or the package Logger.
+func (c *watchCache) logf(level slog.Level, format string, args ...interface{}) {
+	if c.log == nil {
+		Logger.Printf(format, args...)
+		return
+	}
+	logf(c.log, level, format, args...)
 }
 
 // stop stops the merger of the last round, if any, and waits for it: for

@@ -4,6 +4,7 @@ package kafkaconsumer
 // first session, and instance IDs.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -107,13 +108,14 @@ const saslRequired = "unknown error: -124"
 // server that requires SASL authentication, which neither client supports,
 // is told apart. It returns the connection, which Join reads the broker
 // registrations through and then closes.
-func probeZookeeper(nodes []string, config *kazoo.Config) (*zk.Conn, error) {
+// ctx cancelled ends the wait for a session with ctx's error.
+func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config) (*zk.Conn, error) {
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
 	}
 	servers := strings.Join(nodes, ",")
-	if err := waitSession(events, config.Timeout, servers); err != nil {
+	if err := waitSession(ctx, events, config.Timeout, servers); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -130,12 +132,15 @@ func probeZookeeper(nodes []string, config *kazoo.Config) (*zk.Conn, error) {
 }
 
 // waitSession waits up to timeout for the events of a new connection to
-// servers to report a session.
-func waitSession(events <-chan zk.Event, timeout time.Duration, servers string) error {
+// servers to report a session, or until ctx is done (it returns ctx's
+// error then).
+func waitSession(ctx context.Context, events <-chan zk.Event, timeout time.Duration, servers string) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for a ZooKeeper session with %s: %w", servers, ctx.Err())
 		case ev, ok := <-events:
 			if !ok {
 				return fmt.Errorf("%w: %s: connection closed before a session", ErrZookeeperUnreachable, servers)

@@ -8,6 +8,8 @@
 #     (examples/producer), with distinct values.
 #  3. Runs three instances of the example group (examples/groupdemo), started
 #     a few seconds apart, each printing live progress and its rebalances.
+#     Each serves its Prometheus metrics (kprom) on a free port; the demo
+#     shows a few lines of one scrape of c1.
 #  4. Stops one instance midway (SIGTERM), so the rebalance shows; then stops
 #     the producer, lets the others drain, and stops them.
 #  5. Ends with a summary: produced, consumed, duplicates, missing, and the
@@ -77,7 +79,8 @@ trap 'echo "demo: terminated" >&2; exit 143' TERM
 # ---------------------------------------------------------------- build
 say "Building the group tool and the examples"
 mkdir -p "$BIN"
-go build -o "$BIN/" ./cmd/kafkaconsumer-groups ./examples/groupdemo ./examples/producer ./examples/topics
+go build -o "$BIN/" ./cmd/kafkaconsumer-groups ./examples/producer ./examples/topics
+(cd examples/groupdemo && go build -o "$BIN/" .) # a module of its own (it uses kprom)
 note "kafkaconsumer-groups, groupdemo, producer, topics -> $BIN"
 
 # ---------------------------------------------------------------- cluster
@@ -152,7 +155,7 @@ declare -A pid # instance name -> its process
 # start NAME: starts an instance of the example group in the background.
 start() {
 	"$BIN/groupdemo" -group "$group" -topic "$topic" -name "$1" -stats 3s -work "$WORK_PER_MESSAGE" \
-		-record "$WORK/$1.values" >"$WORK/$1.log" 2>&1 &
+		-record "$WORK/$1.values" -metrics 127.0.0.1:0 >"$WORK/$1.log" 2>&1 &
 	pid[$1]=$!
 	pids+=($!)
 }
@@ -163,6 +166,24 @@ stop() {
 	for p in "$@"; do
 		wait "$p" || die "process $p failed (logs in $WORK)"
 	done
+}
+
+# scrape NAME: prints a few lines of one scrape of the metrics of instance
+# NAME, at the address its log names; read with bash's /dev/tcp, so that
+# no HTTP client needs to be installed.
+scrape() {
+	local addr body
+	addr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$WORK/$1.log" | head -n 1)
+	if [[ -z $addr ]]; then
+		echo "no metrics address in the log of $1"
+		return 0
+	fi
+	exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}"
+	printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$addr" >&3
+	body=$(cat <&3)
+	exec 3<&-
+	grep -E '^kafkaconsumer_(rebalances_total|partitions_assigned_total|claim_waits_total|commits_total|messages_acked_total|partition_lag_messages)[{ ]' <<<"$body" |
+		sort -t'"' -k1,1 -k4,4n | awk '/messages_acked_total|lag_messages/ { if (n[$0 ~ /acked/]++ >= 3) next } { print }' || true
 }
 
 # ---------------------------------------------------------------- demo
@@ -194,6 +215,9 @@ sleep 10
 
 say "What the group looks like (cmd/kafkaconsumer-groups --group $group)"
 groups | indent
+
+say "One scrape of c1's Prometheus metrics (examples/groupdemo -metrics, module kprom); three partitions of each per-partition series"
+scrape c1 | indent
 
 say "Stopping c2 with SIGTERM: it commits what it processed and leaves; c1 and c3 take over its partitions"
 stop "${pid[c2]}"

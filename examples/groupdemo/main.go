@@ -6,15 +6,25 @@
 //
 //	groupdemo -zookeeper 127.0.0.1:2181 -group demo -topic demo -name c1
 //
-// It stops on SIGINT or SIGTERM: it leaves the group with Close (acked
-// offsets are committed, partitions released) and prints one parseable
-// summary line:
+// With -metrics ADDR it serves the consumer's Prometheus metrics (module
+// kprom) on http://ADDR/metrics, and says where in a line "metrics on
+// http://.../metrics"; with -log LEVEL, the library's log lines go to
+// stderr through log/slog (Config.Logger).
+//
+// It stops on SIGINT or SIGTERM: it leaves the group with Shutdown, whose
+// deadline is -shutdown (default 20 s, below Kubernetes' grace period of
+// 30 s): acked offsets are committed, partitions released, and messages
+// not acked by the deadline are left to the next owner. Then it prints one
+// parseable summary line:
 //
 //	SUMMARY instance=c1 group=demo consumed=1234 distinct=1234 duplicates=0 elapsed=31.2s
 //
 // With -record FILE, it appends the value of every message it consumed to
 // FILE, one a line, so that the runs of several instances can be checked
 // together for lost and duplicated messages.
+//
+// It is a module of its own, since it uses kprom, which brings the
+// Prometheus client.
 package main
 
 import (
@@ -26,6 +36,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -35,6 +47,9 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/kafkaconsumer/kafkaconsumer/kprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
@@ -64,6 +79,8 @@ type options struct {
 	record    string
 	logLevel  string     // -log; "" for no library log lines
 	level     slog.Level // parsed from logLevel
+	metrics   string     // -metrics: address to serve /metrics on; "" for none
+	shutdown  time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -81,6 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&initial, "initial", "oldest", "where to start without a committed offset: oldest or newest")
 	fs.StringVar(&o.record, "record", "", "append each consumed value to this file, one a line")
 	fs.StringVar(&o.logLevel, "log", "", "send the library's log lines to stderr through log/slog at this level (debug, info, ...)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics (e.g. :9100, or 127.0.0.1:0 for a free port)")
+	fs.DurationVar(&o.shutdown, "shutdown", 20*time.Second, "deadline of the shutdown on SIGTERM: the longest wait for acks")
 	if err := fs.Parse(args); err != nil {
 		return nil, usageError{err}
 	}
@@ -93,6 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usageError{errors.New("-topic is required")}
 	case o.stats <= 0:
 		return nil, usageError{fmt.Errorf("-stats must be positive, got %s", o.stats)}
+	case o.shutdown <= 0:
+		return nil, usageError{fmt.Errorf("-shutdown must be positive, got %s", o.shutdown)}
 	}
 	for _, t := range strings.Split(topics, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -116,8 +137,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 }
 
 // run is the command: it joins the group and consumes until ctx is done,
-// then leaves the group and prints the summary. Its output goes to stdout,
-// the library's log lines (with -log) to stderr.
+// then leaves the group with Shutdown and prints the summary. Its output
+// goes to stdout, the library's log lines (with -log) to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -125,11 +146,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	out := log.New(stdout, "["+o.name+"] ", 0) // safe for concurrent use: OnRebalance prints too
 
+	config := kafkaconsumer.NewConfig()
 	if o.logLevel != "" {
-		// Route the library's log lines to log/slog. Logger is read by
-		// every consumer without synchronisation: set it before Join.
-		handler := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.level}).WithAttrs([]slog.Attr{slog.String("instance", o.name)})
-		kafkaconsumer.Logger = slog.NewLogLogger(handler, o.level)
+		// The consumer's log lines, with their attributes (group,
+		// instance, topic, partition), and the name of this process.
+		config.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.level})).With("name", o.name)
+	}
+	var metrics *kprom.Metrics
+	if o.metrics != "" {
+		metrics = kprom.New()
+		config.Metrics = metrics
+		stopServing, err := serveMetrics(o.metrics, metrics, out)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
 	}
 
 	var record *bufio.Writer
@@ -143,15 +174,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer record.Flush()
 	}
 
-	config := kafkaconsumer.NewConfig()
 	config.Offsets.Initial = o.initial
 	config.MaxProcessingTime = 10 * time.Second
 	config.OnRebalance = func(r kafkaconsumer.Rebalance) {
 		out.Printf("rebalance: assigned %s, revoked %s", formatPartitions(r.Assigned), formatPartitions(r.Revoked))
 	}
-	consumer, err := kafkaconsumer.Join(o.group, kafkaconsumer.TopicSubscription(o.topics...), o.zookeeper, config)
+	// A SIGTERM while joining aborts the join (ctx).
+	consumer, err := kafkaconsumer.JoinContext(ctx, o.group, kafkaconsumer.TopicSubscription(o.topics...), o.zookeeper, config)
 	if err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.Observe(o.group, consumer)
 	}
 	out.Printf("joined group %s to consume %s", o.group, strings.Join(o.topics, ","))
 
@@ -160,6 +194,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ticker := time.NewTicker(o.stats)
 	defer ticker.Stop()
 	messages, errs, done := consumer.Messages(), consumer.Errors(), ctx.Done()
+	var shutdownErr error
 	for messages != nil {
 		select {
 		case msg, ok := <-messages:
@@ -186,12 +221,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case now := <-ticker.C:
 			out.Print(p.line(now, consumer.Stats()))
 		case <-done:
-			out.Printf("stopping: leaving the group")
-			consumer.Interrupt() // Messages is closed when the shutdown is complete
+			out.Printf("stopping: leaving the group (Shutdown, waiting at most %s for acks)", o.shutdown)
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdown)
+			// Messages and Errors are closed when Shutdown returns.
+			shutdownErr = consumer.Shutdown(shutdownCtx)
+			cancel()
 			done = nil
 		}
 	}
-	closeErr := consumer.Close()
+	closeErr := shutdownErr
 	if record != nil {
 		if err := record.Flush(); err != nil {
 			return fmt.Errorf("write %s: %w", o.record, err)
@@ -200,6 +238,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "SUMMARY instance=%s group=%s consumed=%d distinct=%d duplicates=%d elapsed=%.1fs\n",
 		o.name, o.group, p.consumed, len(p.seen), p.consumed-int64(len(p.seen)), time.Since(start).Seconds())
 	return closeErr
+}
+
+// serveMetrics serves the metrics on http://addr/metrics until the
+// returned function is called, and says where on out.
+func serveMetrics(addr string, metrics *kprom.Metrics, out *log.Logger) (stop func(), err error) {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = server.Serve(listener) // ends with ErrServerClosed at Close
+	}()
+	out.Printf("metrics on http://%s/metrics", listener.Addr())
+	return func() {
+		_ = server.Close()
+		<-served
+	}, nil
 }
 
 // progress counts what the instance consumed.

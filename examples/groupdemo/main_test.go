@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,7 +165,7 @@ func TestGroupdemoIntegration(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-zookeeper", zookeeper, "-group", topic, "-topic", topic, "-name", "t1", "-stats", "100ms", "-record", record}, &stdout, &stderr)
+		done <- run(ctx, []string{"-zookeeper", zookeeper, "-group", topic, "-topic", topic, "-name", "t1", "-stats", "100ms", "-record", record, "-metrics", "127.0.0.1:0", "-log", "debug"}, &stdout, &stderr)
 	}()
 
 	consumedAll := regexp.MustCompile(`\[t1\] partitions=3 \(` + regexp.QuoteMeta(topic) + `\[0-2\]\) consumed=30 `)
@@ -175,6 +178,18 @@ func TestGroupdemoIntegration(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no progress line with all %d messages:\n%s%s", messages, stdout.String(), stderr.String())
 		}
+	}
+	// The metrics say the same: 30 messages acked, over 3 partitions.
+	url := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindStringSubmatch(stdout.String())
+	if url == nil {
+		t.Fatalf("no line with the metrics' address:\n%s", stdout.String())
+	}
+	acked, series := scrapeSum(t, url[1], "kafkaconsumer_messages_acked_total")
+	if acked != messages || series != 3 {
+		t.Errorf("kafkaconsumer_messages_acked_total: %v in %d series; want %d in 3", acked, series, messages)
+	}
+	if !strings.Contains(stderr.String(), "level=DEBUG msg=\"Claimed partition.\" name=t1 group="+topic) {
+		t.Errorf("no debug line of a claim on stderr:\n%s", stderr.String())
 	}
 	cancel()
 	select {
@@ -190,7 +205,7 @@ func TestGroupdemoIntegration(t *testing.T) {
 	for _, want := range []string{
 		"[t1] joined group " + topic,
 		"[t1] rebalance: assigned " + topic + "[0-2], revoked none",
-		"[t1] stopping: leaving the group",
+		"[t1] stopping: leaving the group (Shutdown, waiting at most 20s for acks)",
 		"[t1] rebalance: assigned none, revoked " + topic + "[0-2]",
 		"SUMMARY instance=t1 group=" + topic + " consumed=30 distinct=20 duplicates=10 elapsed=",
 	} {
@@ -205,4 +220,30 @@ func TestGroupdemoIntegration(t *testing.T) {
 	if n := strings.Count(string(values), "\n"); n != messages {
 		t.Errorf("recorded %d values, want %d", n, messages)
 	}
+}
+
+// scrapeSum gets the metrics page at url and adds the samples of name.
+func scrapeSum(t *testing.T, url, name string) (sum float64, series int) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape: %s", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape: %s", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("scrape: %q: %s", line, err)
+		}
+		sum += v
+		series++
+	}
+	return sum, series
 }
