@@ -106,8 +106,11 @@ fmt-check:
 	@files="$$(gofmt -l .)"; \
 	if [ -n "$$files" ]; then echo "gofmt -l: not formatted:"; echo "$$files"; exit 1; fi
 
+# The benchmark module is vetted too (not tested: make bench runs it), so
+# that a change of the library that breaks its build shows here.
 vet:
 	@$(call each-module,$(GO) vet ./...)
+	@cd bench && $(GO) vet ./...
 
 lint:
 	@$(call each-module,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...)
