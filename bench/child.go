@@ -96,6 +96,10 @@ func childMain() {
 		fmt.Printf("R %s\n", out)
 	case "stream":
 		stream(&spec)
+	case "scale":
+		res := scale(&spec)
+		out, _ := json.Marshal(res)
+		fmt.Printf("R %s\n", out)
 	default:
 		log.Fatalf("bad mode %q", spec.Mode)
 	}
