@@ -232,20 +232,27 @@ func runChild(spec childSpec) (result, stderr string, err error) {
 	return "", errOut.String(), fmt.Errorf("%s: child failed (%v) without a result:\n%s", spec.Contender, err, tail(errOut.String(), 3000))
 }
 
+// runChildJSON runs a child process for spec and decodes its result line
+// into v; errText returns the error the result reports, if any.
+func runChildJSON(spec childSpec, v any, errText func() string) error {
+	out, stderr, err := runChild(spec)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return err
+	}
+	if e := errText(); e != "" {
+		return fmt.Errorf("%s: %s\n%s", spec.Contender, e, tail(stderr, 3000))
+	}
+	return nil
+}
+
 // runDrain runs a drain child and returns its result.
 func runDrain(spec childSpec) (childResult, error) {
 	var res childResult
-	out, stderr, err := runChild(spec)
-	if err != nil {
-		return res, err
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		return res, err
-	}
-	if res.Error != "" {
-		return res, fmt.Errorf("%s: %s\n%s", spec.Contender, res.Error, tail(stderr, 3000))
-	}
-	return res, nil
+	err := runChildJSON(spec, &res, func() string { return res.Error })
+	return res, err
 }
 
 // splitInts parses a comma-separated list of positive integers.

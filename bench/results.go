@@ -54,6 +54,7 @@ type drainRow struct {
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	CPUPerMsgUs  float64 `json:"cpu_us_per_msg,omitempty"`
 	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	RSSMB        float64 `json:"rss_mb"` // at the end of the interval
 	AllocsPerMsg float64 `json:"allocs_per_msg,omitempty"`
 	BytesPerMsg  float64 `json:"alloc_bytes_per_msg,omitempty"`
 	FirstSeconds float64 `json:"first_message_seconds"`
@@ -94,6 +95,7 @@ func drainRowOf(contender string, rs []childResult, n int64, size int) drainRow 
 		Seconds:      medianOf(rs, func(r childResult) float64 { return r.Seconds }),
 		CPUSeconds:   medianOf(rs, func(r childResult) float64 { return r.CPUSeconds }),
 		PeakRSSMB:    medianOf(rs, func(r childResult) float64 { return float64(r.PeakRSS) / (1 << 20) }),
+		RSSMB:        medianOf(rs, func(r childResult) float64 { return float64(r.RSS) / (1 << 20) }),
 		FirstSeconds: medianOf(rs, func(r childResult) float64 { return r.FirstSeconds }),
 	}
 	if n > 0 {
@@ -181,11 +183,11 @@ func markdown(res *results) string {
 	if t := res.Startup; t != nil {
 		fmt.Fprintf(&b, "### Start-up: one instance, %d topics × %d partitions = %d partitions\n\n",
 			t.Topics, t.Partitions/max(t.Topics, 1), t.Partitions)
-		b.WriteString("| contender | s until every partition delivered | ratio to sarama-raw | 1st msg s | CPU s | peak RSS MiB |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|\n")
+		b.WriteString("| contender | s until every partition delivered | ratio to sarama-raw | 1st msg s | CPU s | peak RSS MiB | RSS MiB then |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|\n")
 		for _, r := range t.Rows {
-			fmt.Fprintf(&b, "| %s | %.2f | %s | %.2f | %.2f | %.0f |\n",
-				r.Contender, r.Seconds, ratio(r.Ratio), r.FirstSeconds, r.CPUSeconds, r.PeakRSSMB)
+			fmt.Fprintf(&b, "| %s | %.2f | %s | %.2f | %.2f | %.0f | %.0f |\n",
+				r.Contender, r.Seconds, ratio(r.Ratio), r.FirstSeconds, r.CPUSeconds, r.PeakRSSMB, r.RSSMB)
 		}
 		b.WriteString("\n")
 	}

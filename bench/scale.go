@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"log"
 	"net"
@@ -98,17 +97,8 @@ func runScale(cl *cluster, o *options) (*scaleTable, error) {
 // runScaleChild runs a scale child and returns its result.
 func runScaleChild(spec childSpec) (scaleResult, error) {
 	var res scaleResult
-	out, stderr, err := runChild(spec)
-	if err != nil {
-		return res, err
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		return res, err
-	}
-	if res.Error != "" {
-		return res, fmt.Errorf("%s\n%s", res.Error, tail(stderr, 3000))
-	}
-	return res, nil
+	err := runChildJSON(spec, &res, func() string { return res.Error })
+	return res, err
 }
 
 // zkRequests returns the count of packets the ZooKeeper server at addr
