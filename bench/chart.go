@@ -131,6 +131,20 @@ func chart(res *results, path string) error {
 		}
 		panels = append(panels, p)
 	}
+	if t := res.MassMove; t != nil {
+		var cats []string
+		s := series{name: "mass move"}
+		for _, r := range t.Rows {
+			cats = append(cats, r.Contender)
+			s.values = append(s.values, r.Recovery)
+		}
+		p, err := barPlot(fmt.Sprintf("Mass move: a 2nd instance joins, %d partitions", t.Partitions),
+			"seconds until every partition consumed again", cats, []series{s})
+		if err != nil {
+			return err
+		}
+		panels = append(panels, p)
+	}
 	if len(panels) == 0 {
 		return nil
 	}
