@@ -396,8 +396,9 @@ func (ch *streamChild) kill() {
 
 type steadyProducer struct {
 	ap      sarama.AsyncProducer
-	stopped chan struct{} // closed by stop, ends the loop
-	wg      sync.WaitGroup
+	stopped chan struct{}  // closed by stop, ends the loop
+	loop    sync.WaitGroup // the producing loop
+	wg      sync.WaitGroup // the readers of successes and errors
 	failed  atomic.Int64
 }
 
@@ -431,9 +432,9 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 		}
 	}()
 	period := time.Duration(float64(parts) / float64(rate) * float64(time.Second))
-	sp.wg.Add(1)
+	sp.loop.Add(1)
 	go func() {
-		defer sp.wg.Done()
+		defer sp.loop.Done()
 		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
@@ -455,6 +456,7 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 
 func (sp *steadyProducer) stop() {
 	close(sp.stopped)
+	sp.loop.Wait() // a round in progress must not send after AsyncClose
 	sp.ap.AsyncClose()
 	sp.wg.Wait()
 }
