@@ -24,7 +24,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
-	samuelzk "github.com/samuel/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -447,7 +446,14 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		}
 		return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
 	}
-	if cm.offsetManager, err = sarama.NewOffsetManagerFromClient(cm.group, cm.client); err != nil {
+	// The offset manager has a client of its own: Kafka answers the
+	// requests of one connection one at a time, and its OffsetFetch and
+	// OffsetCommit requests would otherwise wait behind the consumer's
+	// fetches (up to Consumer.MaxWaitTime each) and ListOffsets requests.
+	if cm.offsetClient, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
+		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+	}
+	if cm.offsetManager, err = sarama.NewOffsetManagerFromClient(cm.group, cm.offsetClient); err != nil {
 		return fmt.Errorf("start offset manager: %w", err)
 	}
 	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
@@ -457,14 +463,8 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return err
 	}
 
-	if exists, err := cm.kzGroup.Exists(); err != nil {
-		return fmt.Errorf("look up consumer group %s: %w", cm.group, convertError(err))
-	} else if !exists {
-		if err := cm.kzGroup.Create(); err != nil && !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) {
-			if exists, _ := cm.kzGroup.Exists(); !exists { // another instance may have created it
-				return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
-			}
-		}
+	if err := cm.mkdirs(cm.groupNode()); err != nil {
+		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
 	}
 
 	if err := ctx.Err(); err != nil {
@@ -509,6 +509,7 @@ type consumerManager struct {
 	registered bool
 
 	client        sarama.Client
+	offsetClient  sarama.Client // the offset manager's (see connect)
 	consumer      sarama.Consumer
 	offsetManager sarama.OffsetManager
 
@@ -521,10 +522,6 @@ type consumerManager struct {
 	// DiscoverFromKafka, or nil; used by the manager goroutine only, which
 	// stops it (stopMetadataPoller).
 	metadataPoll *metadataPoller
-	// instancesWatch is the goroutine that converts the event of the
-	// watch on the group's instances, or nil; used by the manager
-	// goroutine only, which stops it (stopWatching).
-	instancesWatch *merger
 	// marked maps the registered instances whose registration was read
 	// to whether it has this package's mark (see originalsRegistered);
 	// originals is set while an instance without it is registered. Used
@@ -843,7 +840,7 @@ func (cm *consumerManager) releasePartition(tp topicPartition) error {
 			return err
 		}
 	}
-	return cm.instance.ReleasePartition(tp.topic, tp.partition)
+	return cm.releaseNode(tp)
 }
 
 // reportStops sends to Errors() what did not complete in time when the
@@ -887,7 +884,7 @@ func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.E
 // then).
 func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstanceList, changed <-chan zk.Event, kindsChanged, ok bool) {
 	for attempt := 0; ; attempt++ {
-		instances, watch, err := cm.kzGroup.WatchInstances()
+		instances, watch, err := cm.watchInstanceNodes()
 		var originals bool
 		if err == nil {
 			originals, err = cm.originalsRegistered(instances)
@@ -896,8 +893,7 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 			return nil, nil, false, false
 		}
 		if err == nil {
-			cm.stopWatchingInstances()
-			cm.instancesWatch, changed = startMerger([]<-chan samuelzk.Event{watch})
+			changed = watch
 			kindsChanged = originals != cm.originals
 			if kindsChanged {
 				if originals {
@@ -916,28 +912,17 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 	}
 }
 
-// stopWatchingInstances stops the goroutine of the last watch on the
-// group's instances (it has ended by itself if the watch fired) and waits
-// for it.
-func (cm *consumerManager) stopWatchingInstances() {
-	if cm.instancesWatch != nil {
-		cm.instancesWatch.stop()
-		cm.instancesWatch = nil
-	}
-}
-
-// registerInstance creates the instance's registration node. kazoo-go
-// creates missing parents with "exists, then create", and reports losing
-// that race to another instance creating /consumers/<group>/ids as
-// ErrInstanceAlreadyRegistered; an ID of this instance's own cannot be
-// registered already, so it tries again when the node is indeed absent.
+// registerInstance creates the instance's registration node (see
+// session.go). An ID of this instance's own can be registered already only
+// by an earlier attempt whose answer was lost: then it checks that the
+// node is there, and tries again when it is not.
 func (cm *consumerManager) registerInstance() error {
 	for attempt := 0; ; attempt++ {
-		err := cm.instance.RegisterWithSubscription(cm.subscriptionJSON)
+		err := cm.registerNode()
 		if !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) || attempt == 10 {
 			return err
 		}
-		if registered, err := cm.instance.Registered(); err != nil {
+		if registered, err := cm.registeredNode(); err != nil {
 			return err
 		} else if registered {
 			return nil // an earlier attempt went through before its answer was lost
@@ -1007,6 +992,23 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 	}
 	for _, pm := range stopping {
 		during[pm.tp] = pm
+	}
+	if len(started) > 0 {
+		tps := make([]topicPartition, 0, len(started))
+		for _, pm := range started {
+			if !pm.hold {
+				tps = append(tps, pm.tp)
+			}
+		}
+		initial := newInitialOffsets(cm.client, cm.config.Offsets.Initial, tps)
+		all := make([]topicPartition, len(started))
+		for i, pm := range started {
+			all[i] = pm.tp
+		}
+		claims := newClaimBatch(cm, all)
+		for _, pm := range started {
+			pm.initial, pm.claims = initial, claims
+		}
 	}
 	cm.pms.Store(&during)
 	for _, pm := range started {
@@ -1089,7 +1091,6 @@ func (cm *consumerManager) shutdown() {
 		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))
 	}
 	cm.watches.stop()
-	cm.stopWatchingInstances()
 
 	errs = append(errs, cm.closeConnections()...)
 	cm.stopMetadataPoller() // after the client closed, which ends a request in flight
@@ -1214,7 +1215,7 @@ func (cm *consumerManager) closeConnections() []error {
 		errs = append(errs, err)
 	}
 	if cm.registered {
-		if err := cm.instance.Deregister(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
+		if err := cm.deregisterNode(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
 			cm.logf(slog.LevelError, "Failed to %s.", err)
 			errs = append(errs, err)
@@ -1274,15 +1275,21 @@ func (cm *consumerManager) closeKafka() error {
 	case <-timeout.C:
 		err = fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
 		cm.logf(slog.LevelError, "%s.", err)
-		if cm.client != nil {
-			_ = cm.client.Close()
-			clientClosed = true
+		for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
+			if c != nil {
+				_ = c.Close()
+			}
 		}
+		clientClosed = true
 		<-closed
 	}
-	if cm.client != nil && !clientClosed {
-		if err := cm.client.Close(); err != nil {
-			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
+	if !clientClosed {
+		for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
+			if c != nil {
+				if err := c.Close(); err != nil {
+					cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
+				}
+			}
 		}
 	}
 	return err

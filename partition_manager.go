@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	samuelzk "github.com/samuel/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -47,6 +46,12 @@ type partitionManager struct {
 	// the internal topics' partitions that fall to this instance are held
 	// (see mixed.go). Stats and OnRebalance leave held partitions out.
 	hold bool
+	// initial resolves Offsets.Initial together with the other partitions
+	// that the same distribution started; nil when started alone.
+	initial *initialOffsets
+	// claims claims the partition together with the others that the same
+	// distribution started; nil when started alone.
+	claims *claimBatch
 
 	t tomb.Tomb // run's lifecycle: killed by the consumer manager, Done by run
 
@@ -251,8 +256,15 @@ func (pm *partitionManager) run() {
 // unknown (the connection failed while the node may have been created), it
 // leaves the partition to the consumer manager's sweep of orphan claims.
 func (pm *partitionManager) claim() bool {
-	instance, group := pm.parent.instance, pm.parent.kzGroup
 	uncertain := false
+	if pm.claims != nil {
+		claimed, known := pm.claims.claimed(pm.tp)
+		if claimed {
+			pm.setClaimed()
+			return true
+		}
+		uncertain = !known
+	}
 	var waitedSince time.Time // when it began to wait for another owner
 	defer func() {
 		if !waitedSince.IsZero() {
@@ -260,28 +272,18 @@ func (pm *partitionManager) claim() bool {
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		err := instance.ClaimPartition(pm.tp.topic, pm.tp.partition)
+		err := pm.parent.claimNode(pm.tp)
 		if err == nil {
-			pm.mu.Lock()
-			pm.claimed = true
-			pm.mu.Unlock()
-			pm.logf(slog.LevelDebug, "Claimed partition.")
-			pm.parent.notifyClaims()
+			pm.setClaimed()
 			return true
 		}
-		if errors.Is(err, samuelzk.ErrNodeExists) && attempt < 10 {
-			// kazoo-go creates /consumers/<group>/owners/<topic> with
-			// "exists, then create"; the partitions of a topic race on it,
-			// and the losers see the node that the winner created.
-			continue
-		}
 		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
-			owner, released, err := group.WatchPartitionOwner(pm.tp.topic, pm.tp.partition)
+			owner, released, err := pm.parent.watchOwner(pm.tp)
 			switch {
-			case err == nil && owner == nil:
+			case err == nil && released == nil:
 				continue // released in the meantime
 			case err == nil:
-				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner.ID)
+				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner)
 				if waitedSince.IsZero() {
 					waitedSince = time.Now()
 				}
@@ -304,6 +306,15 @@ func (pm *partitionManager) claim() bool {
 			return false
 		}
 	}
+}
+
+// setClaimed records that this instance holds the partition's claim.
+func (pm *partitionManager) setClaimed() {
+	pm.mu.Lock()
+	pm.claimed = true
+	pm.mu.Unlock()
+	pm.logf(slog.LevelDebug, "Claimed partition.")
+	pm.parent.notifyClaims()
 }
 
 // startOffsetManager starts the partition's offset manager, retrying until
@@ -438,7 +449,14 @@ func (pm *partitionManager) tryStartConsumer(pom sarama.PartitionOffsetManager) 
 // pending.
 func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, from int64) (sarama.PartitionConsumer, error) {
 	cm := pm.parent
-	start, err := cm.client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+	start, batched := int64(0), false
+	if from < 0 && pm.initial != nil {
+		start, batched = pm.initial.get(pm.tp, pm.t.Dying())
+	}
+	var err error
+	if !batched {
+		start, err = cm.client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +494,13 @@ func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, fr
 			return nil, tomb.ErrDying
 		}
 	}
-	return cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	if batched && errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		// Retention moved the log start since the batch resolved it.
+		pm.initial = nil
+		return pm.startAtInitial(pom, from)
+	}
+	return pc, err
 }
 
 // handOutBatch is the most messages consume takes from its partition

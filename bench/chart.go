@@ -117,19 +117,36 @@ func chart(res *results, path string) error {
 		}
 		panels = append(panels, p)
 	}
+	// A panel of one figure per contender: cats and values in the order of
+	// the table's rows.
+	onePerContender := func(title, ylabel, name string, cats []string, values []float64) error {
+		p, err := barPlot(title, ylabel, cats, []series{{name: name, values: values}})
+		if err == nil {
+			panels = append(panels, p)
+		}
+		return err
+	}
 	if t := res.Startup; t != nil {
 		var cats []string
-		s := series{name: "start-up"}
+		var values []float64
 		for _, r := range t.Rows {
-			cats = append(cats, r.Contender)
-			s.values = append(s.values, r.Seconds)
+			cats, values = append(cats, r.Contender), append(values, r.Seconds)
 		}
-		p, err := barPlot(fmt.Sprintf("Start-up, %d partitions", t.Partitions),
-			"seconds to every partition's 1st message", cats, []series{s})
-		if err != nil {
+		if err := onePerContender(fmt.Sprintf("Start-up, %d partitions", t.Partitions),
+			"seconds to every partition's 1st message", "start-up", cats, values); err != nil {
 			return err
 		}
-		panels = append(panels, p)
+	}
+	if t := res.MassMove; t != nil {
+		var cats []string
+		var values []float64
+		for _, r := range t.Rows {
+			cats, values = append(cats, r.Contender), append(values, r.Recovery)
+		}
+		if err := onePerContender(fmt.Sprintf("Mass move: a 2nd instance joins, %d partitions", t.Partitions),
+			"seconds until every partition consumed again", "mass move", cats, values); err != nil {
+			return err
+		}
 	}
 	if len(panels) == 0 {
 		return nil

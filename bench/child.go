@@ -70,6 +70,7 @@ type childResult struct {
 	Received      int64   // messages received (more than Messages if some came twice)
 	CPUSeconds    float64 // user+system CPU time in that interval
 	PeakRSS       int64   // bytes, VmHWM of the process at the end of the interval
+	RSS           int64   // bytes, VmRSS of the process at the end of the interval
 	Mallocs       uint64  // heap allocations in that interval
 	AllocBytes    uint64  // bytes allocated in that interval
 	GCs           uint32  // garbage collections in that interval
@@ -96,6 +97,10 @@ func childMain() {
 		fmt.Printf("R %s\n", out)
 	case "stream":
 		stream(&spec)
+	case "scale":
+		res := scale(&spec)
+		out, _ := json.Marshal(res)
+		fmt.Printf("R %s\n", out)
 	default:
 		log.Fatalf("bad mode %q", spec.Mode)
 	}
@@ -257,6 +262,7 @@ func drain(spec *childSpec) (res childResult) {
 	}
 	res.CPUSeconds = (cpu1 - cpu0).Seconds()
 	res.PeakRSS = peakRSS()
+	res.RSS = currentRSS()
 	res.Mallocs = ms1.Mallocs - ms0.Mallocs
 	res.AllocBytes = ms1.TotalAlloc - ms0.TotalAlloc
 	res.GCs = ms1.NumGC - ms0.NumGC

@@ -128,7 +128,9 @@ func (c *cluster) ensureTopic(name string, partitions int32) error {
 		}
 	}
 	err := c.admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false)
-	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+	// A topic of many partitions takes longer than the request's timeout:
+	// the broker goes on creating it, and the loop below waits for it.
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) && !errors.Is(err, sarama.ErrRequestTimedOut) {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	deadline := time.Now().Add(60 * time.Second)

@@ -23,8 +23,16 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+)
+
+// defaultWorkloads run when -workloads is not given; allWorkloads are
+// those it may name.
+var (
+	defaultWorkloads = []string{"throughput", "group", "rebalance", "startup", "massmove"}
+	allWorkloads     = append(slices.Clone(defaultWorkloads), "scale")
 )
 
 type options struct {
@@ -44,6 +52,11 @@ type options struct {
 	startupTopics     int
 	startupPartitions int
 
+	massMovePartitions int
+	massMoveRate       int
+
+	scaleInstances, scalePartitions []int
+
 	jsonOut, pngOut, mdOut string
 	profileDir             string
 }
@@ -60,7 +73,7 @@ func main() {
 		messages              int64
 	)
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
-	flag.StringVar(&workloads, "workloads", "throughput,group,rebalance,startup", "workloads to run (comma-separated)")
+	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) runs only when named")
 	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated); sarama-fanin, a diagnostic, runs only when named")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
@@ -71,16 +84,27 @@ func main() {
 	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance workload: a message first received later than this after it was produced counts as delayed by the rebalance")
 	flag.IntVar(&o.startupTopics, "startup-topics", 50, "start-up workload: topics")
 	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")
+	flag.IntVar(&o.massMovePartitions, "massmove-partitions", 1000, "mass-move workload: partitions of the topic")
+	flag.IntVar(&o.massMoveRate, "massmove-rate", 5000, "mass-move workload: messages produced per second, spread evenly over the partitions")
+	scaleInstances := flag.String("scale-instances", "8,16,32", "scale workload: instance counts (comma-separated)")
+	scalePartitions := flag.String("scale-partitions", "500,1000,2000", "scale workload: partition counts (comma-separated); every pair of an instance count and a partition count is one cell")
 	flag.StringVar(&o.jsonOut, "json", "results.json", "where to write the figures as JSON (empty: nowhere)")
 	flag.StringVar(&o.pngOut, "png", "results.png", "where to write the chart (empty: nowhere)")
 	flag.StringVar(&o.mdOut, "md", "results.md", "where to write the Markdown tables too (empty: nowhere)")
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "if set, every throughput child writes a CPU profile there")
 	flag.Parse()
 	o.messages = messages
+	var err error
+	if o.scaleInstances, err = splitInts(*scaleInstances); err != nil {
+		log.Fatalf("-scale-instances: %v", err)
+	}
+	if o.scalePartitions, err = splitInts(*scalePartitions); err != nil {
+		log.Fatalf("-scale-partitions: %v", err)
+	}
 	o.workloads = splitPeers(workloads)
 	o.contenders = splitPeers(contenders)
 	for _, w := range o.workloads {
-		if !slices.Contains([]string{"throughput", "group", "rebalance", "startup"}, w) {
+		if !slices.Contains(allWorkloads, w) {
 			log.Fatalf("unknown workload %q", w)
 		}
 	}
@@ -137,6 +161,10 @@ func runAll(cl *cluster, o *options) (*results, error) {
 			res.Rebalance, err = runRebalance(cl, o)
 		case "startup":
 			res.Startup, err = runStartup(cl, o)
+		case "massmove":
+			res.MassMove, err = runMassMove(cl, o)
+		case "scale":
+			res.Scale, err = runScale(cl, o)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", w, err)
@@ -183,31 +211,61 @@ func groupName(workload, contender string, run int) string {
 	return fmt.Sprintf("bench-%s-%s-%d-%d", workload, contender, run, time.Now().UnixNano())
 }
 
-// runDrain runs a drain child and returns its result.
-func runDrain(spec childSpec) (childResult, error) {
+// runChild runs a child process for spec and returns its result line
+// (after "R ") and its standard error; err when there is no result line.
+func runChild(spec childSpec) (result, stderr string, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return childResult{}, err
+		return "", "", err
 	}
 	data, _ := json.Marshal(spec)
 	cmd := exec.Command(exe, childArg)
 	cmd.Env = append(os.Environ(), childEnv+"="+string(data))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stdout, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &errOut
 	err = cmd.Run()
-	var res childResult
 	for _, line := range strings.Split(stdout.String(), "\n") {
 		if rest, ok := strings.CutPrefix(line, "R "); ok {
-			if jerr := json.Unmarshal([]byte(rest), &res); jerr != nil {
-				return res, jerr
-			}
-			if res.Error != "" {
-				return res, fmt.Errorf("%s: %s\n%s", spec.Contender, res.Error, tail(stderr.String(), 3000))
-			}
-			return res, nil
+			return rest, errOut.String(), nil
 		}
 	}
-	return res, fmt.Errorf("%s: child failed (%v) without a result:\n%s", spec.Contender, err, tail(stderr.String(), 3000))
+	return "", errOut.String(), fmt.Errorf("%s: child failed (%v) without a result:\n%s", spec.Contender, err, tail(errOut.String(), 3000))
+}
+
+// runChildJSON runs a child process for spec and decodes its result line
+// into v; errText returns the error the result reports, if any.
+func runChildJSON(spec childSpec, v any, errText func() string) error {
+	out, stderr, err := runChild(spec)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return err
+	}
+	if e := errText(); e != "" {
+		return fmt.Errorf("%s: %s\n%s", spec.Contender, e, tail(stderr, 3000))
+	}
+	return nil
+}
+
+// runDrain runs a drain child and returns its result.
+func runDrain(spec childSpec) (childResult, error) {
+	var res childResult
+	err := runChildJSON(spec, &res, func() string { return res.Error })
+	return res, err
+}
+
+// splitInts parses a comma-separated list of positive integers.
+func splitInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitPeers(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func tail(s string, n int) string {

@@ -76,11 +76,12 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 		return nil, err
 	}
 	table := &rebalanceTable{Instances: 4, Partitions: int(parts), Rate: o.rebalanceRate, Late: o.late.String()}
+	sc := scenario{name: "rebalance", initial: 4, events: events, rate: o.rebalanceRate, topic: topic, parts: parts}
 	cs := contendersFor(o, groupContenders)
 	byContender := map[string][]map[string]eventResult{}
 	for run := range o.runs {
 		for _, c := range rotate(cs, run) {
-			r, err := rebalanceRun(cl, o, c, run, topic, parts)
+			r, err := rebalanceRun(cl, o, c, run, sc)
 			if err != nil {
 				return nil, fmt.Errorf("%s run %d: %w", c, run+1, err)
 			}
@@ -112,14 +113,28 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 	return table, nil
 }
 
-// rebalanceRun runs 4 instances of the contender, one process each, under
-// a steady produce rate, then: a fifth joins; one leaves with Close; one is
-// killed with SIGKILL. After each event it waits until the group is stable
-// again: every partition is owned by a live instance, and every message is
-// received promptly.
-func rebalanceRun(cl *cluster, o *options, contender string, run int, topic string, parts int32) (map[string]eventResult, error) {
+// scenario is what a run of the rebalance or mass-move workload does:
+// start initial instances of the contender, one process each, under a
+// steady produce rate of rate messages per second on topic, then cause the
+// events in order.
+type scenario struct {
+	name    string // the workload, for the group's name
+	initial int
+	events  []string // of events
+	rate    int
+	topic   string
+	parts   int32
+}
+
+// rebalanceRun runs the scenario: its instances, then its events: "join"
+// (one more instance joins), "leave" (the first instance leaves with
+// Close), "kill" (the second is killed with SIGKILL). After each event it
+// waits until the group is stable again: every partition is owned by a live
+// instance, and every message is received promptly.
+func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenario) (map[string]eventResult, error) {
+	topic, parts := sc.topic, sc.parts
 	rec := newRecorder(parts)
-	prod, err := startSteadyProducer(cl, topic, parts, o.rebalanceRate, o.size, rec)
+	prod, err := startSteadyProducer(cl, topic, parts, sc.rate, o.size, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +143,7 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, topic stri
 	spec := baseSpec(cl, o, "stream")
 	spec.Contender = contender
 	spec.Instances = 1
-	spec.Group = groupName("rebalance", contender, run)
+	spec.Group = groupName(sc.name, contender, run)
 	spec.Topics = []string{topic}
 	spec.Partitions = []int32{parts}
 	spec.Newest = true
@@ -189,7 +204,7 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, topic stri
 		return fmt.Errorf("%s", b.String())
 	}
 
-	for i := range 4 {
+	for i := range sc.initial {
 		if _, err := start(i); err != nil {
 			return nil, err
 		}
@@ -204,7 +219,7 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, topic stri
 		}
 	}
 	if _, ok := waitStable(time.Now().UnixNano(), 3*time.Second, 90*time.Second); !ok {
-		return nil, failure("the group did not become stable with 4 instances")
+		return nil, failure(fmt.Sprintf("the group did not become stable with %d instances", sc.initial))
 	}
 
 	result := map[string]eventResult{}
@@ -215,32 +230,34 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, topic stri
 		result[ev] = r
 	}
 
-	// (a) a fifth instance joins; the event is its call to Join.
-	joiner, err := start(4)
-	if err != nil {
-		return nil, err
+	for _, ev := range sc.events {
+		switch ev {
+		case "join": // one more instance joins; the event is its call to Join
+			joiner, err := start(len(children))
+			if err != nil {
+				return nil, err
+			}
+			var te int64
+			select {
+			case te = <-joiner.joined:
+			case <-time.After(30 * time.Second):
+				return nil, failure("the joining instance did not start")
+			}
+			phase("join", te, 2*time.Second, 30*time.Second)
+		case "leave": // the first instance leaves with Close
+			leaver := children[0]
+			leaver.expectGone.Store(true)
+			te := time.Now().UnixNano()
+			leaver.close()
+			phase("leave", te, 2*time.Second, 30*time.Second)
+		case "kill": // the second instance is killed
+			victim := children[1]
+			victim.expectGone.Store(true)
+			te := time.Now().UnixNano()
+			victim.kill()
+			phase("kill", te, 2*time.Second, session+30*time.Second)
+		}
 	}
-	var te int64
-	select {
-	case te = <-joiner.joined:
-	case <-time.After(30 * time.Second):
-		return nil, failure("the fifth instance did not start")
-	}
-	phase("join", te, 2*time.Second, 30*time.Second)
-
-	// (b) an original instance leaves with Close.
-	leaver := children[0]
-	leaver.expectGone.Store(true)
-	te = time.Now().UnixNano()
-	leaver.close()
-	phase("leave", te, 2*time.Second, 30*time.Second)
-
-	// (c) another original instance is killed.
-	victim := children[1]
-	victim.expectGone.Store(true)
-	te = time.Now().UnixNano()
-	victim.kill()
-	phase("kill", te, 2*time.Second, session+30*time.Second)
 
 	// Stop the others gracefully, all at once.
 	for _, ch := range children {
@@ -379,8 +396,9 @@ func (ch *streamChild) kill() {
 
 type steadyProducer struct {
 	ap      sarama.AsyncProducer
-	stopped chan struct{} // closed by stop, ends the loop
-	wg      sync.WaitGroup
+	stopped chan struct{}  // closed by stop, ends the loop
+	loop    sync.WaitGroup // the producing loop
+	wg      sync.WaitGroup // the readers of successes and errors
 	failed  atomic.Int64
 }
 
@@ -414,9 +432,9 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 		}
 	}()
 	period := time.Duration(float64(parts) / float64(rate) * float64(time.Second))
-	sp.wg.Add(1)
+	sp.loop.Add(1)
 	go func() {
-		defer sp.wg.Done()
+		defer sp.loop.Done()
 		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
@@ -438,6 +456,7 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 
 func (sp *steadyProducer) stop() {
 	close(sp.stopped)
+	sp.loop.Wait() // a round in progress must not send after AsyncClose
 	sp.ap.AsyncClose()
 	sp.wg.Wait()
 }

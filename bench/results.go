@@ -13,6 +13,8 @@ type results struct {
 	GroupThroughput *drainTable     `json:"group_throughput,omitempty"`
 	Rebalance       *rebalanceTable `json:"rebalance,omitempty"`
 	Startup         *drainTable     `json:"startup,omitempty"`
+	MassMove        *massMoveTable  `json:"mass_move,omitempty"`
+	Scale           *scaleTable     `json:"scale,omitempty"`
 }
 
 type meta struct {
@@ -52,6 +54,7 @@ type drainRow struct {
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	CPUPerMsgUs  float64 `json:"cpu_us_per_msg,omitempty"`
 	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	RSSMB        float64 `json:"rss_mb"` // at the end of the interval
 	AllocsPerMsg float64 `json:"allocs_per_msg,omitempty"`
 	BytesPerMsg  float64 `json:"alloc_bytes_per_msg,omitempty"`
 	FirstSeconds float64 `json:"first_message_seconds"`
@@ -92,6 +95,7 @@ func drainRowOf(contender string, rs []childResult, n int64, size int) drainRow 
 		Seconds:      medianOf(rs, func(r childResult) float64 { return r.Seconds }),
 		CPUSeconds:   medianOf(rs, func(r childResult) float64 { return r.CPUSeconds }),
 		PeakRSSMB:    medianOf(rs, func(r childResult) float64 { return float64(r.PeakRSS) / (1 << 20) }),
+		RSSMB:        medianOf(rs, func(r childResult) float64 { return float64(r.RSS) / (1 << 20) }),
 		FirstSeconds: medianOf(rs, func(r childResult) float64 { return r.FirstSeconds }),
 	}
 	if n > 0 {
@@ -179,11 +183,50 @@ func markdown(res *results) string {
 	if t := res.Startup; t != nil {
 		fmt.Fprintf(&b, "### Start-up: one instance, %d topics × %d partitions = %d partitions\n\n",
 			t.Topics, t.Partitions/max(t.Topics, 1), t.Partitions)
-		b.WriteString("| contender | s until every partition delivered | ratio to sarama-raw | 1st msg s | CPU s | peak RSS MiB |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|\n")
+		b.WriteString("| contender | s until every partition delivered | ratio to sarama-raw | 1st msg s | CPU s | peak RSS MiB | RSS MiB then |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|\n")
 		for _, r := range t.Rows {
-			fmt.Fprintf(&b, "| %s | %.2f | %s | %.2f | %.2f | %.0f |\n",
-				r.Contender, r.Seconds, ratio(r.Ratio), r.FirstSeconds, r.CPUSeconds, r.PeakRSSMB)
+			fmt.Fprintf(&b, "| %s | %.2f | %s | %.2f | %.2f | %.0f | %.0f |\n",
+				r.Contender, r.Seconds, ratio(r.Ratio), r.FirstSeconds, r.CPUSeconds, r.PeakRSSMB, r.RSSMB)
+		}
+		b.WriteString("\n")
+	}
+	if t := res.MassMove; t != nil {
+		fmt.Fprintf(&b, "### Mass move: one instance on %d partitions, a second joins; %d msgs/s produced\n\n", t.Partitions, t.Rate)
+		b.WriteString("Recovery: seconds from the second instance's Join until every partition is consumed again " +
+			"(as in the rebalance workload: its final owner received a message produced after the Join, and no message is delayed more than " +
+			t.Late + " any more). Moved: partitions whose owner changed.\n\n")
+		b.WriteString("| contender | session timeout | recovery s | new owner s | last delayed s | moved | duplicates | lost |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range t.Rows {
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.0f |\n",
+				r.Contender, r.SessionTimeout, r.Recovery, r.NewOwner, r.LastDelayed, r.Moved, r.Duplicates, r.Lost)
+		}
+		b.WriteString("\n")
+	}
+	if t := res.Scale; t != nil {
+		b.WriteString("### Scale: kafkaconsumer instances (goroutines of one process, each with its own ZooKeeper sessions and Kafka clients) on one idle topic\n\n")
+		b.WriteString("Seconds until stable (every partition claimed by exactly one instance, its owner by the distribution): per join or leave when one at a time (median / max), the whole phase when all at once. " +
+			"ZooKeeper requests: what the server received (srvr), less the idle rate, per join or leave. RSS: resident memory with every instance joined, less that before, per instance.\n\n")
+		b.WriteString("| instances | partitions | join one at a time s (median / max) | ZK req per join | leave one at a time s (median / max) | ZK req per leave | join all at once s | ZK req per join | leave all at once s | RSS MiB per instance | idle ZK req/s |\n")
+		b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, c := range t.Cells {
+			ph := map[string]scalePhase{}
+			for _, p := range c.Phases {
+				ph[p.Name] = p
+			}
+			timedOut := func(p scalePhase) string {
+				if p.TimedOut {
+					return " (timed out)"
+				}
+				return ""
+			}
+			fmt.Fprintf(&b, "| %d | %d | %.2f / %.2f%s | %.0f | %.2f / %.2f%s | %.0f | %.2f%s | %.0f | %.2f | %.1f | %.0f |\n",
+				c.Instances, c.Partitions,
+				ph["join-one"].MedianEvent, ph["join-one"].MaxEvent, timedOut(ph["join-one"]), ph["join-one"].ZKPerEvent,
+				ph["leave-one"].MedianEvent, ph["leave-one"].MaxEvent, timedOut(ph["leave-one"]), ph["leave-one"].ZKPerEvent,
+				ph["join-all"].Seconds, timedOut(ph["join-all"]), ph["join-all"].ZKPerEvent,
+				ph["leave-all"].Seconds, c.RSSPerInstanceMB, c.IdleZKPerSecond)
 		}
 		b.WriteString("\n")
 	}

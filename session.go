@@ -1,0 +1,272 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"path"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// The instance's ZooKeeper session: its registration, the watch on the
+// group's instances and the claims of its partitions all go through one
+// connection of the consumer manager, zkConn (Join's probe), so that the
+// claims go with the registration when that session ends, and so that what
+// this instance wrote it reads back on the same session.
+//
+// The nodes are those of kazoo-go and of the original library, with the
+// same content: /consumers/<group>/ids/<id> holds the subscription,
+// /consumers/<group>/owners/<topic>/<partition> the owner's ID; both
+// ephemeral. kazoo-go's ClaimPartition checks each of the four parents with
+// Exists twice before it creates the node: nine requests a partition,
+// which made ZooKeeper most of the start-up of 1,000 partitions
+// (BENCHMARKS.md, round 4). claim makes one, and creates the parents only
+// when ZooKeeper says they are missing.
+
+// groupNode returns the path of the group's node below /consumers, with the
+// chroot, joined with elems.
+func (cm *consumerManager) groupNode(elems ...string) string {
+	return path.Join(append([]string{cm.config.Zookeeper.Chroot, "/consumers", cm.group}, elems...)...)
+}
+
+// ownerNode returns the path of tp's owner node.
+func (cm *consumerManager) ownerNode(tp topicPartition) string {
+	return cm.groupNode("owners", tp.topic, strconv.Itoa(int(tp.partition)))
+}
+
+// createNode creates node, and its missing parents (persistent, empty) when
+// ZooKeeper reports them missing.
+func (cm *consumerManager) createNode(node string, data []byte, flags int32) error {
+	for attempt := 0; ; attempt++ {
+		_, err := cm.zkConn.Create(node, data, flags, zk.WorldACL(zk.PermAll))
+		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
+			return err
+		}
+		if err := cm.mkdirs(path.Dir(node)); err != nil {
+			return err
+		}
+	}
+}
+
+// mkdirs creates the persistent node dir and its missing parents; one
+// request when only dir is missing.
+func (cm *consumerManager) mkdirs(dir string) error {
+	if dir == "/" || dir == "." {
+		return nil
+	}
+	err := cm.createNode(dir, nil, 0)
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}
+
+// claimNode creates tp's owner node with this instance's ID. A node that
+// holds this instance's ID already (left by an earlier session, or by an
+// attempt whose answer was lost) is taken over; another instance's node
+// gives kazoo.ErrPartitionClaimedByOther.
+func (cm *consumerManager) claimNode(tp topicPartition) error {
+	node := cm.ownerNode(tp)
+	id := []byte(cm.instance.ID)
+	for attempt := 0; ; attempt++ {
+		err := cm.createNode(node, id, zk.FlagEphemeral)
+		if !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+		data, _, err := cm.zkConn.Get(node)
+		switch {
+		case err == nil && string(data) == cm.instance.ID:
+			return nil
+		case err == nil:
+			return kazoo.ErrPartitionClaimedByOther
+		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
+			continue // released in the meantime
+		default:
+			return err
+		}
+	}
+}
+
+// watchOwner returns the ID in tp's owner node and a watch on the node;
+// "" and no watch when the partition has no owner.
+func (cm *consumerManager) watchOwner(tp topicPartition) (string, <-chan zk.Event, error) {
+	data, _, watch, err := cm.zkConn.GetW(cm.ownerNode(tp))
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return string(data), watch, nil
+}
+
+// releaseNode deletes tp's owner node if it holds this instance's ID;
+// kazoo.ErrPartitionNotClaimed when it is gone or another instance's.
+func (cm *consumerManager) releaseNode(tp topicPartition) error {
+	node := cm.ownerNode(tp)
+	data, stat, err := cm.zkConn.Get(node)
+	if errors.Is(err, zk.ErrNoNode) {
+		return kazoo.ErrPartitionNotClaimed
+	} else if err != nil {
+		return err
+	}
+	if string(data) != cm.instance.ID {
+		return kazoo.ErrPartitionNotClaimed
+	}
+	if err := cm.zkConn.Delete(node, stat.Version); errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+		return kazoo.ErrPartitionNotClaimed
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// registerNode creates the instance's registration node;
+// kazoo.ErrInstanceAlreadyRegistered when it exists.
+func (cm *consumerManager) registerNode() error {
+	err := cm.createNode(cm.groupNode("ids", cm.instance.ID), cm.subscriptionJSON, zk.FlagEphemeral)
+	if errors.Is(err, zk.ErrNodeExists) {
+		return kazoo.ErrInstanceAlreadyRegistered
+	}
+	return err
+}
+
+// registeredNode reports whether the instance's registration node exists.
+func (cm *consumerManager) registeredNode() (bool, error) {
+	exists, _, err := cm.zkConn.Exists(cm.groupNode("ids", cm.instance.ID))
+	return exists, err
+}
+
+// deregisterNode deletes the instance's registration node;
+// kazoo.ErrInstanceNotRegistered when it is gone.
+func (cm *consumerManager) deregisterNode() error {
+	err := cm.zkConn.Delete(cm.groupNode("ids", cm.instance.ID), -1)
+	if errors.Is(err, zk.ErrNoNode) {
+		return kazoo.ErrInstanceNotRegistered
+	}
+	return err
+}
+
+// watchInstanceNodes returns the group's registered instances and a watch
+// on them, creating the group's ids node when it is missing.
+func (cm *consumerManager) watchInstanceNodes() (kazoo.ConsumergroupInstanceList, <-chan zk.Event, error) {
+	ids := cm.groupNode("ids")
+	children, _, watch, err := cm.zkConn.ChildrenW(ids)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := cm.mkdirs(ids); err != nil {
+			return nil, nil, err
+		}
+		children, _, watch, err = cm.zkConn.ChildrenW(ids)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	instances := make(kazoo.ConsumergroupInstanceList, 0, len(children))
+	for _, id := range children {
+		instances = append(instances, cm.kzGroup.Instance(id))
+	}
+	return instances, watch, nil
+}
+
+// claimChunk is the most owner nodes one ZooKeeper multi creates: a
+// thousand creates of about 100 bytes stay well below jute.maxbuffer.
+const claimChunk = 250
+
+// claimBatch claims the partitions that one distribution started together,
+// with one ZooKeeper multi request per claimChunk partitions instead of a
+// request each: at start-up every owner node is missing, and the creates
+// were most of the start-up time of 1,000 partitions. A multi is atomic:
+// when one partition of a chunk is still owned (by an instance that is
+// letting go of it), none of the chunk is created, and each partition
+// manager claims its partition alone, as without the batch.
+//
+// The first partition manager that claims (claimed) runs the multis on its
+// own goroutine; the others wait for it, without a deadline (as for a
+// claim of their own), so that no node the batch created goes unnoticed.
+type claimBatch struct {
+	cm  *consumerManager
+	tps []topicPartition
+
+	running atomic.Bool   // a partition manager runs the multis
+	done    chan struct{} // closed when result is set
+	// result maps the partitions of the batch to their outcome: true for
+	// claimed, false when the chunk failed for certain, absent when its
+	// outcome is unknown (the connection failed).
+	result map[topicPartition]bool
+}
+
+func newClaimBatch(cm *consumerManager, tps []topicPartition) *claimBatch {
+	return &claimBatch{cm: cm, tps: tps, done: make(chan struct{})}
+}
+
+// claimed returns the outcome for tp: claimed, or known false when the
+// partition manager must claim alone (and may: nothing was created).
+func (b *claimBatch) claimed(tp topicPartition) (claimed, known bool) {
+	if b.running.CompareAndSwap(false, true) {
+		b.result = b.run()
+		close(b.done)
+	}
+	<-b.done
+	claimed, known = b.result[tp]
+	return claimed, known
+}
+
+// run creates the owner nodes chunk by chunk.
+func (b *claimBatch) run() map[topicPartition]bool {
+	result := make(map[topicPartition]bool, len(b.tps))
+	for start := 0; start < len(b.tps); start += claimChunk {
+		chunk := b.tps[start:min(start+claimChunk, len(b.tps))]
+		err := b.create(chunk)
+		if errors.Is(err, zk.ErrNoNode) && b.mkdirs(chunk) == nil {
+			err = b.create(chunk)
+		}
+		switch {
+		case err == nil:
+			for _, tp := range chunk {
+				result[tp] = true
+			}
+		case errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode):
+			for _, tp := range chunk {
+				result[tp] = false
+			}
+		default:
+			// Unknown: the partition managers claim alone, and take
+			// over a node with this instance's ID.
+		}
+	}
+	return result
+}
+
+// create runs one multi of the chunk's owner nodes; it returns the error of
+// the op that failed, or of the request.
+func (b *claimBatch) create(chunk []topicPartition) error {
+	id := []byte(b.cm.instance.ID)
+	ops := make([]interface{}, len(chunk))
+	for i, tp := range chunk {
+		ops[i] = &zk.CreateRequest{Path: b.cm.ownerNode(tp), Data: id, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral}
+	}
+	responses, err := b.cm.zkConn.Multi(ops...)
+	for _, r := range responses {
+		// The op that failed; the others report a rollback.
+		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) {
+			return r.Error
+		}
+	}
+	return err
+}
+
+// mkdirs creates the owner nodes' parents of the chunk's topics.
+func (b *claimBatch) mkdirs(chunk []topicPartition) error {
+	seen := make(map[string]bool)
+	for _, tp := range chunk {
+		if !seen[tp.topic] {
+			seen[tp.topic] = true
+			if err := b.cm.mkdirs(path.Dir(b.cm.ownerNode(tp))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
