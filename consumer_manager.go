@@ -495,13 +495,12 @@ type consumerManager struct {
 	subscriptionJSON []byte
 
 	kz *kazoo.Kazoo
-	// zkConn is a second ZooKeeper connection, Join's probe: broker
-	// discovery and the registrations of the other instances are read
-	// through it (see zkGet). Closed by closeConnections.
-	zkConn *zk.Conn
-	// zkReads counts the goroutines of zkGet; closeConnections waits for
-	// them after closing zkConn.
-	zkReads  sync.WaitGroup
+	// zkConn is the instance's own ZooKeeper session, Join's probe: broker
+	// discovery, the registration, the watch on the group's instances and
+	// their registrations, and the claims go through it (session.go);
+	// kazoo-go's (kz) watches the subscription. Closed by
+	// closeConnections.
+	zkConn   *zk.Conn
 	kzGroup  *kazoo.Consumergroup
 	instance *kazoo.ConsumergroupInstance
 	// registered tells whether the instance's registration node is ours to
@@ -577,9 +576,8 @@ type consumerManager struct {
 	// firstRound is closed by the manager goroutine when it made its first
 	// distribution; claims receives a token, without blocking the sender,
 	// when a partition is claimed. JoinContext waits on them.
-	firstRound  chan struct{}
-	distributed bool // firstRound is closed; used by the manager goroutine only
-	claims      chan struct{}
+	firstRound chan struct{}
+	claims     chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped
@@ -889,9 +887,6 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 		if err == nil {
 			originals, err = cm.originalsRegistered(instances)
 		}
-		if errors.Is(err, errDying) {
-			return nil, nil, false, false
-		}
 		if err == nil {
 			changed = watch
 			kindsChanged = originals != cm.originals
@@ -994,17 +989,15 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 		during[pm.tp] = pm
 	}
 	if len(started) > 0 {
-		tps := make([]topicPartition, 0, len(started))
+		all := make([]topicPartition, 0, len(started))
+		consumed := make([]topicPartition, 0, len(started)) // not held
 		for _, pm := range started {
+			all = append(all, pm.tp)
 			if !pm.hold {
-				tps = append(tps, pm.tp)
+				consumed = append(consumed, pm.tp)
 			}
 		}
-		initial := newInitialOffsets(cm.client, cm.config.Offsets.Initial, tps)
-		all := make([]topicPartition, len(started))
-		for i, pm := range started {
-			all[i] = pm.tp
-		}
+		initial := newInitialOffsets(cm.client, cm.config.Offsets.Initial, consumed)
 		claims := newClaimBatch(cm, all)
 		for _, pm := range started {
 			pm.initial, pm.claims = initial, claims
@@ -1019,11 +1012,14 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 		pm.retired.Store(true)
 	}
 	cm.pms.Store(&next)
-	if assigned != nil && !cm.distributed && cm.firstRound != nil {
+	if assigned != nil && cm.firstRound != nil {
 		// Before OnRebalance, which may block: JoinContext must not wait
-		// for it.
-		cm.distributed = true
-		close(cm.firstRound)
+		// for it. Only the manager goroutine closes it.
+		select {
+		case <-cm.firstRound:
+		default:
+			close(cm.firstRound)
+		}
 	}
 	cm.notifyClaims()
 
@@ -1229,7 +1225,6 @@ func (cm *consumerManager) closeConnections() []error {
 	}
 	if cm.zkConn != nil {
 		cm.zkConn.Close()
-		cm.zkReads.Wait()
 	}
 	return errs
 }
@@ -1266,33 +1261,32 @@ func (cm *consumerManager) closeKafka() error {
 		cm.forwarders.Wait()
 	}()
 
-	var err error
-	clientClosed := false
 	timeout := time.NewTimer(closeGrace)
 	defer timeout.Stop()
 	select {
 	case <-closed:
+		cm.closeClients(true)
+		return nil
 	case <-timeout.C:
-		err = fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
+		err := fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
 		cm.logf(slog.LevelError, "%s.", err)
-		for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		clientClosed = true
+		cm.closeClients(false) // their errors are those of the requests it fails
 		<-closed
+		return err
 	}
-	if !clientClosed {
-		for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
-			if c != nil {
-				if err := c.Close(); err != nil {
-					cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
-				}
-			}
+}
+
+// closeClients closes the sarama clients that connect opened, logging
+// their errors when logErrors is set.
+func (cm *consumerManager) closeClients(logErrors bool) {
+	for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
+		if c == nil {
+			continue
+		}
+		if err := c.Close(); err != nil && logErrors {
+			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
 		}
 	}
-	return err
 }
 
 // logf writes a line of this consumer at level (see Config.Logger).

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -367,7 +366,7 @@ func TestMigrationToKafkaDiscoveryAndOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &takeOver{counts: make(map[string]int)}
+	h := &takeOver{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cg.Consume(ctx, []string{topic}, h) }()
@@ -391,32 +390,15 @@ func TestMigrationToKafkaDiscoveryAndOut(t *testing.T) {
 // takeOver is the sarama ConsumerGroupHandler of the exit step: it counts
 // the values and marks every message.
 type takeOver struct {
-	mu     sync.Mutex
-	counts map[string]int
+	valueCounts
 }
 
 func (h *takeOver) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (h *takeOver) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 func (h *takeOver) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	for msg := range claim.Messages() {
-		h.mu.Lock()
-		h.counts[string(msg.Value)]++
-		h.mu.Unlock()
+		h.add(string(msg.Value))
 		s.MarkMessage(msg, "")
 	}
 	return nil
 }
-
-func (h *takeOver) received(values []string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, v := range values {
-		if h.counts[v] > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-func (h *takeOver) has(values []string) bool { return h.received(values) == len(values) }

@@ -319,19 +319,60 @@ type collector struct {
 	ack      func(*sarama.ConsumerMessage) bool
 	done     chan struct{} // closed when Messages is closed and drained
 
+	valueCounts // times each value was received
+
+	mu    sync.Mutex
+	acked map[string]bool // guarded by mu: values acked
+}
+
+// valueCounts counts how often each message value was received. Safe for
+// concurrent use; its zero value is ready to use.
+type valueCounts struct {
 	mu     sync.Mutex
-	counts map[string]int  // guarded by mu: times each value was received
-	acked  map[string]bool // guarded by mu: values acked
+	counts map[string]int // guarded by mu
+}
+
+// add counts one receipt of value.
+func (vc *valueCounts) add(value string) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if vc.counts == nil {
+		vc.counts = make(map[string]int)
+	}
+	vc.counts[value]++
+}
+
+// has reports whether every value was received at least once.
+func (vc *valueCounts) has(values []string) bool {
+	return vc.received(values) == len(values)
+}
+
+// received returns how many of the values were received at least once.
+func (vc *valueCounts) received(values []string) int {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	n := 0
+	for _, v := range values {
+		if vc.counts[v] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// count returns how often value was received.
+func (vc *valueCounts) count(value string) int {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	return vc.counts[value]
 }
 
 func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
-	col := &collector{consumer: c, ack: ack, done: make(chan struct{}), counts: make(map[string]int), acked: make(map[string]bool)}
+	col := &collector{consumer: c, ack: ack, done: make(chan struct{}), acked: make(map[string]bool)}
 	go func() {
 		defer close(col.done)
 		for msg := range c.Messages() {
-			col.mu.Lock()
-			col.counts[string(msg.Value)]++
-			col.mu.Unlock()
+			col.add(string(msg.Value))
 			if col.ack == nil || col.ack(msg) {
 				c.Ack(msg)
 				col.mu.Lock()
@@ -343,36 +384,11 @@ func collect(c Consumer, ack func(*sarama.ConsumerMessage) bool) *collector {
 	return col
 }
 
-// has reports whether every value was received at least once.
-func (col *collector) has(values []string) bool {
-	return col.received(values) == len(values)
-}
-
-// received returns how many of the values were received at least once.
-func (col *collector) received(values []string) int {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	n := 0
-	for _, v := range values {
-		if col.counts[v] > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // wasAcked reports whether value was acked.
 func (col *collector) wasAcked(value string) bool {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	return col.acked[value]
-}
-
-// count returns how often value was received.
-func (col *collector) count(value string) int {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	return col.counts[value]
 }
 
 // close closes the consumer and waits until its Messages channel is closed.

@@ -58,39 +58,13 @@ func isMarkedRegistration(data []byte) bool {
 	return json.Unmarshal(data, &reg) == nil && reg.Client == registrationClient
 }
 
-// errDying is returned by zkGet when the manager is interrupted first.
-var errDying = errors.New("interrupted")
-
-// zkGet reads a node through the consumer's go-zookeeper connection (kazoo-
-// go neither shares its own nor returns a registration's raw data). The
-// client has no request timeout: the read runs in a goroutine, which
-// closeConnections waits for after closing the connection (which fails
-// it), so that an interrupt does not wait for ZooKeeper.
-func (cm *consumerManager) zkGet(path string) ([]byte, error) {
-	type result struct {
-		data []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	cm.zkReads.Add(1)
-	go func() { // owned by closeConnections, which waits for zkReads
-		defer cm.zkReads.Done()
-		data, _, err := cm.zkConn.Get(path)
-		done <- result{data, err}
-	}()
-	select {
-	case r := <-done:
-		return r.data, r.err
-	case <-cm.t.Dying():
-		return nil, errDying
-	}
-}
-
 // originalsRegistered tells whether any of the instances is one of the
 // original library (its registration has no mark). It reads the
 // registrations of the instances it has not seen before, and remembers
-// the answer for as long as they are registered. Used by the manager
-// goroutine only.
+// the answer for as long as they are registered. It reads them through
+// the session of the instance's own registration (session.go): kazoo-go
+// cannot parse a registration whose timestamp is a string. Used by the
+// manager goroutine only.
 func (cm *consumerManager) originalsRegistered(instances kazoo.ConsumergroupInstanceList) (bool, error) {
 	if cm.marked == nil {
 		cm.marked = map[string]bool{cm.instance.ID: true}
@@ -100,8 +74,7 @@ func (cm *consumerManager) originalsRegistered(instances kazoo.ConsumergroupInst
 	for _, instance := range instances {
 		marked, known := cm.marked[instance.ID]
 		if !known {
-			path := fmt.Sprintf("%s/consumers/%s/ids/%s", cm.config.Zookeeper.Chroot, cm.group, instance.ID)
-			data, err := cm.zkGet(path)
+			data, _, err := cm.zkConn.Get(cm.groupNode("ids", instance.ID))
 			if errors.Is(err, zk.ErrNoNode) {
 				continue // gone already: the instances' watch fires
 			} else if err != nil {

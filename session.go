@@ -4,7 +4,7 @@ import (
 	"errors"
 	"path"
 	"strconv"
-	"sync/atomic"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
@@ -189,8 +189,7 @@ type claimBatch struct {
 	cm  *consumerManager
 	tps []topicPartition
 
-	running atomic.Bool   // a partition manager runs the multis
-	done    chan struct{} // closed when result is set
+	once sync.Once // runs the multis, in the first caller of claimed
 	// result maps the partitions of the batch to their outcome: true for
 	// claimed, false when the chunk failed for certain, absent when its
 	// outcome is unknown (the connection failed).
@@ -198,17 +197,13 @@ type claimBatch struct {
 }
 
 func newClaimBatch(cm *consumerManager, tps []topicPartition) *claimBatch {
-	return &claimBatch{cm: cm, tps: tps, done: make(chan struct{})}
+	return &claimBatch{cm: cm, tps: tps}
 }
 
 // claimed returns the outcome for tp: claimed, or known false when the
 // partition manager must claim alone (and may: nothing was created).
 func (b *claimBatch) claimed(tp topicPartition) (claimed, known bool) {
-	if b.running.CompareAndSwap(false, true) {
-		b.result = b.run()
-		close(b.done)
-	}
-	<-b.done
+	b.once.Do(func() { b.result = b.run() })
 	claimed, known = b.result[tp]
 	return claimed, known
 }
