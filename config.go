@@ -37,8 +37,8 @@ const (
 // NewConfig and change what you need before calling Join; Join does not
 // change it, and it must not be changed while a consumer uses it.
 type Config struct {
-	// Config is sarama's configuration, used for the client, the consumer
-	// and the offset manager. NewConfig starts from sarama.NewConfig() and
+	// Config is sarama's configuration, used for the clients, the consumer
+	// and the offset commits. NewConfig starts from sarama.NewConfig() and
 	// sets Consumer.Return.Errors, so partition and commit errors reach
 	// Errors(). Consumer.Offsets.Initial is taken from Offsets.Initial.
 	*sarama.Config

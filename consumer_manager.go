@@ -48,8 +48,8 @@ type Consumer interface {
 	// Close is bounded. The partitions stop, all at once, within
 	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
 	// commit and the release of the claim. The Kafka connections close
-	// within 5 s more: after that Close closes sarama's client under its
-	// offset manager, which cuts its retries short, though a dial or request
+	// within 5 s more: after that Close closes sarama's clients under its
+	// last commit rounds, which cuts their retries short, though a dial or request
 	// already in flight to a hung broker still takes up to Net.DialTimeout
 	// or Net.ReadTimeout. ZooKeeper requests fail, rather than wait, while
 	// no server answers (about a second per server). So with the defaults,
@@ -113,8 +113,8 @@ type Consumer interface {
 	// that of the first handed-out message not acked yet (or one past the
 	// last one handed out), following sarama's convention that a committed
 	// offset is the next message to read: acking message N, with every
-	// earlier one acked, commits N+1. The acked prefix is handed to
-	// sarama's offset manager within 100 ms (or AutoCommit.Interval, when
+	// earlier one acked, commits N+1. The acked prefix is marked for the
+	// next commit within 100 ms (or AutoCommit.Interval, when
 	// shorter); commits go out every
 	// Config.Consumer.Offsets.AutoCommit.Interval, and when a partition
 	// stops, with every ack made before it stopped. Ack never blocks on the
@@ -383,7 +383,7 @@ func (cm *consumerManager) startLoops() {
 }
 
 // maxMarkDelay bounds how long the end of a partition's acked prefix waits
-// before it is marked in the offset manager, whence the next auto-commit
+// before it is marked in the offset store, whence the next commit round
 // takes it. Acks do not mark one by one: see partitionManager.ack.
 const maxMarkDelay = 100 * time.Millisecond
 
@@ -415,7 +415,7 @@ func (cm *consumerManager) markLoop() {
 }
 
 // connect does the work of Join after validation: broker discovery (see
-// discoverBrokers), the sarama client, offset manager and consumer, and
+// discoverBrokers), the sarama clients, offset store and consumer, and
 // last the registration, so that the group never hands a share to an
 // instance that cannot consume it. On error, closeConnections undoes what
 // was done.
@@ -446,16 +446,14 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		}
 		return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
 	}
-	// The offset manager has a client of its own: Kafka answers the
+	// The offset store has a client of its own: Kafka answers the
 	// requests of one connection one at a time, and its OffsetFetch and
 	// OffsetCommit requests would otherwise wait behind the consumer's
 	// fetches (up to Consumer.MaxWaitTime each) and ListOffsets requests.
 	if cm.offsetClient, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
-	if cm.offsetManager, err = sarama.NewOffsetManagerFromClient(cm.group, cm.offsetClient); err != nil {
-		return fmt.Errorf("start offset manager: %w", err)
-	}
+	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
 	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
 		return fmt.Errorf("start consumer: %w", err)
 	}
@@ -507,10 +505,10 @@ type consumerManager struct {
 	// delete. Used by run and, after it, by closeConnections.
 	registered bool
 
-	client        sarama.Client
-	offsetClient  sarama.Client // the offset manager's (see connect)
-	consumer      sarama.Consumer
-	offsetManager sarama.OffsetManager
+	client       sarama.Client
+	offsetClient sarama.Client // the offset store's (see connect)
+	consumer     sarama.Consumer
+	offsets      *offsetStore // nil until connect made it
 
 	t tomb.Tomb // the manager goroutine: run's first line defers t.Done
 
@@ -535,12 +533,6 @@ type consumerManager struct {
 	// the topic of every message. A cached manager that was retired is
 	// looked up again.
 	ackCache [ackCacheSize]atomic.Pointer[partitionManager]
-
-	// forwarders counts the goroutines that forward the errors of the
-	// partitions' offset managers (forwardOffsetErrors); each ends when
-	// sarama releases its offset manager. closeKafka waits for them after
-	// closing the offset manager, which releases every one.
-	forwarders sync.WaitGroup
 
 	// closers counts the goroutines that finish closing the partition
 	// consumers of stopped partitions (closeInBackground); closeKafka waits
@@ -999,8 +991,9 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 		}
 		initial := newInitialOffsets(cm.client, cm.config.Offsets.Initial, consumed)
 		claims := newClaimBatch(cm, all)
+		committed := newCommittedOffsets(cm.offsets, claims, consumed)
 		for _, pm := range started {
-			pm.initial, pm.claims = initial, claims
+			pm.initial, pm.claims, pm.committed = initial, claims, committed
 		}
 	}
 	cm.pms.Store(&during)
@@ -1053,7 +1046,7 @@ func sortedPartitions(pms []*partitionManager) []TopicPartition {
 //     acks of messages nobody received;
 //  2. release the claims left behind, and stop the goroutines of the
 //     ZooKeeper watches;
-//  3. close the consumer, the offset manager (its last commits), the client;
+//  3. close the consumer, commit what is left, close the clients;
 //  4. deregister the instance and close the ZooKeeper connection;
 //  5. close the Messages and Errors channels;
 //  6. make what did not complete the tomb's reason, which Close returns.
@@ -1133,12 +1126,12 @@ func (cm *consumerManager) commit() <-chan struct{} {
 	return cm.nextRound
 }
 
-// commitLoop is the committer goroutine: it runs the offset manager's
+// commitLoop is the committer goroutine: it runs the offset store's
 // commit rounds, one at a time, those that commit asks for and, when the
 // user's configuration enables auto-commit, one every
-// Consumer.Offsets.AutoCommit.Interval (sarama's own auto-commit is off,
-// see Config.saramaConfig), until closeKafka closes commitStop. Commit blocks while Kafka is unreachable (sarama
-// retries the coordinator); the callers wait with their own deadlines.
+// Consumer.Offsets.AutoCommit.Interval, until closeKafka closes
+// commitStop. A round blocks while Kafka is unreachable (the coordinator's
+// lookup retries); the callers wait with their own deadlines.
 func (cm *consumerManager) commitLoop() {
 	defer close(cm.commitDone)
 	var tick <-chan time.Time
@@ -1174,12 +1167,18 @@ func (cm *consumerManager) commitLoop() {
 	}
 }
 
-// commitRound runs one commit round of the offset manager, and reports it
+// commitRound runs one commit round of the offset store, and reports it
 // to Metrics.
 func (cm *consumerManager) commitRound() {
 	began := time.Now()
-	cm.offsetManager.Commit()
+	cm.offsets.commitRound()
 	cm.config.metrics().Committed(cm.group, time.Since(began))
+}
+
+// commitFailed passes on a failed commit of tp, to Errors() and Metrics.
+func (cm *consumerManager) commitFailed(tp topicPartition, err error) {
+	cm.config.metrics().CommitFailed(cm.group, TopicPartition{Topic: tp.topic, Partition: tp.partition}, err)
+	cm.sendError(&sarama.ConsumerError{Topic: tp.topic, Partition: tp.partition, Err: err})
 }
 
 // closeInBackground closes a partition consumer without waiting: sarama's
@@ -1197,9 +1196,9 @@ func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
 	}()
 }
 
-// closeGrace bounds how long Close waits for sarama's offset manager to
-// close (its last commit round, with retries) before it closes the Kafka
-// client under it, which makes the remaining retries fail at once.
+// closeGrace bounds how long Close waits for its last commit rounds
+// before it closes the Kafka clients under them, which makes their
+// remaining retries fail at once.
 const closeGrace = 5 * time.Second
 
 // closeConnections closes what connect opened, in reverse order, and
@@ -1229,13 +1228,13 @@ func (cm *consumerManager) closeConnections() []error {
 	return errs
 }
 
-// closeKafka closes the consumer, the committer, the offset manager (which
-// commits the last marks and releases every partition's offset manager,
-// ending their error forwarders) and the client. With Kafka unreachable,
-// sarama's offset manager retries its coordinator for long (per broker
-// Net.DialTimeout, times Metadata.Retry.Max, for each of
-// Offsets.Retry.Max flushes): after closeGrace the client is closed under
-// it, so that its retries fail at once. It returns ErrCommitTimeout then.
+// closeKafka closes the consumer and the committer, commits what the
+// partitions' final commits left uncommitted (a round and
+// Consumer.Offsets.Retry.Max retries), and closes the clients. With Kafka
+// unreachable, a round retries the coordinator for long (per broker
+// Net.DialTimeout, times Metadata.Retry.Max): after closeGrace the
+// clients are closed under it, so that its retries fail at once. It
+// returns ErrCommitTimeout then.
 func (cm *consumerManager) closeKafka() error {
 	closed := make(chan struct{})
 	go func() { // owned by closeKafka, which waits for it
@@ -1250,15 +1249,14 @@ func (cm *consumerManager) closeKafka() error {
 			close(cm.commitStop)
 			<-cm.commitDone
 		}
-		if cm.offsetManager != nil {
-			// sarama's Close commits nothing with its auto-commit off:
-			// a last round, for marks whose final commit timed out.
-			cm.offsetManager.Commit()
-			if err := cm.offsetManager.Close(); err != nil {
-				cm.logf(slog.LevelWarn, "Failed to close offset manager: %s.", err)
+		if cm.offsets != nil {
+			for attempt := 0; attempt <= cm.config.Consumer.Offsets.Retry.Max && cm.offsets.uncommitted() > 0; attempt++ {
+				cm.offsets.commitRound()
+			}
+			if n := cm.offsets.uncommitted(); n > 0 {
+				cm.logf(slog.LevelError, "The offsets of %d partitions were not committed; their next owners consume acked messages again.", n)
 			}
 		}
-		cm.forwarders.Wait()
 	}()
 
 	timeout := time.NewTimer(closeGrace)
@@ -1268,7 +1266,7 @@ func (cm *consumerManager) closeKafka() error {
 		cm.closeClients(true)
 		return nil
 	case <-timeout.C:
-		err := fmt.Errorf("%w: the offset manager did not close within %s; closing the Kafka client under it", ErrCommitTimeout, closeGrace)
+		err := fmt.Errorf("%w: the last commit did not complete within %s; closing the Kafka clients under it", ErrCommitTimeout, closeGrace)
 		cm.logf(slog.LevelError, "%s.", err)
 		cm.closeClients(false) // their errors are those of the requests it fails
 		<-closed

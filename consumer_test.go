@@ -127,63 +127,51 @@ func TestJoinDoesNotChangeCallerConfig(t *testing.T) {
 	}
 }
 
-// fakeOffsetManager records the marks of a partition; it stands in for
-// sarama's partition offset manager in tests of the ack bookkeeping.
-type fakeOffsetManager struct {
-	mu     sync.Mutex
-	mark   int64 // the highest offset marked, or -1
-	errors chan *sarama.ConsumerError
-	// markAcked, when set, is called by last first: the marker's work.
-	markAcked func()
+// testOffsets returns an offset store without a Kafka client: it keeps
+// marks, and nothing commits them. For tests of the ack bookkeeping.
+func testOffsets() *offsetStore {
+	return &offsetStore{parts: make(map[topicPartition]*storedOffset), report: func(topicPartition, error) {}}
 }
 
-func newFakeOffsetManager() *fakeOffsetManager {
-	return &fakeOffsetManager{mark: -1, errors: make(chan *sarama.ConsumerError)}
+// manageOffsets has pm's offsets kept in its consumer's store, from the
+// committed offset committed (-1 for none), as startOffsets does.
+func manageOffsets(pm *partitionManager, committed int64) {
+	pm.parent.offsets.reserve(pm.tp)
+	pm.parent.offsets.set(pm.tp, committed)
+	pm.mu.Lock()
+	pm.managed = true
+	pm.mu.Unlock()
 }
 
-func (f *fakeOffsetManager) NextOffset() (int64, string) { return 0, "" }
-func (f *fakeOffsetManager) MarkOffset(offset int64, _ string) {
-	f.mu.Lock()
-	if offset > f.mark {
-		f.mark = offset
-	}
-	f.mu.Unlock()
-}
-func (f *fakeOffsetManager) ResetOffset(int64, string)            {}
-func (f *fakeOffsetManager) Errors() <-chan *sarama.ConsumerError { return f.errors }
-func (f *fakeOffsetManager) AsyncClose()                          {}
-func (f *fakeOffsetManager) Close() error                         { return nil }
+// markProbe reads what a partition manager marked in its offset store.
+type markProbe struct{ pm *partitionManager }
 
-// last returns the highest offset marked, after a mark of the acked
-// prefix as the marker goroutine makes every markInterval.
-func (f *fakeOffsetManager) last() int64 {
-	if f.markAcked != nil {
-		f.markAcked()
-	}
-	return f.marked()
+// last returns the partition's offset to commit after a mark of the acked
+// prefix, as the marker goroutine makes every markInterval; -1 for none.
+func (p markProbe) last() int64 {
+	p.pm.markAcked()
+	return p.marked()
 }
 
-// marked returns the highest offset marked so far.
-func (f *fakeOffsetManager) marked() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.mark
+// marked returns the partition's offset to commit, as marked so far.
+func (p markProbe) marked() int64 {
+	return p.pm.parent.offsets.next(p.pm.tp)
 }
 
 // testManager returns a consumer manager without connections that runs one
-// partition manager of topic "t", partition 0, whose offset manager is fake.
-// handOut records the given offsets as handed out.
-func testManager(t *testing.T, config *Config) (*consumerManager, *partitionManager, *fakeOffsetManager, func(...int64)) {
+// partition manager of topic "t", partition 0, whose offsets are kept in a
+// store without a Kafka client. handOut records the given offsets as
+// handed out.
+func testManager(t *testing.T, config *Config) (*consumerManager, *partitionManager, markProbe, func(...int64)) {
 	t.Helper()
 	if config == nil {
 		config = NewConfig()
 	}
-	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance")}
+	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance"), offsets: testOffsets()}
 	partition := (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1})
 	pm := newPartitionManager(cm, partition)
-	pom := newFakeOffsetManager()
-	pom.markAcked = pm.markAcked
-	pm.pom = pom
+	manageOffsets(pm, -1)
+	pom := markProbe{pm}
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	handOut := func(offsets ...int64) {
 		pm.mu.Lock()
@@ -249,10 +237,11 @@ func TestAckCacheFollowsNewManager(t *testing.T) {
 	// A rebalance stops old and, later, starts a new manager of the
 	// same partition.
 	old.retired.Store(true)
+	// Its store is the consumer's, where the old one's entry was removed.
+	cm.offsets.close(old.tp)
 	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1}))
-	pom := newFakeOffsetManager()
-	pom.markAcked = pm.markAcked
-	pm.pom = pom
+	manageOffsets(pm, -1)
+	pom := markProbe{pm}
 	pm.pending.push(1)
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	cm.Ack(message(1))
@@ -297,7 +286,7 @@ func TestEarlyAckBeforeOffsetManager(t *testing.T) {
 	// a stale message of an earlier owner acked then is ignored.
 	cm, pm, _, _ := testManager(t, nil)
 	pm.mu.Lock()
-	pm.pom = nil
+	pm.managed = false
 	pm.mu.Unlock()
 	cm.Ack(message(7))
 }
@@ -387,9 +376,9 @@ func TestWaitForAcksCountsWithdrawn(t *testing.T) {
 // benchManager returns a consumer manager without connections running one
 // partition manager (topic "topic", partition 3) and a message of it.
 func benchManager() (*consumerManager, *partitionManager, *sarama.ConsumerMessage) {
-	cm := &consumerManager{config: NewConfig(), log: newLogger(nil, "group", "instance")}
+	cm := &consumerManager{config: NewConfig(), log: newLogger(nil, "group", "instance"), offsets: testOffsets()}
 	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("topic").Partition(3, []int32{1}))
-	pm.pom = newFakeOffsetManager()
+	manageOffsets(pm, -1)
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	return cm, pm, &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
 }
@@ -447,8 +436,7 @@ func TestStatsAndRebalanceNames(t *testing.T) {
 // and the highest mark wins (unsafe out of order).
 func BenchmarkAckSeedBaseline(b *testing.B) {
 	var mu sync.RWMutex
-	pom := newFakeOffsetManager()
-	managers := map[string]*fakeOffsetManager{"topic/3": pom}
+	managers := map[string]*seedMarks{"topic/3": {mark: -1}}
 	msg := &sarama.ConsumerMessage{Topic: "topic", Partition: 3}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -457,6 +445,21 @@ func BenchmarkAckSeedBaseline(b *testing.B) {
 		mu.RLock()
 		m := managers[fmt.Sprintf("%s/%d", msg.Topic, msg.Partition)]
 		mu.RUnlock()
-		m.MarkOffset(msg.Offset+1, "")
+		m.markOffset(msg.Offset + 1)
 	}
+}
+
+// seedMarks is the seed design's partition offset manager, as far as Ack
+// reaches it: the highest mark wins.
+type seedMarks struct {
+	mu   sync.Mutex
+	mark int64
+}
+
+func (m *seedMarks) markOffset(offset int64) {
+	m.mu.Lock()
+	if offset > m.mark {
+		m.mark = offset
+	}
+	m.mu.Unlock()
 }

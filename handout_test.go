@@ -67,15 +67,14 @@ func feedPartitions(topic string, ins []chan *sarama.ConsumerMessage, n int) *sy
 func BenchmarkHandOut(b *testing.B) {
 	config := NewConfig()
 	config.MaxPendingAcks = benchPending
-	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance"), messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize)}
+	cm := &consumerManager{config: config, log: newLogger(nil, "group", "instance"), offsets: testOffsets(), messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize)}
 	pms := make(partitionManagers)
 	pcs := make([]*fakePartitionConsumer, benchPartitions)
 	ins := make([]chan *sarama.ConsumerMessage, benchPartitions)
 	var consuming sync.WaitGroup
 	for p := range pcs {
 		pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("topic").Partition(int32(p), []int32{1}))
-		pom := newFakeOffsetManager()
-		pm.pom = pom
+		manageOffsets(pm, -1)
 		pms[pm.tp] = pm
 		pcs[p] = newFakePartitionConsumer(config.ChannelBufferSize)
 		ins[p] = pcs[p].messages

@@ -35,85 +35,25 @@ func (f *fakeConsumer) ConsumePartition(string, int32, int64) (sarama.PartitionC
 	return f.pc, nil
 }
 
-// fakeOffsets stands in for sarama's offset manager: it manages one fake
-// partition offset manager.
-type fakeOffsets struct {
-	sarama.OffsetManager // the methods the tests do not use panic
-	pom                  sarama.PartitionOffsetManager
-	commits              chan struct{} // receives a token per Commit, when not nil
-}
-
-func (f *fakeOffsets) ManagePartition(string, int32) (sarama.PartitionOffsetManager, error) {
-	return f.pom, nil
-}
-
-func (f *fakeOffsets) Commit() {
-	if f.commits != nil {
-		f.commits <- struct{}{}
-	}
-}
-
 // fakeManager returns a consumer manager without ZooKeeper or Kafka
-// connections whose consumer and offset manager are the given fakes, and a
-// partition manager of topic "t", partition 0, not started.
-func fakeManager(config *Config, consumer sarama.Consumer, offsets sarama.OffsetManager) (*consumerManager, *partitionManager) {
+// connections whose consumer is the given fake and whose offset store has
+// no Kafka client, and a partition manager of topic "t", partition 0, not
+// started.
+func fakeManager(config *Config, consumer sarama.Consumer) (*consumerManager, *partitionManager) {
 	if config == nil {
 		config = NewConfig()
 	}
 	cm := &consumerManager{
-		config:        config,
-		log:           newLogger(config.Logger, "group", "instance"),
-		consumer:      consumer,
-		offsetManager: offsets,
-		messages:      make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),
-		errors:        make(chan error, config.ChannelBufferSize),
+		config:   config,
+		log:      newLogger(config.Logger, "group", "instance"),
+		consumer: consumer,
+		offsets:  testOffsets(),
+		messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),
+		errors:   make(chan error, config.ChannelBufferSize),
 	}
 	cm.pms.Store(&partitionManagers{})
 	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1}))
 	return cm, pm
-}
-
-// TestOffsetManagerErrorsReadWhileConsumerRestarts: sarama's offset manager
-// sends a commit error to every partition offset manager with a blocking
-// send, holding its locks (offset_manager.go, handleErrorFor and
-// partitionOffsetManager.handleError), on every failed commit round, even
-// when nothing is to be committed (a coordinator that cannot be found).
-// A partition manager that stops reading them while it retries starting its
-// partition consumer blocks every Commit, and so Close, once the channel's
-// buffer is full. They must be read for the whole life of the offset
-// manager.
-func TestOffsetManagerErrorsReadWhileConsumerRestarts(t *testing.T) {
-	verifyNoLeaks(t)
-	pom := newFakeOffsetManager() // its Errors channel has no buffer
-	cm, pm := fakeManager(nil, &fakeConsumer{err: sarama.ErrLeaderNotAvailable}, &fakeOffsets{pom: pom})
-
-	started := pm.startOffsetManager()
-	restarting := make(chan struct{})
-	go func() {
-		defer close(restarting)
-		pm.startConsumer(started)
-	}()
-
-	sent := &sarama.ConsumerError{Topic: "t", Partition: 0, Err: sarama.ErrNotCoordinatorForConsumer}
-	select {
-	case pom.errors <- sent:
-	case <-time.After(3 * time.Second):
-		t.Error("the offset manager's error was not read within 3 s while the partition consumer restarts: sarama's commit loop would block")
-	}
-	deadline := time.After(3 * time.Second)
-	for forwarded := false; !forwarded && !t.Failed(); {
-		select {
-		case err := <-cm.errors:
-			forwarded = err == error(sent)
-		case <-deadline:
-			t.Error("the offset manager's error did not reach Errors()")
-		}
-	}
-
-	pm.t.Kill(nil)
-	<-restarting
-	close(pom.errors) // sarama closes it when it releases the partition
-	cm.forwarders.Wait()
 }
 
 // receiveWithin receives from ch or fails the test after 3 s.
@@ -140,7 +80,7 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 	config.MaxPendingAcks = 4
 	metrics := &recordingMetrics{}
 	config.Metrics = metrics
-	cm, pm := fakeManager(config, nil, nil)
+	cm, pm := fakeManager(config, nil)
 	cm.pms.Store(&partitionManagers{pm.tp: pm})
 	pc := newFakePartitionConsumer(16)
 	for o := int64(0); o < 10; o++ {
@@ -193,14 +133,13 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 // second, for as long as it lasts).
 func TestConsumerRestartErrorsNotRepeated(t *testing.T) {
 	verifyNoLeaks(t)
-	pom := newFakeOffsetManager()
 	consumer := &fakeConsumer{err: sarama.ErrLeaderNotAvailable}
-	cm, pm := fakeManager(nil, consumer, &fakeOffsets{pom: pom})
-	started := pm.startOffsetManager()
+	cm, pm := fakeManager(nil, consumer)
+	manageOffsets(pm, 0)
 	restarting := make(chan struct{})
 	go func() {
 		defer close(restarting)
-		pm.startConsumer(started)
+		pm.startConsumer()
 	}()
 	waitFor(t, 5*time.Second, "three attempts", func() bool {
 		consumer.mu.Lock()
@@ -212,8 +151,6 @@ func TestConsumerRestartErrorsNotRepeated(t *testing.T) {
 	if n := len(cm.errors); n != 1 {
 		t.Errorf("%d errors on Errors() after 3 failed attempts with the same error; want 1", n)
 	}
-	close(pom.errors)
-	cm.forwarders.Wait()
 }
 
 // TestOrphanSweepStopsAtFirstFailure: while ZooKeeper is unreachable each
@@ -227,7 +164,7 @@ func TestOrphanSweepStopsAtFirstFailure(t *testing.T) {
 		attempts++
 		return zk.ErrNoServer
 	}}
-	cm, _ := fakeManager(config, nil, nil)
+	cm, _ := fakeManager(config, nil)
 	for p := int32(0); p < 3; p++ {
 		cm.addOrphan(topicPartition{topic: "t", partition: p})
 	}

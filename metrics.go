@@ -29,7 +29,7 @@ type Metrics interface {
 	// gone (its ZooKeeper session expired; see ErrRegistrationLost).
 	RegistrationLost(group string)
 
-	// Committed is called after each commit round of the offset manager,
+	// Committed is called after each commit round,
 	// one every Consumer.Offsets.AutoCommit.Interval plus those of
 	// stopping partitions, with how long it took. A round commits every
 	// partition's marked offset; the partitions whose commit failed are

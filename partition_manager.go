@@ -31,8 +31,8 @@ type topicPartition struct {
 // to this instance, in its own goroutine (run), owned by the consumer
 // manager: it kills the tomb and waits for it.
 //
-// run claims the partition in ZooKeeper, starts its offset manager and
-// partition consumer, and hands messages out on the shared Messages channel
+// run claims the partition in ZooKeeper, reads its committed offset into
+// the consumer's offset store, starts its partition consumer, and hands messages out on the shared Messages channel
 // until it is killed. Then it stops (see stop): it waits for the acks of
 // what it handed out, commits the acked prefix and releases the claim,
 // all within MaxProcessingTime + stopGrace of the kill.
@@ -46,9 +46,10 @@ type partitionManager struct {
 	// the internal topics' partitions that fall to this instance are held
 	// (see mixed.go). Stats and OnRebalance leave held partitions out.
 	hold bool
-	// initial resolves Offsets.Initial together with the other partitions
-	// that the same distribution started; nil when started alone.
-	initial *initialOffsets
+	// initial resolves Offsets.Initial, and committed reads the committed
+	// offset, together with the other partitions that the same
+	// distribution started; nil when started alone.
+	initial, committed *offsetBatch
 	// claims claims the partition together with the others that the same
 	// distribution started; nil when started alone.
 	claims *claimBatch
@@ -63,18 +64,13 @@ type partitionManager struct {
 	// and an ack or withdrawal resolves a pending message.
 	wake chan struct{}
 
-	// pomDone is closed by the goroutine that forwards the offset manager's
-	// errors (forwardOffsetErrors) when sarama has released the offset
-	// manager: after the final commit of its marks. Set by run before it
-	// reads it.
-	pomDone chan struct{}
-
 	mu sync.Mutex // guards the fields below, shared with Ack's goroutines
 	// pending is the ack bookkeeping of the handed-out messages.
 	pending *pendingAcks
-	// pom is the partition's offset manager; nil until run started it, and
-	// after run closed it. Marks go to it under mu, so none is lost to Close.
-	pom sarama.PartitionOffsetManager
+	// managed is set while the consumer's offset store keeps this
+	// partition's offset (see startOffsets and closeOffsets). Marks go to
+	// it under mu, so none is lost to Close.
+	managed bool
 	// pc is the running partition consumer, for its high-water mark; nil
 	// when none runs.
 	pc sarama.PartitionConsumer
@@ -132,8 +128,8 @@ func (pm *partitionManager) stats() PartitionStats {
 	}
 	if c := pm.pending.commitOffset(); c >= 0 {
 		s.Committed = c
-	} else if pm.pom != nil {
-		if next, _ := pm.pom.NextOffset(); next >= 0 {
+	} else if pm.managed {
+		if next := pm.parent.offsets.next(pm.tp); next >= 0 {
 			s.Committed = next // else nothing committed: Offsets.Initial
 		}
 	}
@@ -164,7 +160,7 @@ func (pm *partitionManager) errorf(format string, args ...interface{}) error {
 
 // ack records that the message at offset was processed. It is called from
 // Ack, on any goroutine. The end of the acked prefix reaches the offset
-// manager at the next mark (see markAcked), not here: a MarkOffset per ack
+// store at the next mark (see markAcked), not here: a MarkOffset per ack
 // cost about 7% of the hand-out path (BenchmarkHandOut). An offset this
 // partition manager does not hold (acked twice, or handed out by an
 // earlier owner) is ignored; it reports false.
@@ -183,10 +179,10 @@ func (pm *partitionManager) ack(offset int64) bool {
 	return known
 }
 
-// markAcked marks the end of the acked prefix in the offset manager, which
+// markAcked marks the end of the acked prefix in the offset store, which
 // ignores a mark that does not move it forward. The consumer manager's
-// marker calls it every markInterval, and closeOffsetManager once more
-// before the final commit.
+// marker calls it every markInterval, and closeOffsets once more before
+// the final commit.
 func (pm *partitionManager) markAcked() {
 	pm.mu.Lock()
 	pm.markLocked()
@@ -195,11 +191,11 @@ func (pm *partitionManager) markAcked() {
 
 // markLocked is markAcked with pm.mu held.
 func (pm *partitionManager) markLocked() {
-	if pm.pom == nil {
+	if !pm.managed {
 		return
 	}
 	if c := pm.pending.commitOffset(); c >= 0 {
-		pm.pom.MarkOffset(c, "")
+		pm.parent.offsets.mark(pm.tp, c)
 	}
 }
 
@@ -233,8 +229,8 @@ func (pm *partitionManager) loseClaim() bool {
 	return held
 }
 
-// run is the partition manager's goroutine: claim, start the offset
-// manager, consume until killed, then stop. What did not complete in time
+// run is the partition manager's goroutine: claim, read the committed
+// offset, consume until killed, then stop. What did not complete in time
 // when it stopped is its tomb's reason.
 func (pm *partitionManager) run() {
 	defer pm.t.Done()
@@ -242,8 +238,8 @@ func (pm *partitionManager) run() {
 		if pm.hold {
 			pm.logf(slog.LevelDebug, "Claimed; held for the instances of the original library, not consumed.")
 			<-pm.t.Dying()
-		} else if pom := pm.startOffsetManager(); pom != nil {
-			pm.consumeUntilKilled(pom)
+		} else if pm.startOffsets() {
+			pm.consumeUntilKilled()
 		}
 	}
 	pm.t.Kill(pm.stop())
@@ -264,6 +260,7 @@ func (pm *partitionManager) claim() bool {
 			return true
 		}
 		uncertain = !known
+		pm.committed = nil // the batch's read may precede this claim
 	}
 	var waitedSince time.Time // when it began to wait for another owner
 	defer func() {
@@ -317,50 +314,55 @@ func (pm *partitionManager) setClaimed() {
 	pm.parent.notifyClaims()
 }
 
-// startOffsetManager starts the partition's offset manager, retrying until
-// killed (an earlier one may still be flushing its last commit), and a
-// goroutine that forwards its errors to Errors() for as long as it lives:
-// sarama blocks every commit round on an unread error. It returns nil when
-// killed.
-func (pm *partitionManager) startOffsetManager() sarama.PartitionOffsetManager {
-	cm := pm.parent
+// startOffsets reserves the partition in the consumer's offset store, then
+// reads its committed offset: with the others of its distribution when the
+// partition was claimed with them, else alone. It retries until killed (an
+// earlier partition manager of the partition may still be finishing its
+// final commit), and reports false when killed.
+func (pm *partitionManager) startOffsets() bool {
+	offsets := pm.parent.offsets
 	for attempt := 0; ; attempt++ {
-		pom, err := cm.offsetManager.ManagePartition(pm.tp.topic, pm.tp.partition)
+		err := offsets.reserve(pm.tp)
 		if err == nil {
-			pm.pomDone = make(chan struct{})
-			cm.forwarders.Add(1)
-			go pm.forwardOffsetErrors(pom, pm.pomDone)
 			pm.mu.Lock()
-			pm.pom = pom
+			pm.managed = true
 			pm.mu.Unlock()
-			return pom
+			var committed int64
+			if committed, err = pm.readCommitted(); err == nil {
+				offsets.set(pm.tp, committed)
+				return true
+			}
 		}
-		pm.logf(slog.LevelWarn, "Failed to start offset manager: %s. Trying again.", err)
+		select {
+		case <-pm.t.Dying():
+			return false
+		default:
+		}
+		pm.logf(slog.LevelWarn, "Failed to read the committed offset: %s. Trying again.", err)
 		if !sleepOrDie(&pm.t, attempt) {
-			return nil
+			return false
 		}
 	}
 }
 
-// forwardOffsetErrors passes the errors of pom to Errors() until sarama
-// closes pom's Errors channel, when it releases pom: after the commit
-// round that follows pom.AsyncClose, or at the offset manager's Close.
-// It then closes done. The consumer manager owns it (forwarders) and waits
-// for it after closing the offset manager.
-func (pm *partitionManager) forwardOffsetErrors(pom sarama.PartitionOffsetManager, done chan<- struct{}) {
-	defer pm.parent.forwarders.Done()
-	defer close(done)
-	for err := range pom.Errors() {
-		pm.parent.config.metrics().CommitFailed(pm.parent.group, pm.public(), err)
-		pm.parent.sendError(err)
+// readCommitted returns the partition's committed offset, -1 for none.
+func (pm *partitionManager) readCommitted() (int64, error) {
+	if pm.committed != nil {
+		offset, ok := pm.committed.get(pm.tp, pm.t.Dying())
+		pm.committed = nil // once: a retry reads alone
+		if ok {
+			return offset, nil
+		}
 	}
+	offsets, err := pm.parent.offsets.fetch([]topicPartition{pm.tp})
+	return offsets[pm.tp], err
 }
 
 // consumeUntilKilled runs partition consumers and hands their messages
 // out until killed, starting a new consumer when one stops by itself.
-func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager) {
+func (pm *partitionManager) consumeUntilKilled() {
 	for {
-		pc := pm.startConsumer(pom)
+		pc := pm.startConsumer()
 		if pc == nil {
 			return
 		}
@@ -385,10 +387,10 @@ func (pm *partitionManager) consumeUntilKilled(pom sarama.PartitionOffsetManager
 // the offset is out of range (see startAtInitial). It retries errors until
 // killed, and returns nil when killed. An error goes to Errors() when it
 // differs from the last attempt's, not at every retry.
-func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sarama.PartitionConsumer {
+func (pm *partitionManager) startConsumer() sarama.PartitionConsumer {
 	reported := ""
 	for attempt := 0; ; attempt++ {
-		offset, pc, err := pm.tryStartConsumer(pom)
+		offset, pc, err := pm.tryStartConsumer()
 		if err == nil {
 			pm.mu.Lock()
 			pm.pc = pc
@@ -414,20 +416,20 @@ func (pm *partitionManager) startConsumer(pom sarama.PartitionOffsetManager) sar
 
 // tryStartConsumer is one attempt of startConsumer; it returns the offset
 // it tried.
-func (pm *partitionManager) tryStartConsumer(pom sarama.PartitionOffsetManager) (int64, sarama.PartitionConsumer, error) {
+func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer, error) {
 	pm.mu.Lock()
 	offset := pm.lastHandedOut + 1
 	pm.mu.Unlock()
 	if offset == 0 {
-		if offset, _ = pom.NextOffset(); offset < 0 {
-			// Nothing committed: NextOffset returned Offsets.Initial.
-			pc, err := pm.startAtInitial(pom, -1)
+		if offset = pm.parent.offsets.next(pm.tp); offset < 0 {
+			// Nothing committed.
+			pc, err := pm.startAtInitial(-1)
 			return offset, pc, err
 		}
 	}
 	pc, err := pm.parent.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		pc, err = pm.startAtInitial(pom, offset)
+		pc, err = pm.startAtInitial(offset)
 	}
 	return offset, pc, err
 }
@@ -447,7 +449,7 @@ func (pm *partitionManager) tryStartConsumer(pom sarama.PartitionOffsetManager) 
 // start, and ErrLogTruncated goes to Errors(). That waits until every
 // handed-out message is resolved: offsets must increase while any is
 // pending.
-func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, from int64) (sarama.PartitionConsumer, error) {
+func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer, error) {
 	cm := pm.parent
 	start, batched := int64(0), false
 	if from < 0 && pm.initial != nil {
@@ -473,9 +475,7 @@ func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, fr
 	pm.lastHandedOut = start - 1
 	pm.mu.Unlock()
 
-	// sarama's ResetOffset only moves back and MarkOffset only forward.
-	pom.ResetOffset(start, "")
-	pom.MarkOffset(start, "")
+	cm.offsets.reset(pm.tp, start)
 	switch {
 	case truncated:
 		err := pm.errorf("%w: offset %d is past the end of the log; consuming again from offset %d (Offsets.Initial %d)",
@@ -498,7 +498,7 @@ func (pm *partitionManager) startAtInitial(pom sarama.PartitionOffsetManager, fr
 	if batched && errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		// Retention moved the log start since the batch resolved it.
 		pm.initial = nil
-		return pm.startAtInitial(pom, from)
+		return pm.startAtInitial(from)
 	}
 	return pc, err
 }
@@ -746,11 +746,11 @@ func (pm *partitionManager) stop() error {
 	acksDue := time.Now().Add(pm.parent.config.MaxProcessingTime)
 	deadline := acksDue.Add(stopGrace)
 	pm.mu.Lock()
-	pom := pm.pom
+	managed := pm.managed
 	pm.mu.Unlock()
-	if pom != nil {
+	if managed {
 		pm.waitForAcks(acksDue)
-		pm.commitErr = pm.closeOffsetManager(pom, deadline)
+		pm.commitErr = pm.closeOffsets(deadline)
 	}
 	err := errors.Join(pm.commitErr, pm.release(deadline))
 	pm.logf(slog.LevelDebug, "Stopped partition.")
@@ -789,36 +789,36 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 	}
 }
 
-// closeOffsetManager marks the acked prefix, closes the partition's offset
-// manager and waits until deadline for sarama to release it, which it does
-// in the first commit round that commits the marks. It asks the committer
-// for rounds rather than waiting for the next auto-commit tick, so the
-// partition is handed over without delay. It returns ErrCommitTimeout
-// when the commit was not confirmed by the deadline: sarama goes on trying
-// in the background, and the next owner may consume again what was acked.
-func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager, deadline time.Time) error {
+// closeOffsets marks the acked prefix, takes the partition out of the
+// offset store and waits until deadline for the commit of that mark. It
+// asks the committer for rounds rather than waiting for the next
+// auto-commit tick, so the partition is handed over without delay. It
+// returns ErrCommitTimeout when the commit was not confirmed by the
+// deadline: the offset store goes on trying in its rounds, and the next
+// owner may consume again what was acked.
+func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 	cm := pm.parent
 	pm.mu.Lock()
 	pm.markLocked()
-	pm.pom = nil
+	pm.managed = false
 	pm.mu.Unlock()
-	pom.AsyncClose()
+	committed := cm.offsets.close(pm.tp)
 
 	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
 	for attempt := 0; ; attempt++ {
 		select {
-		case <-pm.pomDone:
+		case <-committed:
 			return nil
 		case <-cm.commit():
 		case <-timeout.C:
 			return pm.commitTimeout()
 		}
-		// The round is over; sarama released the offset manager in it
-		// unless its commit failed. Give the forwarder a moment to see it.
+		// The round is over, and its commit failed: ask again after a
+		// delay.
 		retry := time.NewTimer(retryDelay(attempt))
 		select {
-		case <-pm.pomDone:
+		case <-committed:
 			retry.Stop()
 			return nil
 		case <-retry.C:
@@ -830,7 +830,7 @@ func (pm *partitionManager) closeOffsetManager(pom sarama.PartitionOffsetManager
 }
 
 func (pm *partitionManager) commitTimeout() error {
-	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; sarama goes on trying, and the next owner may consume acked messages again",
+	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; the consumer goes on trying in its commit rounds, and the next owner may consume acked messages again",
 		ErrCommitTimeout, pm.parent.config.MaxProcessingTime, stopGrace)
 	pm.logf(slog.LevelError, "%s.", err)
 	return err

@@ -1,0 +1,131 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/IBM/sarama"
+)
+
+// offsetBatch resolves an offset of each partition that one distribution
+// starts, with one request per broker instead of one per partition: a
+// request each cost a round trip on the broker's connection, where Kafka
+// answers one request at a time, and at start-up a thousand partitions
+// need their committed offsets (see newCommittedOffsets) and, in a new
+// group, Offsets.Initial (see newInitialOffsets).
+//
+// The first partition manager that needs an offset (get) makes the
+// requests for all of them, on its own goroutine; the others wait for it.
+// A partition that the requests did not resolve (an error, a leader that
+// moved) is left to the partition manager's own request.
+type offsetBatch struct {
+	resolve func() map[topicPartition]int64
+
+	claimed atomic.Bool   // a partition manager is resolving
+	done    chan struct{} // closed when offsets is set
+	offsets map[topicPartition]int64
+}
+
+func newOffsetBatch(resolve func() map[topicPartition]int64) *offsetBatch {
+	return &offsetBatch{resolve: resolve, done: make(chan struct{})}
+}
+
+// newInitialOffsets resolves Offsets.Initial (sarama.OffsetOldest or
+// OffsetNewest) of tps with one ListOffsets request per partition leader.
+func newInitialOffsets(client sarama.Client, initial int64, tps []topicPartition) *offsetBatch {
+	return newOffsetBatch(func() map[topicPartition]int64 { return listOffsets(client, initial, tps) })
+}
+
+// newCommittedOffsets fetches the committed offsets (-1 for none) of those
+// of tps that claims claimed, with one OffsetFetch request. The read must
+// follow every commit of the partition's earlier owners: another
+// instance's commits precede its release, and so the claim; this
+// instance's own, of an earlier partition manager whose final commit
+// is still pending (closing), may not, so such a partition is left out. A
+// partition claimed alone is left out too: its claim may follow the read.
+func newCommittedOffsets(store *offsetStore, claims *claimBatch, tps []topicPartition) *offsetBatch {
+	return newOffsetBatch(func() map[topicPartition]int64 {
+		var claimed []topicPartition
+		for _, tp := range tps {
+			if ok, _ := claims.claimed(tp); ok && !store.closing(tp) {
+				claimed = append(claimed, tp)
+			}
+		}
+		if len(claimed) == 0 {
+			return nil
+		}
+		offsets, _ := store.fetch(claimed) // the others fetch alone, and report
+		return offsets
+	})
+}
+
+// get returns the offset of tp, resolving those of every partition first
+// if no other caller does; ok is false when it is not known (then ask
+// alone) or when dying closed first.
+func (b *offsetBatch) get(tp topicPartition, dying <-chan struct{}) (offset int64, ok bool) {
+	if b.claimed.CompareAndSwap(false, true) {
+		b.offsets = b.resolve()
+		close(b.done)
+	}
+	select {
+	case <-b.done:
+	case <-dying:
+		return 0, false
+	}
+	offset, ok = b.offsets[tp]
+	return offset, ok
+}
+
+// listOffsets asks each leader for the offset of its partitions at
+// initial, in one request per leader, concurrently.
+func listOffsets(client sarama.Client, initial int64, tps []topicPartition) map[topicPartition]int64 {
+	requests := make(map[*sarama.Broker]*sarama.OffsetRequest)
+	for _, tp := range tps {
+		leader, err := client.Leader(tp.topic, tp.partition)
+		if err != nil {
+			continue
+		}
+		req := requests[leader]
+		if req == nil {
+			req = sarama.NewOffsetRequest(client.Config().Version)
+			requests[leader] = req
+		}
+		req.AddBlock(tp.topic, tp.partition, initial, 1)
+	}
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		offsets = make(map[topicPartition]int64, len(tps))
+	)
+	for leader, req := range requests {
+		wg.Add(1)
+		go func() { // owned by resolve, which waits for it
+			defer wg.Done()
+			resp, err := leader.GetAvailableOffsets(req)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for topic, blocks := range resp.Blocks {
+				for partition, block := range blocks {
+					if offset, ok := blockOffset(block); ok {
+						offsets[topicPartition{topic: topic, partition: partition}] = offset
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return offsets
+}
+
+// blockOffset returns the offset of a ListOffsets answer, as sarama's
+// Client.GetOffset reads it.
+func blockOffset(block *sarama.OffsetResponseBlock) (int64, bool) {
+	if block == nil || !errors.Is(block.Err, sarama.ErrNoError) || len(block.Offsets) != 1 {
+		return 0, false
+	}
+	return block.Offsets[0], true
+}

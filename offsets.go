@@ -1,0 +1,361 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// offsetStore holds the offset to commit of every partition this instance
+// runs, and commits them to the group's coordinator in rounds: one
+// OffsetCommit request for all the partitions whose offset moved. It takes
+// the place of sarama's offset manager, which fetches the committed offset
+// of each partition with a request of its own (a thousand round trips to
+// start a thousand partitions, answered one at a time on its connection)
+// and needs a goroutine per partition to drain its errors. Here the
+// partitions that one distribution starts fetch their committed offsets
+// together (see committedOffsets), and failed commits are reported by the
+// committer goroutine, which runs the rounds.
+//
+// The requests are those of sarama's offset manager for the configured
+// Version, as a client that is not a member of a Kafka-coordinated group:
+// no member ID, generation -1.
+type offsetStore struct {
+	client sarama.Client // the offset client (see connect)
+	conf   *sarama.Config
+	group  string
+	// report passes on a commit of tp that failed for a reason other than
+	// a coordinator that moved or is loading; called by commitRound, with
+	// no lock held.
+	report func(tp topicPartition, err error)
+
+	brokerMu    sync.Mutex
+	coordinator *sarama.Broker // nil until looked up, and after a failure
+
+	mu    sync.Mutex
+	parts map[topicPartition]*storedOffset
+}
+
+// storedOffset is the state of one partition in an offsetStore.
+type storedOffset struct {
+	next      int64 // the offset to commit: the next one to consume; -1 for none
+	committed int64 // the offset the coordinator has, as far as known; -1 for none
+	// closed is set by close: the partition takes no more marks, and
+	// leaves the store in the round that commits next, or at once when
+	// there is nothing to commit. Closed then.
+	closed chan struct{}
+}
+
+// errAlreadyManaged is returned by add for a partition whose earlier
+// partition manager's final commit is still pending.
+var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
+
+func newOffsetStore(client sarama.Client, group string, report func(topicPartition, error)) *offsetStore {
+	return &offsetStore{
+		client: client,
+		conf:   client.Config(),
+		group:  group,
+		report: report,
+		parts:  make(map[topicPartition]*storedOffset),
+	}
+}
+
+// fetch returns the committed offsets of tps, -1 for a partition with none,
+// with one OffsetFetch request. A partition whose answer is an error is
+// left out, and the first such error returned.
+func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, error) {
+	broker, err := s.broker()
+	if err != nil {
+		return nil, err
+	}
+	partitions := make(map[string][]int32)
+	for _, tp := range tps {
+		partitions[tp.topic] = append(partitions[tp.topic], tp.partition)
+	}
+	req := sarama.NewOffsetFetchRequest(s.conf.Version, s.group, partitions)
+	// A read_committed consumer must not start below an offset that a
+	// transaction committed before its marker was written.
+	req.RequireStable = s.conf.Consumer.IsolationLevel == sarama.ReadCommitted && req.Version >= 7
+	resp, err := broker.FetchOffset(req)
+	if err != nil {
+		s.releaseBroker(broker)
+		return nil, err
+	}
+	offsets := make(map[topicPartition]int64, len(tps))
+	var first error
+	for _, tp := range tps {
+		block := resp.GetBlock(tp.topic, tp.partition)
+		switch {
+		case block == nil && !errors.Is(resp.Err, sarama.ErrNoError):
+			// A top-level error (v2 and later) comes without blocks.
+			err = resp.Err
+		case block == nil:
+			err = sarama.ErrIncompleteResponse
+		case errors.Is(block.Err, sarama.ErrNoError):
+			offsets[tp] = block.Offset
+			continue
+		default:
+			err = block.Err
+		}
+		if coordinatorMoved(err) {
+			s.releaseBroker(broker)
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return offsets, first
+}
+
+// coordinatorMoved reports whether err means that the request must go to
+// the group's coordinator again, looked up afresh.
+func coordinatorMoved(err error) bool {
+	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) ||
+		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable)
+}
+
+// reserve starts keeping the offset of tp, with nothing to commit until
+// set gives it the committed offset. It fails while the final commit of an
+// earlier partition manager of tp is pending: the committed offset is read
+// after reserve, so that such a commit cannot land after the read.
+func (s *offsetStore) reserve(tp topicPartition) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp]; p != nil {
+		if p.closed != nil {
+			return errAlreadyManaged
+		}
+		return nil // reserved already (a retry)
+	}
+	s.parts[tp] = &storedOffset{next: -1, committed: -1}
+	return nil
+}
+
+// closing reports whether the final commit of a partition manager of tp
+// is pending.
+func (s *offsetStore) closing(tp topicPartition) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.parts[tp]
+	return p != nil && p.closed != nil
+}
+
+// set gives the reserved tp its committed offset (-1 for none), which is
+// also the offset to commit until a mark.
+func (s *offsetStore) set(tp topicPartition, committed int64) {
+	s.mu.Lock()
+	if p := s.parts[tp]; p != nil && p.closed == nil {
+		p.next, p.committed = committed, committed
+	}
+	s.mu.Unlock()
+}
+
+// mark moves the offset to commit of tp forward to next; a mark that
+// does not move it forward is ignored, as is one after close.
+func (s *offsetStore) mark(tp topicPartition, next int64) {
+	s.mu.Lock()
+	if p := s.parts[tp]; p != nil && p.closed == nil && next > p.next {
+		p.next = next
+	}
+	s.mu.Unlock()
+}
+
+// reset sets the offset to commit of tp to next, forward or back.
+func (s *offsetStore) reset(tp topicPartition, next int64) {
+	s.mu.Lock()
+	if p := s.parts[tp]; p != nil && p.closed == nil {
+		p.next = next
+	}
+	s.mu.Unlock()
+}
+
+// next returns the offset to commit of tp, -1 for none.
+func (s *offsetStore) next(tp topicPartition) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp]; p != nil {
+		return p.next
+	}
+	return -1
+}
+
+// close ends the marks of tp and returns a channel that is closed when its
+// offset to commit is committed: at once when it is already, else by the
+// commit round that commits it. Until then the partition stays in the
+// store, and every round tries again.
+func (s *offsetStore) close(tp topicPartition) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done := make(chan struct{})
+	p := s.parts[tp]
+	if p == nil || !p.dirty() {
+		delete(s.parts, tp)
+		close(done)
+		return done
+	}
+	if p.closed == nil {
+		p.closed = done
+	}
+	return p.closed
+}
+
+// dirty reports whether the offset to commit differs from the committed one.
+func (p *storedOffset) dirty() bool {
+	return p.next >= 0 && p.next != p.committed
+}
+
+// commitRound commits the offsets that moved since the last round, in one
+// request to the coordinator, and reports those that failed. Only the
+// committer goroutine (and closeKafka after it) runs rounds.
+func (s *offsetStore) commitRound() {
+	type sent struct {
+		tp     topicPartition
+		part   *storedOffset
+		offset int64
+	}
+	s.mu.Lock()
+	var batch []sent
+	for tp, p := range s.parts {
+		if p.dirty() {
+			batch = append(batch, sent{tp, p, p.next})
+		}
+	}
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	failAll := func(err error) {
+		for _, b := range batch {
+			s.report(b.tp, err)
+		}
+	}
+
+	broker, err := s.broker()
+	if err != nil {
+		failAll(err)
+		return
+	}
+	req := s.commitRequest()
+	timestamp := int64(0)
+	if req.Version == 1 {
+		timestamp = sarama.ReceiveTime // version 1's: when the broker receives it
+	}
+	for _, b := range batch {
+		// Leader epoch -1: unknown (sarama does not track it).
+		req.AddBlockWithLeaderEpoch(b.tp.topic, b.tp.partition, b.offset, -1, timestamp, "")
+	}
+	resp, err := broker.CommitOffset(req)
+	if err != nil {
+		failAll(err)
+		s.releaseBroker(broker)
+		_ = broker.Close() // the client opens it again on its next use
+		return
+	}
+
+	var failed []sent
+	var errs []error
+	release := false
+	s.mu.Lock()
+	for _, b := range batch {
+		kerr, ok := resp.Errors[b.tp.topic][b.tp.partition]
+		switch {
+		case !ok:
+			failed, errs = append(failed, b), append(errs, sarama.ErrIncompleteResponse)
+		case errors.Is(kerr, sarama.ErrNoError):
+			b.part.committed = b.offset
+			if b.part.closed != nil && !b.part.dirty() && s.parts[b.tp] == b.part {
+				delete(s.parts, b.tp)
+				close(b.part.closed)
+			}
+		case errors.Is(kerr, sarama.ErrNotLeaderForPartition), errors.Is(kerr, sarama.ErrLeaderNotAvailable),
+			coordinatorMoved(kerr):
+			release = true // not an error: the next round asks the new coordinator
+		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress):
+			// The coordinator is loading the group: the next round commits.
+		default:
+			failed, errs = append(failed, b), append(errs, kerr)
+			// Unless the offset itself is refused, the next round asks
+			// the coordinator afresh, as sarama does.
+			release = release || !errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && !errors.Is(kerr, sarama.ErrInvalidCommitOffsetSize)
+		}
+	}
+	s.mu.Unlock()
+	if release {
+		s.releaseBroker(broker)
+	}
+	for i, b := range failed {
+		s.report(b.tp, errs[i])
+	}
+}
+
+// commitRequest returns an empty OffsetCommit request of the version
+// sarama's offset manager sends for the configured Version, as a client
+// outside Kafka's group membership.
+func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
+	req := &sarama.OffsetCommitRequest{
+		Version:                 1,
+		ConsumerGroup:           s.group,
+		ConsumerGroupGeneration: sarama.GroupGenerationUndefined,
+	}
+	v := s.conf.Version
+	for _, step := range []struct {
+		from    sarama.KafkaVersion
+		version int16
+	}{{sarama.V0_9_0_0, 2}, {sarama.V0_11_0_0, 3}, {sarama.V2_0_0_0, 4}, {sarama.V2_1_0_0, 6}, {sarama.V2_3_0_0, 7}, {sarama.V2_4_0_0, 8}} {
+		if v.IsAtLeast(step.from) {
+			req.Version = step.version
+		}
+	}
+	// Versions 2 to 4 carry the retention; later ones leave it to the broker.
+	if req.Version >= 2 && req.Version < 5 {
+		req.RetentionTime = -1
+		if r := s.conf.Consumer.Offsets.Retention; r > 0 {
+			req.RetentionTime = int64(r / time.Millisecond)
+		}
+	}
+	return req
+}
+
+// broker returns the group's coordinator, looking it up when not known.
+func (s *offsetStore) broker() (*sarama.Broker, error) {
+	s.brokerMu.Lock()
+	defer s.brokerMu.Unlock()
+	if s.coordinator != nil {
+		return s.coordinator, nil
+	}
+	if err := s.client.RefreshCoordinator(s.group); err != nil {
+		return nil, err
+	}
+	broker, err := s.client.Coordinator(s.group)
+	if err != nil {
+		return nil, err
+	}
+	s.coordinator = broker
+	return broker, nil
+}
+
+// releaseBroker forgets the coordinator b, so that the next request looks
+// the coordinator up again.
+func (s *offsetStore) releaseBroker(b *sarama.Broker) {
+	s.brokerMu.Lock()
+	if s.coordinator == b {
+		s.coordinator = nil
+	}
+	s.brokerMu.Unlock()
+}
+
+// uncommitted returns how many partitions have an offset to commit that is
+// not committed.
+func (s *offsetStore) uncommitted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.parts {
+		if p.dirty() {
+			n++
+		}
+	}
+	return n
+}
