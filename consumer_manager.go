@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"sort"
@@ -454,8 +455,20 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
-	if cm.consumer, err = sarama.NewConsumerFromClient(cm.client); err != nil {
-		return fmt.Errorf("start consumer: %w", err)
+	for i := 0; i < fetchConnections; i++ {
+		f := fetcher{client: cm.client}
+		if i > 0 {
+			if f.client, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
+				return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+			}
+		}
+		if f.consumer, err = sarama.NewConsumerFromClient(f.client); err != nil {
+			if i > 0 {
+				_ = f.client.Close()
+			}
+			return fmt.Errorf("start consumer: %w", err)
+		}
+		cm.fetchers = append(cm.fetchers, f)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -505,10 +518,10 @@ type consumerManager struct {
 	// delete. Used by run and, after it, by closeConnections.
 	registered bool
 
-	client       sarama.Client
+	client       sarama.Client // the first fetcher's, also for metadata
 	offsetClient sarama.Client // the offset store's (see connect)
-	consumer     sarama.Consumer
-	offsets      *offsetStore // nil until connect made it
+	fetchers     []fetcher     // the partition consumers' (see fetcherOf)
+	offsets      *offsetStore  // nil until connect made it
 
 	t tomb.Tomb // the manager goroutine: run's first line defers t.Done
 
@@ -1239,11 +1252,7 @@ func (cm *consumerManager) closeKafka() error {
 	closed := make(chan struct{})
 	go func() { // owned by closeKafka, which waits for it
 		defer close(closed)
-		if cm.consumer != nil {
-			if err := cm.consumer.Close(); err != nil {
-				cm.logf(slog.LevelWarn, "Failed to close consumer: %s.", err)
-			}
-		}
+		cm.closeConsumers()
 		cm.closers.Wait()
 		if cm.commitStop != nil {
 			close(cm.commitStop)
@@ -1277,7 +1286,11 @@ func (cm *consumerManager) closeKafka() error {
 // closeClients closes the sarama clients that connect opened, logging
 // their errors when logErrors is set.
 func (cm *consumerManager) closeClients(logErrors bool) {
-	for _, c := range []sarama.Client{cm.offsetClient, cm.client} {
+	clients := []sarama.Client{cm.offsetClient, cm.client}
+	for _, f := range cm.fetchers[min(1, len(cm.fetchers)):] {
+		clients = append(clients, f.client) // the first's is cm.client
+	}
+	for _, c := range clients {
 		if c == nil {
 			continue
 		}
@@ -1285,6 +1298,45 @@ func (cm *consumerManager) closeClients(logErrors bool) {
 			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
 		}
 	}
+}
+
+// fetchConnections is how many sarama consumers, each on a client of its
+// own, share the partitions of an instance. Kafka answers the requests of
+// one connection one at a time, and sarama's ConsumePartition makes two
+// ListOffsets requests for every partition it starts: on one connection
+// the partitions of a large assignment start one after the other. Two
+// connections to each broker start them in half the time (BENCHMARKS.md,
+// round 5), and fetch on two connections.
+const fetchConnections = 2
+
+// fetcher is a sarama consumer and its client.
+type fetcher struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+}
+
+// fetcherOf returns the fetcher that consumes tp: always the same one for
+// a partition, and the partitions of a topic alternate between them.
+func (cm *consumerManager) fetcherOf(tp topicPartition) fetcher {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tp.topic))
+	return cm.fetchers[(h.Sum32()+uint32(tp.partition))%uint32(len(cm.fetchers))]
+}
+
+// closeConsumers closes the sarama consumers, concurrently: each waits for
+// its fetch in flight, up to Net.ReadTimeout against a hung broker.
+func (cm *consumerManager) closeConsumers() {
+	var wg sync.WaitGroup
+	for _, f := range cm.fetchers {
+		wg.Add(1)
+		go func() { // owned by closeConsumers, which waits for it
+			defer wg.Done()
+			if err := f.consumer.Close(); err != nil {
+				cm.logf(slog.LevelWarn, "Failed to close consumer: %s.", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // logf writes a line of this consumer at level (see Config.Logger).

@@ -46,7 +46,7 @@ func fakeManager(config *Config, consumer sarama.Consumer) (*consumerManager, *p
 	cm := &consumerManager{
 		config:   config,
 		log:      newLogger(config.Logger, "group", "instance"),
-		consumer: consumer,
+		fetchers: []fetcher{{consumer: consumer}},
 		offsets:  testOffsets(),
 		messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),
 		errors:   make(chan error, config.ChannelBufferSize),

@@ -427,7 +427,7 @@ func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer,
 			return offset, pc, err
 		}
 	}
-	pc, err := pm.parent.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+	pc, err := pm.parent.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		pc, err = pm.startAtInitial(offset)
 	}
@@ -457,7 +457,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 	}
 	var err error
 	if !batched {
-		start, err = cm.client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+		start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
 	}
 	if err != nil {
 		return nil, err
@@ -494,7 +494,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 			return nil, tomb.ErrDying
 		}
 	}
-	pc, err := cm.consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
 	if batched && errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		// Retention moved the log start since the batch resolved it.
 		pm.initial = nil
