@@ -415,23 +415,34 @@ func (pm *partitionManager) startConsumer() sarama.PartitionConsumer {
 }
 
 // tryStartConsumer is one attempt of startConsumer; it returns the offset
-// it tried.
+// it started at, or tried (-1 for Offsets.Initial).
 func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer, error) {
-	pm.mu.Lock()
-	offset := pm.lastHandedOut + 1
-	pm.mu.Unlock()
+	offset := pm.nextToHandOut()
 	if offset == 0 {
 		if offset = pm.parent.offsets.next(pm.tp); offset < 0 {
 			// Nothing committed.
 			pc, err := pm.startAtInitial(-1)
+			if err == nil {
+				offset = pm.nextToHandOut()
+			}
 			return offset, pc, err
 		}
 	}
 	pc, err := pm.parent.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		pc, err = pm.startAtInitial(offset)
+		if pc, err = pm.startAtInitial(offset); err == nil {
+			offset = pm.nextToHandOut()
+		}
 	}
 	return offset, pc, err
+}
+
+// nextToHandOut returns the offset after the last one handed out; 0 when
+// none was, and startAtInitial did not set a start.
+func (pm *partitionManager) nextToHandOut() int64 {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	return pm.lastHandedOut + 1
 }
 
 // startAtInitial starts the consumer at Offsets.Initial, for a partition
