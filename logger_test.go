@@ -164,6 +164,11 @@ func TestIntegrationConfigLogger(t *testing.T) {
 				t.Errorf("no debug line %q of test.4/%d with its attributes", msg, p)
 			}
 		}
+		// A new group: the partition starts at Offsets.Initial, and
+		// the line names the offset that resolved to.
+		if lr, ok := rec.find(slog.LevelDebug, "Consuming from offset", attrs); !ok || strings.Contains(lr.msg, "offset -") {
+			t.Errorf("debug line of test.4/%d's start: %q (found %v); want the offset it starts at", p, lr.msg, ok)
+		}
 	}
 	if _, ok := rec.find(slog.LevelInfo, "a line of the ZooKeeper client", map[string]string{attrInstance: id, attrComponent: "zookeeper"}); !ok {
 		t.Error("the ZooKeeper client's line did not reach Config.Logger")
