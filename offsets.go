@@ -16,7 +16,7 @@ import (
 // start a thousand partitions, answered one at a time on its connection)
 // and needs a goroutine per partition to drain its errors. Here the
 // partitions that one distribution starts fetch their committed offsets
-// together (see committedOffsets), and failed commits are reported by the
+// together (see newCommittedOffsets), and failed commits are reported by the
 // committer goroutine, which runs the rounds.
 //
 // The requests are those of sarama's offset manager for the configured
@@ -48,7 +48,7 @@ type storedOffset struct {
 	closed chan struct{}
 }
 
-// errAlreadyManaged is returned by add for a partition whose earlier
+// errAlreadyManaged is returned by reserve for a partition whose earlier
 // partition manager's final commit is still pending.
 var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
 
