@@ -438,15 +438,27 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return err
 	}
 
-	if cm.client, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
-		hint := ""
-		if cm.config.Net.TLS.Enable && errors.Is(err, io.EOF) {
-			// A broker closes a TLS handshake sent to a plaintext port
-			// without a word: say what it likely means.
-			hint = " (the TLS handshake failed: is it a listener of security protocol SSL or SASL_SSL? see Config.Listener)"
+	// The partition consumers are spread over fetchConnections clients
+	// (see fetcherOf), the first of which also reads the metadata.
+	for range fetchConnections {
+		client, err := sarama.NewClient(brokers, cm.config.Config)
+		if err != nil {
+			hint := ""
+			if cm.config.Net.TLS.Enable && errors.Is(err, io.EOF) {
+				// A broker closes a TLS handshake sent to a plaintext port
+				// without a word: say what it likely means.
+				hint = " (the TLS handshake failed: is it a listener of security protocol SSL or SASL_SSL? see Config.Listener)"
+			}
+			return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
 		}
-		return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
+		cm.fetchers = append(cm.fetchers, fetcher{client: client}) // closeClients closes it
+		consumer, err := sarama.NewConsumerFromClient(client)
+		if err != nil {
+			return fmt.Errorf("start consumer: %w", err)
+		}
+		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
 	}
+	cm.client = cm.fetchers[0].client
 	// The offset store has a client of its own: Kafka answers the
 	// requests of one connection one at a time, and its OffsetFetch and
 	// OffsetCommit requests would otherwise wait behind the consumer's
@@ -455,21 +467,6 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
-	for i := 0; i < fetchConnections; i++ {
-		f := fetcher{client: cm.client}
-		if i > 0 {
-			if f.client, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
-				return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
-			}
-		}
-		if f.consumer, err = sarama.NewConsumerFromClient(f.client); err != nil {
-			if i > 0 {
-				_ = f.client.Close()
-			}
-			return fmt.Errorf("start consumer: %w", err)
-		}
-		cm.fetchers = append(cm.fetchers, f)
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1286,9 +1283,9 @@ func (cm *consumerManager) closeKafka() error {
 // closeClients closes the sarama clients that connect opened, logging
 // their errors when logErrors is set.
 func (cm *consumerManager) closeClients(logErrors bool) {
-	clients := []sarama.Client{cm.offsetClient, cm.client}
-	for _, f := range cm.fetchers[min(1, len(cm.fetchers)):] {
-		clients = append(clients, f.client) // the first's is cm.client
+	clients := []sarama.Client{cm.offsetClient}
+	for _, f := range cm.fetchers {
+		clients = append(clients, f.client)
 	}
 	for _, c := range clients {
 		if c == nil {
@@ -1328,6 +1325,9 @@ func (cm *consumerManager) fetcherOf(tp topicPartition) fetcher {
 func (cm *consumerManager) closeConsumers() {
 	var wg sync.WaitGroup
 	for _, f := range cm.fetchers {
+		if f.consumer == nil {
+			continue // connect failed before it
+		}
 		wg.Add(1)
 		go func() { // owned by closeConsumers, which waits for it
 			defer wg.Done()

@@ -25,6 +25,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+	"github.com/wvanbergen/kazoo-go"
 	"go.uber.org/goleak"
 )
 
@@ -470,6 +471,24 @@ func testZookeeper(t testing.TB, zookeeper string) (*zk.Conn, string) {
 
 // checkDeregistered checks that ZooKeeper holds no registration and no
 // partition claim of the closed consumers.
+// testKazoo returns a kazoo-go connection to the test cluster's
+// ZooKeeper (with its chroot); the caller closes it.
+func testKazoo(t testing.TB) *kazoo.Kazoo {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kzConfig := kazoo.NewConfig()
+	kzConfig.Chroot = chroot
+	kzConfig.Logger = zookeeperLogger{}
+	kz, err := kazoo.NewKazoo(nodes, kzConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kz
+}
+
 func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
 	t.Helper()
 	ids := make(map[string]bool)

@@ -88,17 +88,7 @@ type mixedGroup struct {
 
 func newMixedGroup(t testing.TB, sub mixedSubscription, topic string) *mixedGroup {
 	t.Helper()
-	nodes, chroot, err := parseZookeeper(zookeeperPeers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kzConfig := kazoo.NewConfig()
-	kzConfig.Chroot = chroot
-	kzConfig.Logger = zookeeperLogger{}
-	kz, err := kazoo.NewKazoo(nodes, kzConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kz := testKazoo(t)
 	t.Cleanup(func() { _ = kz.Close() })
 	name := uniqueName("mixed-" + sub.name)
 	return &mixedGroup{t: t, name: name, sub: sub, topic: topic, kz: kz, cg: kz.Consumergroup(name), rec: newRecorder(), originals: make(map[string]bool)}

@@ -254,15 +254,18 @@ func (s *offsetStore) commitRound() {
 		return
 	}
 
-	var failed []sent
-	var errs []error
+	type failure struct {
+		tp  topicPartition
+		err error
+	}
+	var failed []failure
 	release := false
 	s.mu.Lock()
 	for _, b := range batch {
 		kerr, ok := resp.Errors[b.tp.topic][b.tp.partition]
 		switch {
 		case !ok:
-			failed, errs = append(failed, b), append(errs, sarama.ErrIncompleteResponse)
+			failed = append(failed, failure{b.tp, sarama.ErrIncompleteResponse})
 		case errors.Is(kerr, sarama.ErrNoError):
 			b.part.committed = b.offset
 			if b.part.closed != nil && !b.part.dirty() && s.parts[b.tp] == b.part {
@@ -275,7 +278,7 @@ func (s *offsetStore) commitRound() {
 		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress):
 			// The coordinator is loading the group: the next round commits.
 		default:
-			failed, errs = append(failed, b), append(errs, kerr)
+			failed = append(failed, failure{b.tp, kerr})
 			// Unless the offset itself is refused, the next round asks
 			// the coordinator afresh, as sarama does.
 			release = release || !errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && !errors.Is(kerr, sarama.ErrInvalidCommitOffsetSize)
@@ -285,8 +288,8 @@ func (s *offsetStore) commitRound() {
 	if release {
 		s.releaseBroker(broker)
 	}
-	for i, b := range failed {
-		s.report(b.tp, errs[i])
+	for _, f := range failed {
+		s.report(f.tp, f.err)
 	}
 }
 

@@ -67,16 +67,7 @@ func startOriginal(t testing.TB, group string, static []string, pattern *regexp.
 	}
 	o := &originalInstance{id: id, group: group, static: static, pattern: pattern, whitelist: whitelist,
 		releaseWait: releaseWait, rec: rec, stop: make(chan struct{}), done: make(chan struct{})}
-	nodes, chroot, err := parseZookeeper(zookeeperPeers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kzConfig := kazoo.NewConfig()
-	kzConfig.Chroot = chroot
-	kzConfig.Logger = zookeeperLogger{}
-	if o.kz, err = kazoo.NewKazoo(nodes, kzConfig); err != nil {
-		t.Fatal(err)
-	}
+	o.kz = testKazoo(t)
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
 	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond

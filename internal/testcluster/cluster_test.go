@@ -101,6 +101,18 @@ func consume(t *testing.T, c *testcluster.Cluster, topic string, want ...string)
 	}
 }
 
+// closeCluster closes c and waits until its processes are gone.
+func closeCluster(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	pids := c.Pids()
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := testcluster.WaitGone(pids, 10*time.Second); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
@@ -110,13 +122,7 @@ func TestCluster(t *testing.T) {
 	}
 	dir := c.Dir()
 	defer func() {
-		pids := c.Pids()
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := testcluster.WaitGone(pids, 10*time.Second); err != nil {
-			t.Error(err)
-		}
+		closeCluster(t, c)
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("Close left %s behind (%v)", dir, err)
 		}
@@ -202,15 +208,7 @@ func TestKRaftCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		pids := c.Pids()
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := testcluster.WaitGone(pids, 10*time.Second); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer closeCluster(t, c)
 	if c.Mode() != testcluster.ModeKRaft {
 		t.Errorf("Mode() = %q", c.Mode())
 	}
