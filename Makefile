@@ -5,7 +5,7 @@
 #   make test          gofmt check, go vet, then all tests (-race) against a
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
-#   make test-kraft    the integration and review suites (not the fault
+#   make test-kraft    the integration suite (not the fault
 #                      suite) with Config.Discovery DiscoverFromKafka against
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
 #                      KAFKA_VERSION=4.1.1 for Kafka 4
@@ -87,7 +87,7 @@ test-run:
 # The tests that run in both discovery modes; the fault suite, the tools
 # and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
 # of their own or read /brokers, and stay with make test.
-KRAFT_TESTS ?= TestIntegration|TestReview|TestKafkaDiscovery|TestMigration
+KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \

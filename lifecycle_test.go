@@ -1,177 +1,335 @@
 package kafkaconsumer
 
-// Unit tests of a partition manager's life with sarama's parts faked: what
-// it does while its partition consumer cannot start, when its bookkeeping is
-// full, and when it stops.
+// Joining: bad input, the ZooKeeper connection string, an unreachable
+// ZooKeeper, the order of Join's steps, and JoinContext's cancellation.
 
 import (
+	"context"
 	"errors"
-	"sync"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
-	"github.com/wvanbergen/kazoo-go"
+	"go.uber.org/goleak"
 )
 
-// fakeConsumer stands in for sarama's consumer: ConsumePartition returns
-// the partition consumer pc, or fails with err when it is set.
-type fakeConsumer struct {
-	sarama.Consumer // the methods the tests do not use panic
-	mu              sync.Mutex
-	err             error
-	pc              sarama.PartitionConsumer
-	calls           int // of ConsumePartition
+// leakOptions are the goroutines that outlive a consumer on purpose:
+// go-metrics' meter ticker, which sarama starts once per process.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
 }
 
-func (f *fakeConsumer) ConsumePartition(string, int32, int64) (sarama.PartitionConsumer, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	if f.err != nil {
-		return nil, f.err
-	}
-	return f.pc, nil
-}
-
-// fakeManager returns a consumer manager without ZooKeeper or Kafka
-// connections whose consumer is the given fake and whose offset store has
-// no Kafka client, and a partition manager of topic "t", partition 0, not
-// started.
-func fakeManager(config *Config, consumer sarama.Consumer) (*consumerManager, *partitionManager) {
-	if config == nil {
-		config = NewConfig()
-	}
-	cm := &consumerManager{
-		config:   config,
-		log:      newLogger(config.Logger, "group", "instance"),
-		fetchers: []fetcher{{consumer: consumer}},
-		offsets:  testOffsets(),
-		messages: make(chan *sarama.ConsumerMessage, config.ChannelBufferSize),
-		errors:   make(chan error, config.ChannelBufferSize),
-	}
-	cm.pms.Store(&partitionManagers{})
-	pm := newPartitionManager(cm, (&kazoo.Kazoo{}).Topic("t").Partition(0, []int32{1}))
-	return cm, pm
-}
-
-// receiveWithin receives from ch or fails the test after 3 s.
-func receiveWithin[T any](t *testing.T, ch <-chan T, what string) T {
+// verifyNoLeaks fails the test if goroutines started since it began are still
+// running once the test is done, after waiting up to goleak's deadline.
+func verifyNoLeaks(t *testing.T) {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(3 * time.Second):
-		t.Fatalf("no %s within 3 s", what)
-		var zero T
-		return zero
+	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOptions...)
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+func TestJoinRejectsBadInput(t *testing.T) {
+	verifyNoLeaks(t)
+	badConfig := NewConfig()
+	badConfig.MaxProcessingTime = 0
+	cases := []struct {
+		name         string
+		group        string
+		subscription Subscription
+		zookeeper    string
+		config       *Config
+		want         error
+	}{
+		{"empty group", "", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
+		{"group with slash", "a/b", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
+		{"nil subscription", "g", nil, "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"empty subscription", "g", TopicSubscription(), "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"nil whitelist", "g", WhitelistSubscription(nil), "127.0.0.1:2181", nil, ErrInvalidSubscription},
+		{"empty zookeeper", "g", TopicSubscription("t"), "", nil, ErrInvalidZookeeper},
+		{"blank zookeeper", "g", TopicSubscription("t"), "  ", nil, ErrInvalidZookeeper},
+		{"empty server", "g", TopicSubscription("t"), "127.0.0.1:2181,", nil, ErrInvalidZookeeper},
+		{"bad port", "g", TopicSubscription("t"), "127.0.0.1:port", nil, ErrInvalidZookeeper},
+		{"port out of range", "g", TopicSubscription("t"), "127.0.0.1:70000", nil, ErrInvalidZookeeper},
+		{"empty chroot element", "g", TopicSubscription("t"), "127.0.0.1:2181/a//b", nil, ErrInvalidZookeeper},
+		{"invalid config", "g", TopicSubscription("t"), "127.0.0.1:2181", badConfig, ErrInvalidConfig},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Join(tc.group, tc.subscription, tc.zookeeper, tc.config)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Join() = %v, %v; want %v", c, err, tc.want)
+			}
+			if c != nil {
+				t.Fatal("Join returned a consumer with an error")
+			}
+		})
 	}
 }
 
-// TestPauseAtMaxPendingAcksIsReported: a partition that reaches
-// MaxPendingAcks hands out nothing until its oldest message is acked. A
-// user who acks only the last message of each batch stops there for good;
-// it must say so, once per pause: ErrMaxPendingAcks on Errors(), a log
-// line, and Stats().Paused.
-func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
+func TestParseZookeeper(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in     string
+		nodes  string // joined with ","
+		chroot string
+	}{
+		{"zk1:2181", "zk1:2181", ""},
+		{"zk1:2181,zk2:2181,zk3", "zk1:2181,zk2:2181,zk3:2181", ""},
+		{"zk1:2181/kafka", "zk1:2181", "/kafka"},
+		{"zk1:2181/kafka/", "zk1:2181", "/kafka"},
+		{"zk1:2181/", "zk1:2181", ""},
+		{"zk1:2181,zk2:2182/a/b", "zk1:2181,zk2:2182", "/a/b"},
+		{"[::1]:2181", "[::1]:2181", ""},
+		{"[::1]", "[::1]:2181", ""},
+		{"[fe80::1]:2182,127.0.0.1:2181/kafka", "[fe80::1]:2182,127.0.0.1:2181", "/kafka"},
+	}
+	for _, tc := range cases {
+		nodes, chroot, err := parseZookeeper(tc.in)
+		if err != nil || strings.Join(nodes, ",") != tc.nodes || chroot != tc.chroot {
+			t.Errorf("parseZookeeper(%q) = %v, %q, %v; want %s, %q", tc.in, nodes, chroot, err, tc.nodes, tc.chroot)
+		}
+	}
+	for _, in := range []string{"::1:2181", "[::1", "[::1]:x", "[zk1]:2181", "[::1]:0", ":2181"} {
+		if nodes, _, err := parseZookeeper(in); !errors.Is(err, ErrInvalidZookeeper) {
+			t.Errorf("parseZookeeper(%q) = %v, %v; want ErrInvalidZookeeper", in, nodes, err)
+		}
+	}
+}
+
+func TestJoinUnreachableZookeeperIsBounded(t *testing.T) {
 	verifyNoLeaks(t)
 	config := NewConfig()
-	config.MaxPendingAcks = 4
-	metrics := &recordingMetrics{}
-	config.Metrics = metrics
-	cm, pm := fakeManager(config, nil)
-	cm.pms.Store(&partitionManagers{pm.tp: pm})
-	pc := newFakePartitionConsumer(16)
-	for o := int64(0); o < 10; o++ {
-		pc.messages <- &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o}
+	config.Zookeeper.Timeout = 500 * time.Millisecond
+	start := time.Now()
+	// Port 1 on loopback: nothing listens there.
+	c, err := Join("g", TopicSubscription("t"), "127.0.0.1:1", config)
+	elapsed := time.Since(start)
+	if !errors.Is(err, ErrZookeeperUnreachable) || c != nil {
+		t.Fatalf("Join() = %v, %v; want ErrZookeeperUnreachable", c, err)
 	}
-	killed := make(chan bool, 1)
-	go func() { killed <- pm.consume(pc) }()
-	defer func() {
-		pm.t.Kill(nil)
-		receiveWithin(t, killed, "end of consume after the kill")
-	}()
-
-	var got []*sarama.ConsumerMessage
-	for i := 0; i < 4; i++ {
-		got = append(got, receiveWithin(t, cm.messages, "message"))
-	}
-	err := receiveWithin(t, (<-chan error)(cm.errors), "error after the pause")
-	var ce *sarama.ConsumerError
-	if !errors.Is(err, ErrMaxPendingAcks) || !errors.As(err, &ce) || ce.Topic != "t" {
-		t.Fatalf("error = %v; want a *sarama.ConsumerError of t/0 wrapping ErrMaxPendingAcks", err)
-	}
-	if s := cm.Stats(); len(s) != 1 || !s[0].Paused || s[0].Pending != 4 {
-		t.Fatalf("Stats = %+v; want t/0 paused with 4 pending", s)
-	}
-
-	cm.Ack(got[3]) // not the oldest: still no room
-	cm.Ack(got[1])
-	cm.Ack(got[0]) // 0 and 1 leave: room for two more
-	got = append(got, receiveWithin(t, cm.messages, "message after the ack"), receiveWithin(t, cm.messages, "message after the ack"))
-	if got[4].Offset != 4 || got[5].Offset != 5 {
-		t.Fatalf("after the ack, handed out %d and %d; want 4 and 5", got[4].Offset, got[5].Offset)
-	}
-	err = receiveWithin(t, (<-chan error)(cm.errors), "error after the second pause")
-	if !errors.Is(err, ErrMaxPendingAcks) {
-		t.Fatalf("error = %v; want ErrMaxPendingAcks", err)
-	}
-	if n := len(cm.errors); n != 0 {
-		t.Fatalf("%d more errors; want one per pause", n)
-	}
-	if s := cm.Stats(); s[0].HandedOut != 6 || s[0].Acked != 3 {
-		t.Errorf("Stats: %d handed out, %d acked; want 6 and 3", s[0].HandedOut, s[0].Acked)
-	}
-	if n := metrics.count("paused t/0"); n != 2 {
-		t.Errorf("Metrics.Paused called %d times for t/0; want 2 (one per pause)", n)
+	// The probe waits for the timeout, then up to a second to close.
+	if limit := config.Zookeeper.Timeout + 2*time.Second; elapsed > limit {
+		t.Fatalf("Join took %s, want at most %s", elapsed, limit)
 	}
 }
 
-// TestConsumerRestartErrorsNotRepeated: while a partition consumer cannot
-// start, the same error goes to Errors() once, not at every retry (one a
-// second, for as long as it lasts).
-func TestConsumerRestartErrorsNotRepeated(t *testing.T) {
+func TestJoinDoesNotChangeCallerConfig(t *testing.T) {
 	verifyNoLeaks(t)
-	consumer := &fakeConsumer{err: sarama.ErrLeaderNotAvailable}
-	cm, pm := fakeManager(nil, consumer)
-	manageOffsets(pm, 0)
-	restarting := make(chan struct{})
-	go func() {
-		defer close(restarting)
-		pm.startConsumer()
-	}()
-	waitFor(t, 5*time.Second, "three attempts", func() bool {
-		consumer.mu.Lock()
-		defer consumer.mu.Unlock()
-		return consumer.calls >= 3
+	config := NewConfig()
+	config.Zookeeper.Timeout = 200 * time.Millisecond
+	config.Offsets.Initial = sarama.OffsetOldest
+	before := config.Consumer.Offsets.Initial
+	_, _ = Join("g", TopicSubscription("t"), "127.0.0.1:1/chroot", config)
+	if config.Zookeeper.Chroot != "" {
+		t.Errorf("Join set the caller's Zookeeper.Chroot to %q", config.Zookeeper.Chroot)
+	}
+	if config.Consumer.Offsets.Initial != before {
+		t.Error("Join changed the caller's sarama config")
+	}
+}
+
+// TestIntegrationJoinContextCancelledInClaimWait: JoinContext whose context
+// expires while a partition of its share is claimed by another instance
+// returns the context's error and leaves ZooKeeper as it found it: no
+// registration, no claim of its own (it had claimed the three other
+// partitions), and no goroutine running.
+func TestIntegrationJoinContextCancelledInClaimWait(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	group := uniqueName("it.joinctx")
+	base := chroot + "/consumers/" + group
+	t.Cleanup(func() {
+		if err := deleteRecursive(conn, base); err != nil {
+			t.Errorf("delete %s: %s", base, err)
+		}
 	})
-	pm.t.Kill(nil)
-	<-restarting
-	if n := len(cm.errors); n != 1 {
-		t.Errorf("%d errors on Errors() after 3 failed attempts with the same error; want 1", n)
+	for _, path := range []string{chroot + "/consumers", base, base + "/ids", base + "/owners", base + "/owners/test.4"} {
+		if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("create %s: %s", path, err)
+		}
+	}
+	const other = "another-instance"
+	if _, err := conn.Create(base+"/owners/test.4/2", []byte(other), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("claim test.4/2 for %s: %s", other, err)
+	}
+
+	logger, rec := newRecordingLogger()
+	config := testConfig()
+	config.Logger = logger
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	began := time.Now()
+	c, err := JoinContext(ctx, group, TopicSubscription("test.4"), zookeeperPeers, config)
+	took := time.Since(began)
+	t.Logf("JoinContext returned after %s: %v", took, err)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("JoinContext succeeded while test.4/2 was claimed by another instance")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("JoinContext() = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	if took > 8*time.Second {
+		t.Errorf("JoinContext took %s with a 3 s deadline", took)
+	}
+	if _, ok := rec.find(slog.LevelDebug, "still owned by "+other, map[string]string{attrTopic: "test.4", attrPartition: "2"}); !ok {
+		t.Error("JoinContext did not wait for the claim of test.4/2 (no such line)")
+	}
+	for p := 0; p < 4; p++ {
+		if p == 2 {
+			continue
+		}
+		if _, ok := rec.find(slog.LevelDebug, "Claimed partition", map[string]string{attrTopic: "test.4", attrPartition: fmt.Sprint(p)}); !ok {
+			t.Errorf("test.4/%d was not claimed while JoinContext waited", p)
+		}
+	}
+
+	ids, _, err := conn.Children(base + "/ids")
+	if err != nil {
+		t.Fatalf("list %s/ids: %s", base, err)
+	}
+	if len(ids) != 0 {
+		t.Errorf("JoinContext failed but left registrations: %v", ids)
+	}
+	owners, _, err := conn.Children(base + "/owners/test.4")
+	if err != nil {
+		t.Fatalf("list owners: %s", err)
+	}
+	for _, p := range owners {
+		owner, _, err := conn.Get(base + "/owners/test.4/" + p)
+		if err != nil {
+			t.Fatalf("get owner of test.4/%s: %s", p, err)
+		}
+		if p != "2" || string(owner) != other {
+			t.Errorf("JoinContext failed but left the claim of test.4/%s (owner %s)", p, owner)
+		}
 	}
 }
 
-// TestOrphanSweepStopsAtFirstFailure: while ZooKeeper is unreachable each
-// release attempt takes about a second per server, so a sweep of the claims
-// left behind tries one and keeps the rest for the next sweep, rather than
-// keeping the manager goroutine from its watches for one attempt each.
-func TestOrphanSweepStopsAtFirstFailure(t *testing.T) {
-	config := NewConfig()
-	attempts := 0
-	config.hooks = &testHooks{releasePartition: func(string, int32) error {
-		attempts++
-		return zk.ErrNoServer
-	}}
-	cm, _ := fakeManager(config, nil)
-	for p := int32(0); p < 3; p++ {
-		cm.addOrphan(topicPartition{topic: "t", partition: p})
+// TestIntegrationJoinContextCancelled: JoinContext with a context that is
+// already cancelled returns its error at once and starts nothing.
+func TestIntegrationJoinContextCancelled(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	began := time.Now()
+	c, err := JoinContext(ctx, uniqueName("it.joinctx"), TopicSubscription("test.4"), zookeeperPeers, testConfig())
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("JoinContext with a cancelled context succeeded")
 	}
-	if left := cm.releaseOrphans(); len(left) != 3 {
-		t.Fatalf("%d orphans left after a failed sweep; want 3", len(left))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("JoinContext() = %v, want an error wrapping context.Canceled", err)
 	}
-	if attempts != 1 {
-		t.Fatalf("the sweep made %d release attempts with ZooKeeper unreachable; want 1", attempts)
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("JoinContext with a cancelled context took %s", took)
+	}
+}
+
+// TestIntegrationJoinRegistersLast: Join must connect to Kafka before it registers
+// the instance in ZooKeeper. An instance that registers first and then
+// cannot reach Kafka makes the group hand it a share of the partitions,
+// which nobody consumes while sarama retries; then Join fails and the group
+// rebalances again.
+//
+// The test points Join at a chroot of the test ZooKeeper that lists one
+// Kafka broker at 127.0.0.1:1, where nothing listens, and watches the
+// group's registrations while Join runs.
+//
+// On the code it was written against: Join registers the instance, fails to
+// connect to Kafka, and deregisters it: the watch fires.
+func TestIntegrationJoinRegistersLast(t *testing.T) {
+	needCluster(t)
+	skipKafkaDiscovery(t, "it fakes a broker registration in ZooKeeper")
+	debugLogs(t)
+	verifyNoClusterLeaks(t)
+	nodes, baseChroot, err := parseZookeeper(zookeeperPeers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+
+	chroot := baseChroot + "/" + uniqueName("join-registers-last")
+	group := uniqueName("rv.join")
+	t.Cleanup(func() {
+		if err := deleteRecursive(conn, chroot); err != nil {
+			t.Errorf("delete %s: %s", chroot, err)
+		}
+	})
+	broker := []byte(`{"version":5,"host":"127.0.0.1","port":1,"jmx_port":-1,"timestamp":"0",` +
+		`"endpoints":["PLAINTEXT://127.0.0.1:1"],"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"}}`)
+	ids := chroot + "/consumers/" + group + "/ids"
+	for _, node := range []struct {
+		path string
+		data []byte
+	}{
+		{chroot, nil},
+		{chroot + "/brokers", nil},
+		{chroot + "/brokers/ids", nil},
+		{chroot + "/brokers/ids/1", broker},
+		{chroot + "/brokers/topics", nil},
+		{chroot + "/consumers", nil},
+		{chroot + "/consumers/" + group, nil},
+		{ids, nil},
+	} {
+		if _, err := conn.Create(node.path, node.data, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("create %s: %s", node.path, err)
+		}
+	}
+	children, _, registrations, err := conn.ChildrenW(ids)
+	if err != nil {
+		t.Fatalf("watch %s: %s", ids, err)
+	}
+	if len(children) != 0 {
+		t.Fatalf("%s has children before Join: %v", ids, children)
+	}
+
+	config := testConfig()
+	config.Net.DialTimeout = 500 * time.Millisecond
+	config.Metadata.Retry.Max = 1
+	config.Metadata.Retry.Backoff = 10 * time.Millisecond
+	began := time.Now()
+	c, err := Join(group, TopicSubscription("rv-join-topic"), strings.Join(nodes, ",")+chroot, config)
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("Join with an unreachable Kafka succeeded (in %s)", took)
+	}
+	t.Logf("Join failed after %s: %s", took, err)
+	if took > 15*time.Second {
+		t.Errorf("Join took %s to fail; want it bounded by the sarama timeouts (about a second)", took)
+	}
+
+	// ZooKeeper delivers a watch event before the answer to any later
+	// request that sees the change: after this Children call, the watch
+	// channel holds the event if a registration was created meanwhile.
+	left, _, err := conn.Children(ids)
+	if err != nil {
+		t.Fatalf("list %s: %s", ids, err)
+	}
+	if len(left) != 0 {
+		t.Errorf("Join failed but left registrations in %s: %v", ids, left)
+	}
+	select {
+	case ev := <-registrations:
+		t.Errorf("Join registered the instance in %s before it failed to reach Kafka (watch fired: %s on %s), so the group would have rebalanced twice for an instance that never consumed",
+			ids, ev.Type, ev.Path)
+	default:
+	}
+	owners, _, err := conn.Children(chroot + "/consumers/" + group + "/owners")
+	if err != nil && err != zk.ErrNoNode {
+		t.Fatalf("list owners: %s", err)
+	}
+	if len(owners) != 0 {
+		t.Errorf("Join failed but left partition claims: %v", owners)
 	}
 }

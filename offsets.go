@@ -1,5 +1,10 @@
 package kafkaconsumer
 
+// The offset store: the offset to commit of every partition this
+// instance runs, fetched and committed with the library's own OffsetFetch
+// and OffsetCommit requests. The goroutines that feed and run it are in
+// offsets_commit.go; the batched start-up reads in offsets_batch.go.
+
 import (
 	"errors"
 	"sync"

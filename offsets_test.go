@@ -1,10 +1,16 @@
 package kafkaconsumer
 
+// Offsets: the offset store, the start at the committed offset or at
+// Offsets.Initial (committed before anything is handed out), an offset out
+// of range, and a log that shrank below the position.
+
 import (
 	"errors"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -183,4 +189,301 @@ func TestIntegrationOffsetStoreReportsFailedCommit(t *testing.T) {
 	if n := s.uncommitted(); n != 1 {
 		t.Fatalf("%d uncommitted after the failed round, want 1 (tried again next round)", n)
 	}
+}
+
+func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	group := uniqueName("it.newest")
+	old := produce(t, client, "test.4", group+".old", 20)
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	c := join(t, group, TopicSubscription("test.4"), config)
+	col := collect(c, nil)
+	waitFor(t, 30*time.Second, "all partitions to be consuming", func() bool {
+		n := 0
+		for _, s := range c.Stats() {
+			if s.HighWaterMark >= 0 {
+				n++
+			}
+		}
+		return n == 4
+	})
+	fresh := produce(t, client, "test.4", group+".new", 20)
+	waitFor(t, 30*time.Second, "the new messages", func() bool { return col.has(fresh) })
+	col.close(t)
+	if n := col.received(old); n != 0 {
+		t.Errorf("received %d messages produced before joining with OffsetNewest", n)
+	}
+}
+
+// committedOutOfRange creates a topic of one partition with 20 messages,
+// "gone" (10) then "kept" (10), commits offset 2 for group, and deletes the
+// first 15 messages as retention would: the committed offset falls out of
+// range. It returns the topic and the values.
+func committedOutOfRange(t *testing.T, client sarama.Client, admin sarama.ClusterAdmin, prefix, group string) (topic string, gone, kept []string) {
+	t.Helper()
+	topic = uniqueName(prefix)
+	createTopic(t, admin, topic, 1)
+	gone = produce(t, client, topic, "gone", 10)
+	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
+	kept = produce(t, client, topic, "kept", 10)
+	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
+		t.Fatalf("delete records: %s", err)
+	}
+	return topic, gone, kept
+}
+
+func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	group := uniqueName("it.retention")
+	topic, gone, kept := committedOutOfRange(t, client, admin, "it-retention", group)
+
+	c := join(t, group, TopicSubscription(topic), nil) // Offsets.Initial: oldest
+	col := collect(c, nil)
+	waitFor(t, 30*time.Second, "the messages still available", func() bool { return col.has(kept[5:]) })
+	col.close(t)
+	if n := col.received(gone); n != 0 {
+		t.Errorf("received %d deleted messages", n)
+	}
+	checkCommitted(t, client, group, map[string]map[int32]int64{topic: {0: 15}}, map[string]int{topic: 5})
+}
+
+// TestIntegrationNewestStartIsCommitted: with Offsets.Initial = OffsetNewest, a
+// partition without a committed offset starts at the newest offset. That
+// start must be committed: otherwise, when the instance stops before any
+// ack, the next owner starts at the then-newest offset, and skips what was
+// produced in between.
+//
+// On the code it was written against: nothing is committed (-1 for each
+// partition) after A closes, and B receives none of the 10 messages.
+func TestIntegrationNewestStartIsCommitted(t *testing.T) {
+	needCluster(t)
+	debugLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("rv-newest")
+	createTopic(t, admin, topic, 2)
+	group := uniqueName("rv.newest")
+	before := produce(t, client, topic, "before", 10)
+	start := newestOffsets(t, client, topic) // nothing is produced from here until A closed
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	a := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	colA := collect(a, func(*sarama.ConsumerMessage) bool { return false })
+	waitConsuming(t, a, 2, "A")
+	colA.close(t)
+	if n := colA.received(before); n != 0 {
+		t.Errorf("A (OffsetNewest) received %d messages produced before it joined", n)
+	}
+
+	committed := waitCommitted(t, client, group, topic, start)
+	for p, o := range start {
+		if committed[p] != o {
+			t.Errorf("%s/%d: after A closed, the committed offset is %d; want %d, the newest offset A started at (-1: nothing committed)",
+				topic, p, committed[p], o)
+		}
+	}
+
+	after := produce(t, client, topic, "after", 10)
+	b := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	colB := collect(b, nil)
+	waitConsuming(t, b, 2, "B")
+	got := waitReceived(colB, after, 10*time.Second)
+	stats := b.Stats()
+	colB.close(t)
+	if got != len(after) {
+		t.Errorf("B received %d of the %d messages produced after A started at %v and closed: %d lost (B's stats: %+v)",
+			got, len(after), start, len(after)-got, stats)
+	}
+	if n := colB.received(before); n != 0 {
+		t.Errorf("B received %d messages produced before the group started", n)
+	}
+	checkDeregistered(t, group, a, b)
+}
+
+// TestIntegrationNewestResetIsCommitted: with Offsets.Initial = OffsetNewest, a
+// committed offset that fell out of range makes the partition restart at the
+// newest offset. That new start must be committed: sarama's ResetOffset
+// ignores an offset above the stored one, so the old, out-of-range offset
+// stays committed, and the next owner restarts at its own newest offset,
+// skipping what was produced in between.
+//
+// On the code it was written against: the committed offset after A closes
+// is still 2, not 20, and B receives none of the 5 messages.
+func TestIntegrationNewestResetIsCommitted(t *testing.T) {
+	needCluster(t)
+	debugLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	group := uniqueName("rv.reset")
+	topic, gone, kept := committedOutOfRange(t, client, admin, "rv-reset", group)
+	newest := newestOffsets(t, client, topic)[0] // 20; nothing is produced from here until A closed
+
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	a := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	colA := collect(a, func(*sarama.ConsumerMessage) bool { return false })
+	waitConsuming(t, a, 1, "A")
+	colA.close(t)
+	if n := colA.received(gone) + colA.received(kept); n != 0 {
+		t.Errorf("A (OffsetNewest) received %d messages produced before it joined", n)
+	}
+
+	if committed := waitCommitted(t, client, group, topic, map[int32]int64{0: newest})[0]; committed != newest {
+		t.Errorf("%s/0: after A closed, the committed offset is %d; want %d, the newest offset A restarted at when the committed 2 was out of range",
+			topic, committed, newest)
+	}
+
+	fresh := produce(t, client, topic, "fresh", 5)
+	b := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	colB := collect(b, nil)
+	waitConsuming(t, b, 1, "B")
+	got := waitReceived(colB, fresh, 10*time.Second)
+	stats := b.Stats()
+	colB.close(t)
+	if got != len(fresh) {
+		t.Errorf("B received %d of the %d messages produced after A restarted at offset %d and closed: %d lost (B's stats: %+v)",
+			got, len(fresh), newest, len(fresh)-got, stats)
+	}
+	if n := colB.received(gone) + colB.received(kept); n != 0 {
+		t.Errorf("B received %d messages produced before the group restarted at %d", n, newest)
+	}
+	checkDeregistered(t, group, a, b)
+}
+
+// TestIntegrationLogShrinksBelowPosition: a partition's log shrinks below the
+// position its partition manager consumed up to, here because the topic is
+// deleted and created again while the partition manager lives on. The
+// manager must start over at Offsets.Initial on the new log, not wait for
+// the new log to grow past the old position.
+//
+// The consumer manager would stop the partition manager when the topic
+// disappears from ZooKeeper; to keep it alive, the test blocks the manager
+// goroutine in its first OnRebalance call, made after it started the
+// partition manager (no rebalance proceeds until OnRebalance returns).
+//
+// What happens on the code it was written against (seen in the logs with
+// KAFKACONSUMER_TEST_LOG=1; Kafka 3.9 in ZooKeeper mode, where deleting
+// and creating the topic again took about 0.3 s):
+//
+//   - The broker answers the partition consumer's next fetch with
+//     UNKNOWN_TOPIC_OR_PARTITION. sarama abandons the subscription and
+//     re-dispatches by itself after Consumer.Retry.Backoff (2 s); the
+//     partition manager sees only the one error it forwards to Errors. The
+//     partition consumer does not stop.
+//   - By then the topic exists again. The partition consumer fetches offset
+//     20 from the new, 5-message log, gets OFFSET_OUT_OF_RANGE and shuts
+//     down ("Partition consumer stopped by itself; starting it again").
+//   - The partition manager retries ConsumePartition at lastHandedOut+1 =
+//     20, which sarama refuses (ErrOffsetOutOfRange: above the newest offset
+//     5); restartAtInitial refuses the oldest offset 0 because it is not
+//     above lastHandedOut 19, with the misleading "offset 20 out of range,
+//     and 0 handed-out messages pending". This repeats every second (31
+//     times in the 30 s, each also sent to Errors) and would go on until
+//     the new log grows past offset 20, where consumption would resume: the
+//     new log's first 20 messages would never be delivered. Stats meanwhile
+//     show LastHandedOut 19, Committed 20, HighWaterMark -1. None of the 5
+//     arrives.
+func TestIntegrationLogShrinksBelowPosition(t *testing.T) {
+	needCluster(t)
+	debugLogs(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("rv-shrink")
+	createTopic(t, admin, topic, 1)
+	group := uniqueName("rv.shrink")
+	old := produce(t, client, topic, "old", 20)
+
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	entered := make(chan Rebalance, 1)
+	var calls atomic.Int32
+	config := testConfig() // Offsets.Initial: oldest
+	config.OnRebalance = func(r Rebalance) {
+		if calls.Add(1) == 1 {
+			entered <- r
+			<-release
+		}
+	}
+	c := join(t, group, TopicSubscription(topic), config)
+	// Close must not wait for a blocked OnRebalance, whatever happens.
+	t.Cleanup(func() {
+		unblock()
+		_ = c.Close()
+	})
+	errs := logErrors(c)
+	col := collect(c, nil)
+
+	select {
+	case r := <-entered:
+		if len(r.Assigned) != 1 {
+			t.Fatalf("first OnRebalance = %+v; want the topic's partition assigned", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnRebalance was not called within 30s")
+	}
+	waitFor(t, 30*time.Second, "the 20 messages to be received", func() bool { return col.has(old) })
+	waitFor(t, 30*time.Second, "the 20 acks to show as Committed 20", func() bool {
+		stats := c.Stats()
+		return len(stats) == 1 && stats[0].Committed == 20
+	})
+
+	if err := admin.DeleteTopic(topic); err != nil {
+		t.Fatalf("delete topic %s: %s", topic, err)
+	}
+	waitFor(t, 30*time.Second, "the topic to be gone from the cluster", func() bool {
+		topics, err := admin.ListTopics()
+		if err != nil {
+			t.Fatalf("list topics: %s", err)
+		}
+		_, ok := topics[topic]
+		return !ok
+	})
+	waitFor(t, 30*time.Second, "the topic to be created again", func() bool {
+		err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
+		var topicErr *sarama.TopicError
+		if errors.As(err, &topicErr) && topicErr.Err == sarama.ErrTopicAlreadyExists {
+			return false // its deletion is still being completed
+		}
+		if err != nil {
+			t.Fatalf("create topic %s again: %s", topic, err)
+		}
+		return true
+	})
+	// A fresh client: the first one cached the old topic's metadata.
+	producerClient := newTestClient(t)
+	waitFor(t, 30*time.Second, "the new topic's partition to have a leader", func() bool {
+		if err := producerClient.RefreshMetadata(topic); err != nil {
+			return false
+		}
+		_, err := producerClient.Leader(topic, 0)
+		return err == nil
+	})
+	fresh := produce(t, producerClient, topic, "fresh", 5)
+
+	got := waitReceived(col, fresh, 30*time.Second)
+	stats := c.Stats()
+	unblock()
+	col.close(t)
+	<-errs.done
+	t.Logf("Errors: %s", errs.summary())
+	if got != len(fresh) {
+		t.Errorf("received %d of the %d messages produced to the topic created again (offsets 0-%d of the new log) within 30s: %d lost; stats: %+v",
+			got, len(fresh), len(fresh)-1, len(fresh)-got, stats)
+	}
+	if n := calls.Load(); n < 1 {
+		t.Errorf("OnRebalance called %d times", n)
+	}
+	checkDeregistered(t, group, c)
 }

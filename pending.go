@@ -1,5 +1,8 @@
 package kafkaconsumer
 
+// Pending acks: the bookkeeping of one partition's handed-out messages,
+// acked in any order, whose acked prefix is what may be committed.
+
 // slotState is the state of a message that a partition handed out.
 type slotState uint8
 

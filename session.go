@@ -1,10 +1,13 @@
 package kafkaconsumer
 
+// The ZooKeeper nodes of the instance's own session: its registration,
+// the group's instances, and the owner nodes of its claims (claims.go uses
+// them).
+
 import (
 	"errors"
 	"path"
 	"strconv"
-	"sync"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
@@ -168,100 +171,4 @@ func (cm *consumerManager) watchInstanceNodes() (kazoo.ConsumergroupInstanceList
 		instances = append(instances, cm.kzGroup.Instance(id))
 	}
 	return instances, watch, nil
-}
-
-// claimChunk is the most owner nodes one ZooKeeper multi creates: a
-// thousand creates of about 100 bytes stay well below jute.maxbuffer.
-const claimChunk = 250
-
-// claimBatch claims the partitions that one distribution started together,
-// with one ZooKeeper multi request per claimChunk partitions instead of a
-// request each: at start-up every owner node is missing, and the creates
-// were most of the start-up time of 1,000 partitions. A multi is atomic:
-// when one partition of a chunk is still owned (by an instance that is
-// letting go of it), none of the chunk is created, and each partition
-// manager claims its partition alone, as without the batch.
-//
-// The first partition manager that claims (claimed) runs the multis on its
-// own goroutine; the others wait for it, without a deadline (as for a
-// claim of their own), so that no node the batch created goes unnoticed.
-type claimBatch struct {
-	cm  *consumerManager
-	tps []topicPartition
-
-	once sync.Once // runs the multis, in the first caller of claimed
-	// result maps the partitions of the batch to their outcome: true for
-	// claimed, false when the chunk failed for certain, absent when its
-	// outcome is unknown (the connection failed).
-	result map[topicPartition]bool
-}
-
-func newClaimBatch(cm *consumerManager, tps []topicPartition) *claimBatch {
-	return &claimBatch{cm: cm, tps: tps}
-}
-
-// claimed returns the outcome for tp: claimed, or known false when the
-// partition manager must claim alone (and may: nothing was created).
-func (b *claimBatch) claimed(tp topicPartition) (claimed, known bool) {
-	b.once.Do(func() { b.result = b.run() })
-	claimed, known = b.result[tp]
-	return claimed, known
-}
-
-// run creates the owner nodes chunk by chunk.
-func (b *claimBatch) run() map[topicPartition]bool {
-	result := make(map[topicPartition]bool, len(b.tps))
-	for start := 0; start < len(b.tps); start += claimChunk {
-		chunk := b.tps[start:min(start+claimChunk, len(b.tps))]
-		err := b.create(chunk)
-		if errors.Is(err, zk.ErrNoNode) && b.mkdirs(chunk) == nil {
-			err = b.create(chunk)
-		}
-		switch {
-		case err == nil:
-			for _, tp := range chunk {
-				result[tp] = true
-			}
-		case errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode):
-			for _, tp := range chunk {
-				result[tp] = false
-			}
-		default:
-			// Unknown: the partition managers claim alone, and take
-			// over a node with this instance's ID.
-		}
-	}
-	return result
-}
-
-// create runs one multi of the chunk's owner nodes; it returns the error of
-// the op that failed, or of the request.
-func (b *claimBatch) create(chunk []topicPartition) error {
-	id := []byte(b.cm.instance.ID)
-	ops := make([]interface{}, len(chunk))
-	for i, tp := range chunk {
-		ops[i] = &zk.CreateRequest{Path: b.cm.ownerNode(tp), Data: id, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral}
-	}
-	responses, err := b.cm.zkConn.Multi(ops...)
-	for _, r := range responses {
-		// The op that failed; the others report a rollback.
-		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) {
-			return r.Error
-		}
-	}
-	return err
-}
-
-// mkdirs creates the owner nodes' parents of the chunk's topics.
-func (b *claimBatch) mkdirs(chunk []topicPartition) error {
-	seen := make(map[string]bool)
-	for _, tp := range chunk {
-		if !seen[tp.topic] {
-			seen[tp.topic] = true
-			if err := b.cm.mkdirs(path.Dir(b.cm.ownerNode(tp))); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

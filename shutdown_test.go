@@ -1,15 +1,15 @@
 package kafkaconsumer
 
+// Stopping: a partition's wait for acks (MaxProcessingTime, withdrawn
+// messages), Close draining Messages, and Shutdown's deadline.
+
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/go-zookeeper/zk"
 )
 
 // TestIntegrationShutdownDeadline: a Shutdown whose context expires while
@@ -79,102 +79,103 @@ func TestIntegrationShutdownDeadline(t *testing.T) {
 	checkDeregistered(t, group, first, second)
 }
 
-// TestIntegrationJoinContextCancelledInClaimWait: JoinContext whose context
-// expires while a partition of its share is claimed by another instance
-// returns the context's error and leaves ZooKeeper as it found it: no
-// registration, no claim of its own (it had claimed the three other
-// partitions), and no goroutine running.
-func TestIntegrationJoinContextCancelledInClaimWait(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	conn, chroot := testZookeeper(t, zookeeperPeers)
-	group := uniqueName("it.joinctx")
-	base := chroot + "/consumers/" + group
-	t.Cleanup(func() {
-		if err := deleteRecursive(conn, base); err != nil {
-			t.Errorf("delete %s: %s", base, err)
-		}
-	})
-	for _, path := range []string{chroot + "/consumers", base, base + "/ids", base + "/owners", base + "/owners/test.4"} {
-		if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatalf("create %s: %s", path, err)
-		}
-	}
-	const other = "another-instance"
-	if _, err := conn.Create(base+"/owners/test.4/2", []byte(other), 0, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatalf("claim test.4/2 for %s: %s", other, err)
-	}
+// waitForAcksAsync runs pm.waitForAcks, with MaxProcessingTime from now,
+// in a goroutine; the channel is closed when it returns.
+func waitForAcksAsync(pm *partitionManager) <-chan struct{} {
+	done := make(chan struct{})
+	due := time.Now().Add(pm.parent.config.MaxProcessingTime)
+	go func() {
+		defer close(done)
+		pm.waitForAcks(due)
+	}()
+	return done
+}
 
-	logger, rec := newRecordingLogger()
-	config := testConfig()
-	config.Logger = logger
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	began := time.Now()
-	c, err := JoinContext(ctx, group, TopicSubscription("test.4"), zookeeperPeers, config)
-	took := time.Since(began)
-	t.Logf("JoinContext returned after %s: %v", took, err)
-	if err == nil {
-		_ = c.Close()
-		t.Fatal("JoinContext succeeded while test.4/2 was claimed by another instance")
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("JoinContext() = %v, want an error wrapping context.DeadlineExceeded", err)
-	}
-	if took > 8*time.Second {
-		t.Errorf("JoinContext took %s with a 3 s deadline", took)
-	}
-	if _, ok := rec.find(slog.LevelDebug, "still owned by "+other, map[string]string{attrTopic: "test.4", attrPartition: "2"}); !ok {
-		t.Error("JoinContext did not wait for the claim of test.4/2 (no such line)")
-	}
-	for p := 0; p < 4; p++ {
-		if p == 2 {
-			continue
-		}
-		if _, ok := rec.find(slog.LevelDebug, "Claimed partition", map[string]string{attrTopic: "test.4", attrPartition: fmt.Sprint(p)}); !ok {
-			t.Errorf("test.4/%d was not claimed while JoinContext waited", p)
-		}
-	}
-
-	ids, _, err := conn.Children(base + "/ids")
-	if err != nil {
-		t.Fatalf("list %s/ids: %s", base, err)
-	}
-	if len(ids) != 0 {
-		t.Errorf("JoinContext failed but left registrations: %v", ids)
-	}
-	owners, _, err := conn.Children(base + "/owners/test.4")
-	if err != nil {
-		t.Fatalf("list owners: %s", err)
-	}
-	for _, p := range owners {
-		owner, _, err := conn.Get(base + "/owners/test.4/" + p)
-		if err != nil {
-			t.Fatalf("get owner of test.4/%s: %s", p, err)
-		}
-		if p != "2" || string(owner) != other {
-			t.Errorf("JoinContext failed but left the claim of test.4/%s (owner %s)", p, owner)
-		}
+// waitClosed fails the test with what unless done is closed within 10 s.
+func waitClosed(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
 	}
 }
 
-// TestIntegrationJoinContextCancelled: JoinContext with a context that is
-// already cancelled returns its error at once and starts nothing.
-func TestIntegrationJoinContextCancelled(t *testing.T) {
+func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
+	t.Parallel()
+	config := NewConfig()
+	config.MaxProcessingTime = time.Minute
+	cm, pm, pom, handOut := testManager(t, config)
+	handOut(0, 1, 2)
+	cm.Ack(message(1))
+
+	done := waitForAcksAsync(pm)
+	cm.Ack(message(2))
+	cm.Ack(message(2)) // a double ack of the last one: no double close
+	select {
+	case <-done:
+		t.Fatal("waitForAcks returned with message 0 not acked")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cm.Ack(message(0))
+	waitClosed(t, done, "waitForAcks did not return after every message was acked")
+	if got := pom.last(); got != 3 {
+		t.Fatalf("marked %d, want 3", got)
+	}
+}
+
+func TestWaitForAcksGivesUpAfterMaxProcessingTime(t *testing.T) {
+	t.Parallel()
+	config := NewConfig()
+	config.MaxProcessingTime = 100 * time.Millisecond
+	_, pm, pom, handOut := testManager(t, config)
+	handOut(0)
+	done := waitForAcksAsync(pm)
+	waitClosed(t, done, "waitForAcks did not give up after MaxProcessingTime")
+	if got := pom.last(); got != -1 {
+		t.Fatalf("marked %d without any ack", got)
+	}
+}
+
+func TestWaitForAcksCountsWithdrawn(t *testing.T) {
+	t.Parallel()
+	cm, pm, pom, handOut := testManager(t, nil)
+	handOut(0, 1)
+	cm.Ack(message(0))
+	done := waitForAcksAsync(pm)
+	cm.withdraw(message(1))
+	waitClosed(t, done, "waitForAcks waited for a withdrawn message")
+	if got := pom.last(); got != 1 {
+		t.Fatalf("marked %d, want 1", got)
+	}
+}
+
+func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	began := time.Now()
-	c, err := JoinContext(ctx, uniqueName("it.joinctx"), TopicSubscription("test.4"), zookeeperPeers, testConfig())
-	if err == nil {
-		_ = c.Close()
-		t.Fatal("JoinContext with a cancelled context succeeded")
+	client := newTestClient(t)
+	group := uniqueName("it.drain")
+	start := startGroupAt(t, client, group, "test.4")
+	values := produce(t, client, "test.4", group, 100)
+
+	config := testConfig()
+	config.MaxProcessingTime = 500 * time.Millisecond
+	// The first instance receives messages and acks none of them.
+	first := join(t, group, TopicSubscription("test.4"), config)
+	col1 := collect(first, func(*sarama.ConsumerMessage) bool { return false })
+	waitFor(t, 30*time.Second, "some messages", func() bool { return col1.received(values) >= 10 })
+	closed := time.Now()
+	col1.close(t)
+	t.Logf("Close with unacked messages took %s", time.Since(closed))
+	if _, ok := <-first.Messages(); ok {
+		t.Fatal("Messages delivered after Close")
 	}
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("JoinContext() = %v, want an error wrapping context.Canceled", err)
-	}
-	if took := time.Since(began); took > 2*time.Second {
-		t.Errorf("JoinContext with a cancelled context took %s", took)
-	}
+
+	// Everything it received is consumed again.
+	second := join(t, group, TopicSubscription("test.4"), nil)
+	col2 := collect(second, nil)
+	waitFor(t, 30*time.Second, "every message again", func() bool { return col2.has(values) })
+	col2.close(t)
+	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
+	checkDeregistered(t, group, first, second)
 }

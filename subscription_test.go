@@ -5,9 +5,11 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	samuelzk "github.com/samuel/go-zookeeper/zk"
 )
@@ -213,5 +215,65 @@ func TestEventTypesAgree(t *testing.T) {
 	}
 	if zk.State(samuelzk.StateHasSession) != zk.StateHasSession || zk.State(samuelzk.StateExpired) != zk.StateExpired {
 		t.Error("session states differ between the clients")
+	}
+}
+
+func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	prefix := uniqueName("it-wl")
+	c := join(t, prefix, WhitelistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.in`)), nil)
+	col := collect(c, nil)
+
+	createTopic(t, admin, prefix+".in", 2)
+	createTopic(t, admin, prefix+".out", 2)
+	waitFor(t, 30*time.Second, "the new matching topic to be consumed", func() bool { return len(c.Stats()) == 2 })
+	in := produce(t, client, prefix+".in", "in", 20)
+	out := produce(t, client, prefix+".out", "out", 20)
+	waitFor(t, 30*time.Second, "messages of the matching topic", func() bool { return col.has(in) })
+	col.close(t)
+	if n := col.received(out); n != 0 {
+		t.Errorf("received %d messages of a topic that does not match", n)
+	}
+}
+
+func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	prefix := uniqueName("it-bl")
+	// Everything but this test's excluded topic: the blacklist also takes
+	// the topics of other tests, which this test ignores.
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	c := join(t, prefix, BlacklistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.excluded$`)), config)
+	col := collect(c, nil)
+
+	createTopic(t, admin, prefix+".included", 2)
+	createTopic(t, admin, prefix+".excluded", 2)
+	waitFor(t, 30*time.Second, "the new topic to be consumed", func() bool {
+		n := 0
+		for _, s := range c.Stats() {
+			if s.Topic == prefix+".included" && s.HighWaterMark >= 0 {
+				n++
+			}
+			if s.Topic == prefix+".excluded" {
+				t.Errorf("blacklisted topic %s is consumed", s.Topic)
+			}
+		}
+		return n == 2
+	})
+	included := produce(t, client, prefix+".included", "in", 20)
+	excluded := produce(t, client, prefix+".excluded", "out", 20)
+	waitFor(t, 30*time.Second, "messages of the new topic", func() bool { return col.has(included) })
+	col.close(t)
+	if n := col.received(excluded); n != 0 {
+		t.Errorf("received %d messages of the blacklisted topic", n)
+	}
+	for _, s := range c.Stats() {
+		if strings.HasPrefix(s.Topic, "__") {
+			t.Errorf("internal topic %s is consumed", s.Topic)
+		}
 	}
 }

@@ -1,5 +1,8 @@
 package kafkaconsumer
 
+// Batched start-up reads: the committed offsets and Offsets.Initial of the
+// partitions that one distribution starts, with one request per broker.
+
 import (
 	"errors"
 	"sync"

@@ -1,131 +1,17 @@
 package kafkaconsumer
 
+// Acks, without a cluster: what Ack commits, the marker, Ack's cache, and
+// misuse; BenchmarkAck.
+
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/wvanbergen/kazoo-go"
-	"go.uber.org/goleak"
 )
-
-// leakOptions are the goroutines that outlive a consumer on purpose:
-// go-metrics' meter ticker, which sarama starts once per process.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
-}
-
-// verifyNoLeaks fails the test if goroutines started since it began are still
-// running once the test is done, after waiting up to goleak's deadline.
-func verifyNoLeaks(t *testing.T) {
-	t.Helper()
-	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOptions...)
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
-
-func TestJoinRejectsBadInput(t *testing.T) {
-	verifyNoLeaks(t)
-	badConfig := NewConfig()
-	badConfig.MaxProcessingTime = 0
-	cases := []struct {
-		name         string
-		group        string
-		subscription Subscription
-		zookeeper    string
-		config       *Config
-		want         error
-	}{
-		{"empty group", "", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
-		{"group with slash", "a/b", TopicSubscription("t"), "127.0.0.1:2181", nil, ErrInvalidGroup},
-		{"nil subscription", "g", nil, "127.0.0.1:2181", nil, ErrInvalidSubscription},
-		{"empty subscription", "g", TopicSubscription(), "127.0.0.1:2181", nil, ErrInvalidSubscription},
-		{"nil whitelist", "g", WhitelistSubscription(nil), "127.0.0.1:2181", nil, ErrInvalidSubscription},
-		{"empty zookeeper", "g", TopicSubscription("t"), "", nil, ErrInvalidZookeeper},
-		{"blank zookeeper", "g", TopicSubscription("t"), "  ", nil, ErrInvalidZookeeper},
-		{"empty server", "g", TopicSubscription("t"), "127.0.0.1:2181,", nil, ErrInvalidZookeeper},
-		{"bad port", "g", TopicSubscription("t"), "127.0.0.1:port", nil, ErrInvalidZookeeper},
-		{"port out of range", "g", TopicSubscription("t"), "127.0.0.1:70000", nil, ErrInvalidZookeeper},
-		{"empty chroot element", "g", TopicSubscription("t"), "127.0.0.1:2181/a//b", nil, ErrInvalidZookeeper},
-		{"invalid config", "g", TopicSubscription("t"), "127.0.0.1:2181", badConfig, ErrInvalidConfig},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := Join(tc.group, tc.subscription, tc.zookeeper, tc.config)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("Join() = %v, %v; want %v", c, err, tc.want)
-			}
-			if c != nil {
-				t.Fatal("Join returned a consumer with an error")
-			}
-		})
-	}
-}
-
-func TestParseZookeeper(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		in     string
-		nodes  string // joined with ","
-		chroot string
-	}{
-		{"zk1:2181", "zk1:2181", ""},
-		{"zk1:2181,zk2:2181,zk3", "zk1:2181,zk2:2181,zk3:2181", ""},
-		{"zk1:2181/kafka", "zk1:2181", "/kafka"},
-		{"zk1:2181/kafka/", "zk1:2181", "/kafka"},
-		{"zk1:2181/", "zk1:2181", ""},
-		{"zk1:2181,zk2:2182/a/b", "zk1:2181,zk2:2182", "/a/b"},
-		{"[::1]:2181", "[::1]:2181", ""},
-		{"[::1]", "[::1]:2181", ""},
-		{"[fe80::1]:2182,127.0.0.1:2181/kafka", "[fe80::1]:2182,127.0.0.1:2181", "/kafka"},
-	}
-	for _, tc := range cases {
-		nodes, chroot, err := parseZookeeper(tc.in)
-		if err != nil || strings.Join(nodes, ",") != tc.nodes || chroot != tc.chroot {
-			t.Errorf("parseZookeeper(%q) = %v, %q, %v; want %s, %q", tc.in, nodes, chroot, err, tc.nodes, tc.chroot)
-		}
-	}
-	for _, in := range []string{"::1:2181", "[::1", "[::1]:x", "[zk1]:2181", "[::1]:0", ":2181"} {
-		if nodes, _, err := parseZookeeper(in); !errors.Is(err, ErrInvalidZookeeper) {
-			t.Errorf("parseZookeeper(%q) = %v, %v; want ErrInvalidZookeeper", in, nodes, err)
-		}
-	}
-}
-
-func TestJoinUnreachableZookeeperIsBounded(t *testing.T) {
-	verifyNoLeaks(t)
-	config := NewConfig()
-	config.Zookeeper.Timeout = 500 * time.Millisecond
-	start := time.Now()
-	// Port 1 on loopback: nothing listens there.
-	c, err := Join("g", TopicSubscription("t"), "127.0.0.1:1", config)
-	elapsed := time.Since(start)
-	if !errors.Is(err, ErrZookeeperUnreachable) || c != nil {
-		t.Fatalf("Join() = %v, %v; want ErrZookeeperUnreachable", c, err)
-	}
-	// The probe waits for the timeout, then up to a second to close.
-	if limit := config.Zookeeper.Timeout + 2*time.Second; elapsed > limit {
-		t.Fatalf("Join took %s, want at most %s", elapsed, limit)
-	}
-}
-
-func TestJoinDoesNotChangeCallerConfig(t *testing.T) {
-	verifyNoLeaks(t)
-	config := NewConfig()
-	config.Zookeeper.Timeout = 200 * time.Millisecond
-	config.Offsets.Initial = sarama.OffsetOldest
-	before := config.Consumer.Offsets.Initial
-	_, _ = Join("g", TopicSubscription("t"), "127.0.0.1:1/chroot", config)
-	if config.Zookeeper.Chroot != "" {
-		t.Errorf("Join set the caller's Zookeeper.Chroot to %q", config.Zookeeper.Chroot)
-	}
-	if config.Consumer.Offsets.Initial != before {
-		t.Error("Join changed the caller's sarama config")
-	}
-}
 
 // testOffsets returns an offset store without a Kafka client: it keeps
 // marks, and nothing commits them. For tests of the ack bookkeeping.
@@ -302,77 +188,6 @@ func TestAckAfterClose(t *testing.T) {
 	}
 }
 
-// waitForAcksAsync runs pm.waitForAcks, with MaxProcessingTime from now,
-// in a goroutine; the channel is closed when it returns.
-func waitForAcksAsync(pm *partitionManager) <-chan struct{} {
-	done := make(chan struct{})
-	due := time.Now().Add(pm.parent.config.MaxProcessingTime)
-	go func() {
-		defer close(done)
-		pm.waitForAcks(due)
-	}()
-	return done
-}
-
-// waitClosed fails the test with what unless done is closed within 10 s.
-func waitClosed(t *testing.T, done <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal(what)
-	}
-}
-
-func TestWaitForAcksReturnsWhenAllAcked(t *testing.T) {
-	t.Parallel()
-	config := NewConfig()
-	config.MaxProcessingTime = time.Minute
-	cm, pm, pom, handOut := testManager(t, config)
-	handOut(0, 1, 2)
-	cm.Ack(message(1))
-
-	done := waitForAcksAsync(pm)
-	cm.Ack(message(2))
-	cm.Ack(message(2)) // a double ack of the last one: no double close
-	select {
-	case <-done:
-		t.Fatal("waitForAcks returned with message 0 not acked")
-	case <-time.After(50 * time.Millisecond):
-	}
-	cm.Ack(message(0))
-	waitClosed(t, done, "waitForAcks did not return after every message was acked")
-	if got := pom.last(); got != 3 {
-		t.Fatalf("marked %d, want 3", got)
-	}
-}
-
-func TestWaitForAcksGivesUpAfterMaxProcessingTime(t *testing.T) {
-	t.Parallel()
-	config := NewConfig()
-	config.MaxProcessingTime = 100 * time.Millisecond
-	_, pm, pom, handOut := testManager(t, config)
-	handOut(0)
-	done := waitForAcksAsync(pm)
-	waitClosed(t, done, "waitForAcks did not give up after MaxProcessingTime")
-	if got := pom.last(); got != -1 {
-		t.Fatalf("marked %d without any ack", got)
-	}
-}
-
-func TestWaitForAcksCountsWithdrawn(t *testing.T) {
-	t.Parallel()
-	cm, pm, pom, handOut := testManager(t, nil)
-	handOut(0, 1)
-	cm.Ack(message(0))
-	done := waitForAcksAsync(pm)
-	cm.withdraw(message(1))
-	waitClosed(t, done, "waitForAcks waited for a withdrawn message")
-	if got := pom.last(); got != 1 {
-		t.Fatalf("marked %d, want 1", got)
-	}
-}
-
 // benchManager returns a consumer manager without connections running one
 // partition manager (topic "topic", partition 3) and a message of it.
 func benchManager() (*consumerManager, *partitionManager, *sarama.ConsumerMessage) {
@@ -413,21 +228,6 @@ func BenchmarkAckOutOfOrder(b *testing.B) {
 			msg.Offset = int64(i + j)
 			cm.Ack(msg)
 		}
-	}
-}
-
-func TestStatsAndRebalanceNames(t *testing.T) {
-	t.Parallel()
-	cm, _, _, handOut := testManager(t, nil)
-	handOut(0, 1, 2)
-	cm.Ack(message(1))
-	stats := cm.Stats()
-	if len(stats) != 1 {
-		t.Fatalf("Stats() has %d partitions, want 1", len(stats))
-	}
-	s := stats[0]
-	if s.Topic != "t" || s.Partition != 0 || s.LastHandedOut != 2 || s.LastAcked != 1 || s.Pending != 2 || s.Lag != -1 {
-		t.Fatalf("Stats() = %+v", s)
 	}
 }
 

@@ -12,11 +12,12 @@ package kafkaconsumer
 // DiscoverFromZookeeper skip (skipKafkaDiscovery).
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"log"
 	"math/rand"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -531,241 +532,6 @@ func verifyNoClusterLeaks(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
-func TestIntegrationOneInstanceOneTopic(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.one")
-	start := startGroupAt(t, client, group, "test.4")
-
-	c := join(t, group, TopicSubscription("test.4"), nil)
-	col := collect(c, nil)
-	values := produce(t, client, "test.4", group, 100)
-	waitFor(t, 30*time.Second, "100 messages", func() bool { return col.has(values) })
-	col.close(t)
-
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
-	checkDeregistered(t, group, c)
-}
-
-func TestIntegrationOneInstanceTwoTopics(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.two")
-	start := startGroupAt(t, client, group, "test.4", "test.1")
-
-	c := join(t, group, TopicSubscription("test.4", "test.1"), nil)
-	col := collect(c, nil)
-	values := append(produce(t, client, "test.4", group+".a", 100), produce(t, client, "test.1", group+".b", 200)...)
-	waitFor(t, 30*time.Second, "300 messages", func() bool { return col.has(values) })
-	col.close(t)
-
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 100, "test.1": 200})
-	checkDeregistered(t, group, c)
-}
-
-func TestIntegrationSerialInstances(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.serial")
-	start := startGroupAt(t, client, group, "test.4")
-	values := produce(t, client, "test.4", group, 100)
-
-	// The first instance processes 50 messages, then closes; what it
-	// received beyond those is not acked, and goes to the second.
-	var mu sync.Mutex
-	processed := 0
-	first := join(t, group, TopicSubscription("test.4"), nil)
-	col1 := collect(first, func(*sarama.ConsumerMessage) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		processed++
-		return processed <= 50
-	})
-	waitFor(t, 30*time.Second, "50 messages", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return processed >= 50
-	})
-	col1.close(t)
-
-	// The second processes every message the first did not ack (messages
-	// the first received without acking must come again).
-	second := join(t, group, TopicSubscription("test.4"), nil)
-	col2 := collect(second, nil)
-	waitFor(t, 30*time.Second, "the rest of the messages", func() bool {
-		for _, v := range values {
-			if !col1.wasAcked(v) && col2.count(v) == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	col2.close(t)
-
-	_, duplicates := union(values, col1, col2)
-	t.Logf("duplicates: %d", duplicates)
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
-	checkDeregistered(t, group, first, second)
-}
-
-func TestIntegrationParallelInstances(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.parallel")
-	start := startGroupAt(t, client, group, "test.64")
-
-	var consumers []Consumer
-	var cols []*collector
-	for i := 0; i < 10; i++ {
-		c := join(t, group, TopicSubscription("test.64"), nil)
-		consumers = append(consumers, c)
-		cols = append(cols, collect(c, nil))
-	}
-	// Wait until the group settled: each instance claimed its 6 or 7 of
-	// the 64 partitions.
-	waitFor(t, 60*time.Second, "64 partitions claimed by 10 instances, 6 or 7 each", func() bool {
-		claimed := 0
-		for _, c := range consumers {
-			stats := c.Stats()
-			if len(stats) < 6 || len(stats) > 7 {
-				return false
-			}
-			for _, s := range stats {
-				if s.Claimed {
-					claimed++
-				}
-			}
-		}
-		return claimed == 64
-	})
-	values := produce(t, client, "test.64", group, 1000)
-	waitFor(t, 60*time.Second, "1000 messages", func() bool {
-		all, _ := union(values, cols...)
-		return all
-	})
-	for _, col := range cols {
-		col.close(t)
-	}
-	_, duplicates := union(values, cols...)
-	if duplicates != 0 {
-		t.Errorf("%d duplicates in a settled group", duplicates)
-	}
-	checkCommitted(t, client, group, start, map[string]int{"test.64": 1000})
-	checkDeregistered(t, group, consumers...)
-}
-
-func TestIntegrationTakeOver(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.takeover")
-	start := startGroupAt(t, client, group, "test.4")
-	config := testConfig()
-	config.MaxProcessingTime = 500 * time.Millisecond
-
-	var rebalances sync.Map
-	a := join(t, group, TopicSubscription("test.4"), config)
-	colA := collect(a, nil)
-	configB := testConfig()
-	configB.MaxProcessingTime = 500 * time.Millisecond
-	configB.OnRebalance = func(r Rebalance) { rebalances.Store(len(r.Assigned), r) }
-	b := join(t, group, TopicSubscription("test.4"), configB)
-	colB := collect(b, nil)
-	waitFor(t, 30*time.Second, "both instances to own 2 partitions", func() bool {
-		return len(a.Stats()) == 2 && len(b.Stats()) == 2
-	})
-
-	first := produce(t, client, "test.4", group+".first", 100)
-	waitFor(t, 30*time.Second, "the first 100 messages", func() bool {
-		all, _ := union(first, colA, colB)
-		return all
-	})
-	colA.close(t)
-	waitFor(t, 30*time.Second, "the survivor to own all 4 partitions", func() bool {
-		stats := b.Stats()
-		claimed := 0
-		for _, s := range stats {
-			if s.Claimed {
-				claimed++
-			}
-		}
-		return claimed == 4
-	})
-	second := produce(t, client, "test.4", group+".second", 100)
-	waitFor(t, 30*time.Second, "the second 100 messages", func() bool { return colB.has(second) })
-	colB.close(t)
-
-	if _, ok := rebalances.Load(2); !ok {
-		t.Error("OnRebalance did not report the survivor taking 2 more partitions")
-	}
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 200})
-	checkDeregistered(t, group, a, b)
-}
-
-func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
-	needCluster(t)
-	client := newTestClient(t)
-	admin := newTestAdmin(t, client)
-	prefix := uniqueName("it-wl")
-	c := join(t, prefix, WhitelistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.in`)), nil)
-	col := collect(c, nil)
-
-	createTopic(t, admin, prefix+".in", 2)
-	createTopic(t, admin, prefix+".out", 2)
-	waitFor(t, 30*time.Second, "the new matching topic to be consumed", func() bool { return len(c.Stats()) == 2 })
-	in := produce(t, client, prefix+".in", "in", 20)
-	out := produce(t, client, prefix+".out", "out", 20)
-	waitFor(t, 30*time.Second, "messages of the matching topic", func() bool { return col.has(in) })
-	col.close(t)
-	if n := col.received(out); n != 0 {
-		t.Errorf("received %d messages of a topic that does not match", n)
-	}
-}
-
-func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
-	needCluster(t)
-	client := newTestClient(t)
-	admin := newTestAdmin(t, client)
-	prefix := uniqueName("it-bl")
-	// Everything but this test's excluded topic: the blacklist also takes
-	// the topics of other tests, which this test ignores.
-	config := testConfig()
-	config.Offsets.Initial = sarama.OffsetNewest
-	c := join(t, prefix, BlacklistSubscription(regexp.MustCompile("^"+regexp.QuoteMeta(prefix)+`\.excluded$`)), config)
-	col := collect(c, nil)
-
-	createTopic(t, admin, prefix+".included", 2)
-	createTopic(t, admin, prefix+".excluded", 2)
-	waitFor(t, 30*time.Second, "the new topic to be consumed", func() bool {
-		n := 0
-		for _, s := range c.Stats() {
-			if s.Topic == prefix+".included" && s.HighWaterMark >= 0 {
-				n++
-			}
-			if s.Topic == prefix+".excluded" {
-				t.Errorf("blacklisted topic %s is consumed", s.Topic)
-			}
-		}
-		return n == 2
-	})
-	included := produce(t, client, prefix+".included", "in", 20)
-	excluded := produce(t, client, prefix+".excluded", "out", 20)
-	waitFor(t, 30*time.Second, "messages of the new topic", func() bool { return col.has(included) })
-	col.close(t)
-	if n := col.received(excluded); n != 0 {
-		t.Errorf("received %d messages of the blacklisted topic", n)
-	}
-	for _, s := range c.Stats() {
-		if strings.HasPrefix(s.Topic, "__") {
-			t.Errorf("internal topic %s is consumed", s.Topic)
-		}
-	}
-}
-
 func newTestAdmin(t testing.TB, client sarama.Client) sarama.ClusterAdmin {
 	t.Helper()
 	admin, err := sarama.NewClusterAdminFromClient(client)
@@ -782,150 +548,126 @@ func createTopic(t testing.TB, admin sarama.ClusterAdmin, name string, partition
 	}
 }
 
-func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.newest")
-	old := produce(t, client, "test.4", group+".old", 20)
-
-	config := testConfig()
-	config.Offsets.Initial = sarama.OffsetNewest
-	c := join(t, group, TopicSubscription("test.4"), config)
-	col := collect(c, nil)
-	waitFor(t, 30*time.Second, "all partitions to be consuming", func() bool {
-		n := 0
-		for _, s := range c.Stats() {
-			if s.HighWaterMark >= 0 {
-				n++
-			}
-		}
-		return n == 4
-	})
-	fresh := produce(t, client, "test.4", group+".new", 20)
-	waitFor(t, 30*time.Second, "the new messages", func() bool { return col.has(fresh) })
-	col.close(t)
-	if n := col.received(old); n != 0 {
-		t.Errorf("received %d messages produced before joining with OffsetNewest", n)
-	}
-}
-
-// committedOutOfRange creates a topic of one partition with 20 messages,
-// "gone" (10) then "kept" (10), commits offset 2 for group, and deletes the
-// first 15 messages as retention would: the committed offset falls out of
-// range. It returns the topic and the values.
-func committedOutOfRange(t *testing.T, client sarama.Client, admin sarama.ClusterAdmin, prefix, group string) (topic string, gone, kept []string) {
+// debugLogs routes the package's and sarama's logs to stderr when
+// KAFKACONSUMER_TEST_LOG is set, for investigation; otherwise it leaves
+// the loggers untouched. Once set, they stay set for the rest of the test
+// binary: restoring them would race with the goroutines that sarama leaves
+// behind to close broker connections asynchronously.
+func debugLogs(t *testing.T) {
 	t.Helper()
-	topic = uniqueName(prefix)
-	createTopic(t, admin, topic, 1)
-	gone = produce(t, client, topic, "gone", 10)
-	commitOffsets(t, client, group, topic, map[int32]int64{0: 2})
-	kept = produce(t, client, topic, "kept", 10)
-	if err := admin.DeleteRecords(topic, map[int32]int64{0: 15}); err != nil {
-		t.Fatalf("delete records: %s", err)
+	if os.Getenv("KAFKACONSUMER_TEST_LOG") == "" {
+		return
 	}
-	return topic, gone, kept
+	debugLogsOnce.Do(func() {
+		Logger = log.New(os.Stderr, "[kafkaconsumer] ", log.LstdFlags|log.Lmicroseconds)
+		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.LstdFlags|log.Lmicroseconds)
+	})
 }
 
-func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	admin := newTestAdmin(t, client)
-	group := uniqueName("it.retention")
-	topic, gone, kept := committedOutOfRange(t, client, admin, "it-retention", group)
+var debugLogsOnce sync.Once
 
-	c := join(t, group, TopicSubscription(topic), nil) // Offsets.Initial: oldest
-	col := collect(c, nil)
-	waitFor(t, 30*time.Second, "the messages still available", func() bool { return col.has(kept[5:]) })
-	col.close(t)
-	if n := col.received(gone); n != 0 {
-		t.Errorf("received %d deleted messages", n)
-	}
-	checkCommitted(t, client, group, map[string]map[int32]int64{topic: {0: 15}}, map[string]int{topic: 5})
+// joinWithCleanup joins like join, and closes the consumer at the end of the test
+// if the test did not (Close is idempotent), so that a failing test leaves
+// nothing running.
+func joinWithCleanup(t *testing.T, group string, subscription Subscription, config *Config) Consumer {
+	t.Helper()
+	c := join(t, group, subscription, config)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
-func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	client := newTestClient(t)
-	group := uniqueName("it.drain")
-	start := startGroupAt(t, client, group, "test.4")
-	values := produce(t, client, "test.4", group, 100)
-
-	config := testConfig()
-	config.MaxProcessingTime = 500 * time.Millisecond
-	// The first instance receives messages and acks none of them.
-	first := join(t, group, TopicSubscription("test.4"), config)
-	col1 := collect(first, func(*sarama.ConsumerMessage) bool { return false })
-	waitFor(t, 30*time.Second, "some messages", func() bool { return col1.received(values) >= 10 })
-	closed := time.Now()
-	col1.close(t)
-	t.Logf("Close with unacked messages took %s", time.Since(closed))
-	if _, ok := <-first.Messages(); ok {
-		t.Fatal("Messages delivered after Close")
-	}
-
-	// Everything it received is consumed again.
-	second := join(t, group, TopicSubscription("test.4"), nil)
-	col2 := collect(second, nil)
-	waitFor(t, 30*time.Second, "every message again", func() bool { return col2.has(values) })
-	col2.close(t)
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
-	checkDeregistered(t, group, first, second)
-}
-
-// TestIntegrationConcurrentJoinOfNewGroup: instances that join a group that
-// does not exist yet, all at once, all get in.
-func TestIntegrationConcurrentJoinOfNewGroup(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	for round := 0; round < 3; round++ {
-		group := uniqueName("it.concurrent")
-		var wg sync.WaitGroup
-		consumers := make([]Consumer, 4)
-		errs := make([]error, len(consumers))
-		for i := range consumers {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				consumers[i], errs[i] = Join(group, TopicSubscription("test.4"), zookeeperPeers, testConfig())
-			}(i)
+// waitConsuming waits until the consumer runs n partitions and every one of
+// them is consuming (its partition consumer reported a high-water mark).
+func waitConsuming(t *testing.T, c Consumer, n int, who string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s to consume %d partitions", who, n), func() bool {
+		stats := c.Stats()
+		if len(stats) != n {
+			return false
 		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("round %d: Join %d of a new group: %s", round, i, err)
+		for _, s := range stats {
+			if s.HighWaterMark < 0 {
+				return false
 			}
 		}
-		for _, c := range consumers {
-			if c != nil {
-				if err := c.Close(); err != nil {
-					t.Error(err)
-				}
-			}
-		}
-	}
+		return true
+	})
 }
 
-func TestIntegrationMisuse(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
-	c := join(t, uniqueName("it.misuse"), TopicSubscription("test.1"), nil)
-	c.Ack(nil)
-	c.Ack(&sarama.ConsumerMessage{Topic: "nope", Partition: 3, Offset: 1})
-	c.Interrupt()
-	c.Interrupt()
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close after Interrupt = %s", err)
+// waitReceived waits up to timeout until col received every one of values,
+// and returns how many it received. Unlike waitFor it does not fail the
+// test: the caller reports what was lost.
+func waitReceived(col *collector, values []string, timeout time.Duration) int {
+	poll(timeout, func() bool { return col.has(values) })
+	return col.received(values)
+}
+
+// waitCommitted polls the group's committed offsets of topic for up to 5 s
+// until they are want, and returns the last ones read. Close commits before
+// it returns; the grace covers the coordinator's view catching up.
+func waitCommitted(t testing.TB, client sarama.Client, group, topic string, want map[int32]int64) map[int32]int64 {
+	t.Helper()
+	var committed map[int32]int64
+	poll(5*time.Second, func() bool {
+		committed = committedOffsets(t, client, group, topic)
+		same := len(committed) == len(want)
+		for p, o := range want {
+			same = same && committed[p] == o
+		}
+		return same
+	})
+	return committed
+}
+
+// errorLog records what a consumer reports on Errors until it is closed.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []error
+	done chan struct{}
+}
+
+func logErrors(c Consumer) *errorLog {
+	el := &errorLog{done: make(chan struct{})}
+	go func() {
+		defer close(el.done)
+		for err := range c.Errors() {
+			el.mu.Lock()
+			el.errs = append(el.errs, err)
+			el.mu.Unlock()
+		}
+	}()
+	return el
+}
+
+// summary returns the number of errors and the distinct messages among them.
+func (el *errorLog) summary() string {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	distinct := make(map[string]int)
+	var order []string
+	for _, err := range el.errs {
+		e := err.Error()
+		if distinct[e] == 0 {
+			order = append(order, e)
+		}
+		distinct[e]++
 	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("second Close = %s", err)
+	parts := make([]string, 0, len(order))
+	for _, e := range order {
+		parts = append(parts, fmt.Sprintf("%dx %q", distinct[e], e))
 	}
-	c.Ack(&sarama.ConsumerMessage{Topic: "test.1", Partition: 0, Offset: 1})
-	if stats := c.Stats(); len(stats) != 0 {
-		t.Errorf("Stats after Close = %v", stats)
+	return fmt.Sprintf("%d errors: %s", len(el.errs), strings.Join(parts, "; "))
+}
+
+// count returns how many of the errors so far match target (errors.Is).
+func (el *errorLog) count(target error) int {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	n := 0
+	for _, err := range el.errs {
+		if errors.Is(err, target) {
+			n++
+		}
 	}
-	for range c.Errors() {
-	}
+	return n
 }

@@ -1,0 +1,299 @@
+package kafkaconsumer
+
+// Claims: a partition's owner node in ZooKeeper, taken by its partition
+// manager before it consumes (alone, or in batches of ZooKeeper multis for
+// the partitions one distribution starts) and released when it stops; the
+// orphan claims that a failed release, a claim of unknown outcome or a lost
+// session leave behind, which the manager goroutine sweeps.
+
+import (
+	"errors"
+	"log/slog"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// loseClaims records that the claims of every partition manager went with
+// a lost ZooKeeper session (Stats no longer shows them claimed). In case
+// the session did survive (the registration was deleted by hand), the
+// owner nodes are swept as orphans once the managers stopped.
+func (cm *consumerManager) loseClaims() {
+	for tp, pm := range *cm.pms.Load() {
+		if pm.loseClaim() {
+			cm.addOrphan(tp)
+		}
+	}
+}
+
+// addOrphan records a partition whose owner node may hold this instance's
+// ID while no partition manager runs it. Safe from any goroutine.
+func (cm *consumerManager) addOrphan(tp topicPartition) {
+	cm.orphanMu.Lock()
+	defer cm.orphanMu.Unlock()
+	if cm.orphans == nil {
+		cm.orphans = make(map[topicPartition]bool)
+	}
+	cm.orphans[tp] = true
+}
+
+// releaseOrphans deletes the owner nodes of the orphans that hold this
+// instance's ID, and returns the orphans it could not check or delete (to
+// try again). After the first failure it tries no more this time: each
+// attempt takes about a second per server while ZooKeeper is unreachable,
+// and the manager goroutine must not stay away from its watches that
+// long. An orphan that a partition manager runs again is left to it: its
+// claim takes over a node with this instance's ID. It runs on the manager
+// goroutine, which alone changes the partition managers.
+func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
+	cm.orphanMu.Lock()
+	orphans := make([]topicPartition, 0, len(cm.orphans))
+	for tp := range cm.orphans {
+		orphans = append(orphans, tp)
+	}
+	cm.orphanMu.Unlock()
+	running := *cm.pms.Load()
+	for i, tp := range orphans {
+		if running[tp] == nil {
+			err := cm.releasePartition(tp)
+			switch {
+			case err == nil:
+				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
+			case errors.Is(err, kazoo.ErrPartitionNotClaimed):
+				// gone, or another instance's
+			default:
+				cm.logf(slog.LevelWarn, "Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
+				return append(left, orphans[i:]...)
+			}
+		}
+		cm.orphanMu.Lock()
+		delete(cm.orphans, tp)
+		cm.orphanMu.Unlock()
+	}
+	return left
+}
+
+// releasePartition deletes the partition's owner node if it holds this
+// instance's ID; kazoo.ErrPartitionNotClaimed when it is gone or another
+// instance's.
+func (cm *consumerManager) releasePartition(tp topicPartition) error {
+	if h := cm.config.hooks; h != nil && h.releasePartition != nil {
+		if err := h.releasePartition(tp.topic, tp.partition); err != nil {
+			return err
+		}
+	}
+	return cm.releaseNode(tp)
+}
+
+// loseClaim records that the claim went with a lost ZooKeeper session. It
+// reports whether the partition manager believed it held it.
+func (pm *partitionManager) loseClaim() bool {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	held := pm.claimed
+	pm.claimed = false
+	return held
+}
+
+// claim takes the partition's owner node in ZooKeeper. When another
+// instance owns it, it waits until the owner lets go (it may still be
+// finishing its last messages). It retries errors until killed, and reports
+// whether it holds the claim. Killed after an attempt whose outcome is
+// unknown (the connection failed while the node may have been created), it
+// leaves the partition to the consumer manager's sweep of orphan claims.
+func (pm *partitionManager) claim() bool {
+	uncertain := false
+	if pm.claims != nil {
+		claimed, known := pm.claims.claimed(pm.tp)
+		if claimed {
+			pm.setClaimed()
+			return true
+		}
+		uncertain = !known
+		pm.committed = nil // the batch's read may precede this claim
+	}
+	var waitedSince time.Time // when it began to wait for another owner
+	defer func() {
+		if !waitedSince.IsZero() {
+			pm.parent.config.metrics().ClaimWaited(pm.parent.group, pm.public(), time.Since(waitedSince))
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		err := pm.parent.claimNode(pm.tp)
+		if err == nil {
+			pm.setClaimed()
+			return true
+		}
+		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
+			owner, released, err := pm.parent.watchOwner(pm.tp)
+			switch {
+			case err == nil && released == nil:
+				continue // released in the meantime
+			case err == nil:
+				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner)
+				if waitedSince.IsZero() {
+					waitedSince = time.Now()
+				}
+				select {
+				case <-pm.t.Dying():
+					return false
+				case <-released:
+					attempt = -1
+					continue
+				}
+			}
+		} else {
+			uncertain = true
+		}
+		pm.logf(slog.LevelWarn, "Failed to claim partition: %s. Trying again.", convertError(err))
+		if !sleepOrDie(&pm.t, attempt) {
+			if uncertain {
+				pm.parent.addOrphan(pm.tp)
+			}
+			return false
+		}
+	}
+}
+
+// setClaimed records that this instance holds the partition's claim.
+func (pm *partitionManager) setClaimed() {
+	pm.mu.Lock()
+	pm.claimed = true
+	pm.mu.Unlock()
+	pm.logf(slog.LevelDebug, "Claimed partition.")
+	pm.parent.notifyClaims()
+}
+
+// release gives up the claim, if this instance still holds it. It retries
+// until the owner node is deleted, gone, or someone else's, or until the
+// deadline; then it leaves the claim to the consumer manager's sweep of
+// orphan claims and returns ErrReleaseFailed. An owner node left behind
+// would make the next owner wait for ever.
+func (pm *partitionManager) release(deadline time.Time) error {
+	pm.mu.Lock()
+	claimed := pm.claimed
+	pm.claimed = false
+	pm.mu.Unlock()
+	if !claimed {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := pm.parent.releasePartition(pm.tp)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, kazoo.ErrPartitionNotClaimed) {
+			pm.logf(slog.LevelWarn, "Claim was already gone (ZooKeeper session lost?).")
+			return nil
+		}
+		delay := retryDelay(attempt)
+		if time.Now().Add(delay).After(deadline) {
+			pm.parent.addOrphan(pm.tp)
+			err := pm.errorf("%w: %w; trying again in the background", ErrReleaseFailed, convertError(err))
+			pm.logf(slog.LevelError, "%s.", err)
+			return err
+		}
+		pm.logf(slog.LevelWarn, "Failed to release partition: %s. Trying again.", convertError(err))
+		sleep := time.NewTimer(delay)
+		<-sleep.C
+	}
+}
+
+// claimChunk is the most owner nodes one ZooKeeper multi creates: a
+// thousand creates of about 100 bytes stay well below jute.maxbuffer.
+const claimChunk = 250
+
+// claimBatch claims the partitions that one distribution started together,
+// with one ZooKeeper multi request per claimChunk partitions instead of a
+// request each: at start-up every owner node is missing, and the creates
+// were most of the start-up time of 1,000 partitions. A multi is atomic:
+// when one partition of a chunk is still owned (by an instance that is
+// letting go of it), none of the chunk is created, and each partition
+// manager claims its partition alone, as without the batch.
+//
+// The first partition manager that claims (claimed) runs the multis on its
+// own goroutine; the others wait for it, without a deadline (as for a
+// claim of their own), so that no node the batch created goes unnoticed.
+type claimBatch struct {
+	cm  *consumerManager
+	tps []topicPartition
+
+	once sync.Once // runs the multis, in the first caller of claimed
+	// result maps the partitions of the batch to their outcome: true for
+	// claimed, false when the chunk failed for certain, absent when its
+	// outcome is unknown (the connection failed).
+	result map[topicPartition]bool
+}
+
+func newClaimBatch(cm *consumerManager, tps []topicPartition) *claimBatch {
+	return &claimBatch{cm: cm, tps: tps}
+}
+
+// claimed returns the outcome for tp: claimed, or known false when the
+// partition manager must claim alone (and may: nothing was created).
+func (b *claimBatch) claimed(tp topicPartition) (claimed, known bool) {
+	b.once.Do(func() { b.result = b.run() })
+	claimed, known = b.result[tp]
+	return claimed, known
+}
+
+// run creates the owner nodes chunk by chunk.
+func (b *claimBatch) run() map[topicPartition]bool {
+	result := make(map[topicPartition]bool, len(b.tps))
+	for start := 0; start < len(b.tps); start += claimChunk {
+		chunk := b.tps[start:min(start+claimChunk, len(b.tps))]
+		err := b.create(chunk)
+		if errors.Is(err, zk.ErrNoNode) && b.mkdirs(chunk) == nil {
+			err = b.create(chunk)
+		}
+		switch {
+		case err == nil:
+			for _, tp := range chunk {
+				result[tp] = true
+			}
+		case errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode):
+			for _, tp := range chunk {
+				result[tp] = false
+			}
+		default:
+			// Unknown: the partition managers claim alone, and take
+			// over a node with this instance's ID.
+		}
+	}
+	return result
+}
+
+// create runs one multi of the chunk's owner nodes; it returns the error of
+// the op that failed, or of the request.
+func (b *claimBatch) create(chunk []topicPartition) error {
+	id := []byte(b.cm.instance.ID)
+	ops := make([]interface{}, len(chunk))
+	for i, tp := range chunk {
+		ops[i] = &zk.CreateRequest{Path: b.cm.ownerNode(tp), Data: id, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral}
+	}
+	responses, err := b.cm.zkConn.Multi(ops...)
+	for _, r := range responses {
+		// The op that failed; the others report a rollback.
+		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) {
+			return r.Error
+		}
+	}
+	return err
+}
+
+// mkdirs creates the owner nodes' parents of the chunk's topics.
+func (b *claimBatch) mkdirs(chunk []topicPartition) error {
+	seen := make(map[string]bool)
+	for _, tp := range chunk {
+		if !seen[tp.topic] {
+			seen[tp.topic] = true
+			if err := b.cm.mkdirs(path.Dir(b.cm.ownerNode(tp))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package kafkaconsumer
+
+// The public API of a running instance: the Consumer interface, the types
+// it returns, and Join and JoinContext. Their implementation is
+// consumerManager (consumer_manager.go); how Join connects and Close
+// closes is in lifecycle.go.
+
+import (
+	"context"
+
+	"github.com/IBM/sarama"
+)
+
+// Consumer is a running instance of a consumer group. Its methods are safe
+// for concurrent use.
+type Consumer interface {
+	// Interrupt starts the shutdown of the consumer and returns at once.
+	// When you are done with a consumer, call Close or Interrupt, or it
+	// keeps running. Calling it more than once, or after Close, does nothing.
+	Interrupt()
+
+	// Close shuts the consumer down and waits until it is done: every
+	// partition stops consuming, waits up to MaxProcessingTime for the acks
+	// of the messages it handed out, commits what was acked and releases
+	// its claim; then the Kafka and ZooKeeper connections are closed, the
+	// instance is deregistered, and the Messages and Errors channels are
+	// closed. Messages still buffered in the Messages channel are taken back
+	// unprocessed: they are not committed, and the next owner of their
+	// partition consumes them again.
+	//
+	// Close is bounded. The partitions stop, all at once, within
+	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
+	// commit and the release of the claim. The Kafka connections close
+	// within 5 s more: after that Close closes sarama's clients under its
+	// last commit rounds, which cuts their retries short, though a dial or request
+	// already in flight to a hung broker still takes up to Net.DialTimeout
+	// or Net.ReadTimeout. ZooKeeper requests fail, rather than wait, while
+	// no server answers (about a second per server). So with the defaults,
+	// Close returns within MaxProcessingTime + 10 s + 30 s at worst, and
+	// within MaxProcessingTime + 10 s when the brokers refuse connections
+	// or are reachable.
+	//
+	// Close returns nil when all of that completed. Otherwise it returns
+	// what did not (several errors joined; test them with errors.Is):
+	// ErrCommitTimeout when a final commit was not confirmed (the next owner
+	// consumes again what was acked after the last confirmed commit),
+	// ErrReleaseFailed when a claim could not be released (it goes when the
+	// ZooKeeper session expires), or the error of deregistering. A second
+	// call returns the same.
+	Close() error
+
+	// Shutdown shuts the consumer down as Close does, but waits for the
+	// acks of handed-out messages (at most MaxProcessingTime, as Close)
+	// only until ctx is done, as http.Server.Shutdown waits for
+	// connections: it returns nil, or what Close would have returned, when
+	// every partition stopped before ctx was done.
+	// When ctx is done first, the partitions stop waiting for acks at
+	// once: each commits what was acked, releases its claim, and the
+	// consumer is closed as by Close; the messages not acked are consumed
+	// again by the next owner of their partition. Then Shutdown returns
+	// ctx.Err(), joined with whatever else did not complete (test it with
+	// errors.Is(err, context.DeadlineExceeded)).
+	//
+	// The final commits, the releases and the closing of the connections
+	// still run after ctx is done: with Kafka and ZooKeeper reachable they
+	// take milliseconds; at worst 5 s for the commits, 5 s for the offset
+	// manager to close, plus the network timeouts described on Close. So
+	// give ctx a deadline a few seconds short of the one you must meet (see
+	// the README on Kubernetes' grace period).
+	//
+	// Shutdown may be called after Interrupt, and while Close or another
+	// Shutdown runs: each waits for the same shutdown, and an expired ctx
+	// cuts the waits for acks short for all of them. After the consumer is
+	// closed it returns at once what Close returns.
+	Shutdown(ctx context.Context) error
+
+	// Messages returns the channel of messages to process; Ack each of them
+	// when it is processed. The channel is closed at the end of Close.
+	Messages() <-chan *sarama.ConsumerMessage
+
+	// Errors returns the channel of errors that the consumer met and worked
+	// around (when Config.Consumer.Return.Errors is true, the default):
+	// partition consumer and offset commit errors as *sarama.ConsumerError;
+	// ErrRegistrationLost when the ZooKeeper session was lost; and, each in
+	// a *sarama.ConsumerError naming its partition, ErrMaxPendingAcks (a
+	// partition paused), ErrLogTruncated (a partition started over),
+	// ErrCommitTimeout and ErrReleaseFailed (a partition stopped in a
+	// rebalance without completing its final commit or releasing its
+	// claim). Test them with errors.Is. Reading it is optional: when it is
+	// full, errors are logged and dropped, never waited for. It is closed
+	// at the end of Close.
+	Errors() <-chan error
+
+	// Ack marks a message from Messages as processed. Acks may come in any
+	// order and from any goroutine: per partition, the offset committed is
+	// that of the first handed-out message not acked yet (or one past the
+	// last one handed out), following sarama's convention that a committed
+	// offset is the next message to read: acking message N, with every
+	// earlier one acked, commits N+1. The acked prefix is marked for the
+	// next commit within 100 ms (or AutoCommit.Interval, when
+	// shorter); commits go out every
+	// Config.Consumer.Offsets.AutoCommit.Interval, and when a partition
+	// stops, with every ack made before it stopped. Ack never blocks on the
+	// network and does not allocate. Acking nil, a message twice, or a
+	// message of a partition this instance no longer owns (after a
+	// rebalance or Close) does nothing but, for the last case, log a line.
+	Ack(*sarama.ConsumerMessage)
+
+	// Stats returns the state of each partition this instance runs, sorted
+	// by topic and partition. It does not block on the network. After
+	// Close it returns nothing.
+	Stats() []PartitionStats
+}
+
+// TopicPartition names a partition of a topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Rebalance is what Config.OnRebalance receives: the partitions an instance
+// stopped and started consuming, each sorted by topic and partition.
+type Rebalance struct {
+	Revoked  []TopicPartition
+	Assigned []TopicPartition
+}
+
+// PartitionStats is the state of one partition that an instance runs.
+type PartitionStats struct {
+	TopicPartition
+	// Claimed is true while the instance owns the partition in ZooKeeper;
+	// until then it waits for the previous owner. It turns false when the
+	// ZooKeeper session that held the claim is lost.
+	Claimed bool
+	// Paused is true while the partition hands out nothing because
+	// MaxPendingAcks handed-out messages are not committable yet (the
+	// oldest of them is not acked); see ErrMaxPendingAcks.
+	Paused bool
+	// LastHandedOut is the offset of the last message handed out on
+	// Messages, or -1.
+	LastHandedOut int64
+	// LastAcked is the highest offset acked, or -1.
+	LastAcked int64
+	// HandedOut and Acked count the messages handed out on Messages, and
+	// acked, since this instance started running the partition (they
+	// start from 0 again when it runs the partition again after a
+	// rebalance, as Prometheus counters may).
+	HandedOut, Acked uint64
+	// Pending is the number of handed-out messages not acked yet.
+	Pending int
+	// Committed is the offset to commit: the next message to read after
+	// the acked prefix, or the committed offset the partition started from
+	// when nothing was acked yet. It reaches Kafka within
+	// Config.Consumer.Offsets.AutoCommit.Interval plus 100 ms. -1 when
+	// unknown.
+	Committed int64
+	// HighWaterMark is the offset the next message produced to the
+	// partition will get, as of the last fetch; -1 when not consuming.
+	HighWaterMark int64
+	// Lag is HighWaterMark - Committed: the messages not processed yet,
+	// or -1 when either is unknown.
+	Lag int64
+}
+
+// Join joins a consumer group and returns its running Consumer instance.
+// It is JoinContext with context.Background() (see there), except that it
+// returns once the instance is registered, without waiting for the claims
+// of its first share: its partitions are claimed in the background (see
+// PartitionStats.Claimed), as the original package did: without a
+// deadline, that wait would have no bound of its own, since it lasts as
+// long as a previous owner holds a claim.
+func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return joinGroup(context.Background(), group, subscription, zookeeper, config, false)
+}
+
+// JoinContext joins a consumer group and returns its running Consumer
+// instance once it consumes its share of the subscription: it is
+// registered, and it has claimed every partition that the first
+// distribution gave it.
+//
+//   - group is the name of the group; all instances of a group use the same
+//     one. It must not be empty nor contain '/'.
+//   - subscription says what the group consumes; every instance should use
+//     the same. An instance may consume any share of it, none included.
+//   - zookeeper is the ZooKeeper connection string of the Kafka cluster,
+//     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
+//   - config is the configuration; nil means NewConfig().
+//
+// JoinContext finds the Kafka brokers through their registrations in ZooKeeper,
+// on each broker's first listener whose security protocol fits the sarama
+// configuration's TLS and SASL settings, or the listener Config.Listener
+// names; Config.Brokers replaces that discovery. When no broker fits it
+// fails with an error wrapping ErrNoBrokers that names the listeners found.
+// With Config.Discovery DiscoverFromKafka (for a KRaft cluster, whose
+// ZooKeeper has no /brokers), the brokers are Config.Brokers and the
+// partitions come from Kafka's metadata; a custom Subscription is refused
+// then (ErrInvalidSubscription).
+//
+// It waits at most config.Zookeeper.Timeout for a first ZooKeeper
+// session (and up to a second more to close a failed attempt). What
+// follows is bounded by the clients: a ZooKeeper request fails with
+// zk.ErrNoServer once every server refused or timed out (about a second
+// each), and sarama gives up on Kafka after trying every broker
+// Metadata.Retry.Max + 1 times, each dial taking up to Net.DialTimeout.
+// It connects to Kafka before it registers the instance, so that the
+// group never hands a share to an instance that cannot consume it. On any
+// error it returns it (wrapping one of the Err* values of this package, or
+// the error of sarama or ZooKeeper) and leaves nothing running or
+// registered.
+//
+// The claims may take time: a partition still owned by another instance
+// is claimed when that instance lets go of it, after up to its
+// MaxProcessingTime + 5 s when it is stopping in a rebalance, or when the
+// ZooKeeper session of an owner that died expires (Zookeeper.Timeout).
+//
+// ctx bounds all of it. When ctx is done before the consumer is running,
+// JoinContext stops what it started (as Close does: it releases the
+// claims it made and deregisters the instance) and returns ctx.Err(),
+// joined with the errors of that stop if any; it leaves nothing running
+// or registered. A step that cannot be interrupted, such as sarama's
+// connection to the brokers, completes first, within its own timeouts;
+// ctx is checked between the steps. Cancelling ctx after JoinContext
+// returned does nothing: stop the consumer with Shutdown, Close or
+// Interrupt.
+func JoinContext(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
+	return joinGroup(ctx, group, subscription, zookeeper, config, true)
+}
+
+func (tp TopicPartition) less(other TopicPartition) bool {
+	return tp.Topic < other.Topic || (tp.Topic == other.Topic && tp.Partition < other.Partition)
+}

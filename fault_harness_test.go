@@ -1,0 +1,634 @@
+package kafkaconsumer
+
+// The fault suite's harness: consumer child processes (childMain), a
+// fault run that produces, watches the owners and checks the outcome, and
+// the fault clusters of 3 brokers and ZooKeeper nodes.
+
+import (
+	"bufio"
+	"fmt"
+	"log"
+	"math/rand"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// childEnv, when set, makes the test binary run childMain instead of tests.
+const childEnv = "KAFKACONSUMER_TEST_CHILD"
+
+// childMain is a consumer process for the fault tests. It joins the group
+// named by the environment, and appends to its output file, one write per
+// line so that kill -9 loses nothing written:
+//
+//	J <instance id>           joined
+//	A <topic> <partition>     assigned (OnRebalance)
+//	R <topic> <partition>     revoked (OnRebalance)
+//	M <value>                 received, before it is processed and acked
+//	E <error>                 from Errors()
+//	C                         closed cleanly (after SIGTERM)
+//
+// With KC_WORKERS > 0 it processes messages in that many workers with random
+// delays up to KC_DELAY, so acks come out of order.
+func childMain() int {
+	out, err := os.OpenFile(os.Getenv("KC_OUT"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var outMu sync.Mutex
+	writeLine := func(format string, args ...interface{}) {
+		line := fmt.Sprintf(format+"\n", args...)
+		outMu.Lock()
+		defer outMu.Unlock()
+		_, _ = out.WriteString(line)
+	}
+
+	config := NewConfig()
+	config.Version = testKafkaVersion()
+	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
+	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
+	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
+	config.OnRebalance = func(r Rebalance) {
+		for _, tp := range r.Revoked {
+			writeLine("R %s %d", tp.Topic, tp.Partition)
+		}
+		for _, tp := range r.Assigned {
+			writeLine("A %s %d", tp.Topic, tp.Partition)
+		}
+	}
+	if os.Getenv("KC_LOG") != "" {
+		Logger = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+	}
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+
+	consumer, err := Join(os.Getenv("KC_GROUP"), TopicSubscription(strings.Split(os.Getenv("KC_TOPICS"), ",")...), os.Getenv("KC_ZK"), config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "join:", err)
+		return 2
+	}
+	writeLine("J %s", consumer.(*consumerManager).instance.ID)
+
+	go func() {
+		<-signals
+		consumer.Interrupt()
+	}()
+	go func() {
+		for err := range consumer.Errors() {
+			writeLine("E %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}()
+
+	workers, _ := strconv.Atoi(os.Getenv("KC_WORKERS"))
+	delay := envDuration("KC_DELAY", 0)
+	var wg sync.WaitGroup
+	work := make(chan *sarama.ConsumerMessage)
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed))
+			for msg := range work {
+				if delay > 0 {
+					time.Sleep(time.Duration(rng.Int63n(int64(delay)))) // simulated processing
+				}
+				consumer.Ack(msg)
+			}
+		}(int64(i))
+	}
+	for msg := range consumer.Messages() {
+		writeLine("M %s", msg.Value)
+		if workers > 0 {
+			work <- msg
+		} else {
+			consumer.Ack(msg)
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := consumer.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+		return 1
+	}
+	writeLine("C")
+	return 0
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
+}
+
+// child is a consumer process started by a fault test.
+type child struct {
+	name   string
+	out    string // its output file
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has exited and been reaped
+	mu     sync.Mutex
+	dead   bool // guarded by mu: killed or terminated by the test
+}
+
+// childOptions are the settings of a child process.
+type childOptions struct {
+	zookeeper     string
+	group         string
+	topics        []string
+	session       time.Duration
+	maxProcessing time.Duration
+	workers       int
+	delay         time.Duration
+}
+
+// startChild starts a consumer process; the test's cleanup kills it if it
+// still runs, and waits for it.
+func startChild(t *testing.T, dir, name string, opts childOptions) *child {
+	t.Helper()
+	c := &child{name: name, out: filepath.Join(dir, name+".out"), exited: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(),
+		childEnv+"=1",
+		"KC_OUT="+c.out,
+		"KC_ZK="+opts.zookeeper,
+		"KC_GROUP="+opts.group,
+		"KC_TOPICS="+strings.Join(opts.topics, ","),
+		"KC_SESSION="+opts.session.String(),
+		"KC_MAX_PROCESSING="+opts.maxProcessing.String(),
+		"KC_WORKERS="+strconv.Itoa(opts.workers),
+		"KC_DELAY="+opts.delay.String(),
+	)
+	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stderr = stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("start child %s: %s", name, err)
+	}
+	go func() {
+		defer close(c.exited)
+		_ = c.cmd.Wait()
+		stderr.Close()
+	}()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		if t.Failed() {
+			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
+			if len(data) > 8000 {
+				data = data[len(data)-8000:]
+			}
+			t.Logf("stderr of child %s (set KC_LOG=1 for its log):\n%s", name, data)
+		}
+	})
+	waitFor(t, 30*time.Second, "child "+name+" to join", func() bool {
+		select {
+		case <-c.exited:
+			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
+			t.Fatalf("child %s exited: %s", name, data)
+		default:
+		}
+		return c.output().id != ""
+	})
+	return c
+}
+
+func (c *child) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s to %s: %s", sig, c.name, err)
+	}
+}
+
+// kill kills the child with SIGKILL and waits until it is gone.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	c.stop(t, syscall.SIGKILL)
+	<-c.exited
+}
+
+// stop marks the child as no longer live and sends it sig.
+func (c *child) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+	c.signal(t, sig)
+}
+
+// terminate sends SIGTERM and waits until the child closed its consumer and
+// exited.
+func (c *child) terminate(t *testing.T) {
+	t.Helper()
+	c.stop(t, syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child %s did not exit within a minute of SIGTERM", c.name)
+	}
+	if !c.output().closed {
+		t.Errorf("child %s exited without closing its consumer", c.name)
+	}
+}
+
+func (c *child) alive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.dead
+}
+
+// childOutput is what a child's output file says.
+type childOutput struct {
+	id       string
+	received map[string]int
+	owned    map[string]bool // "topic/partition" per A and R lines
+	errors   []string
+	closed   bool
+}
+
+func (c *child) output() childOutput {
+	o := childOutput{received: make(map[string]int), owned: make(map[string]bool)}
+	f, err := os.Open(c.out)
+	if err != nil {
+		return o
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		kind, rest, _ := strings.Cut(scanner.Text(), " ")
+		switch kind {
+		case "J":
+			o.id = rest
+		case "M":
+			o.received[rest]++
+		case "A":
+			o.owned[strings.Replace(rest, " ", "/", 1)] = true
+		case "R":
+			delete(o.owned, strings.Replace(rest, " ", "/", 1))
+		case "E":
+			o.errors = append(o.errors, rest)
+		case "C":
+			o.closed = true
+		}
+	}
+	return o
+}
+
+// faultRun is the state of one fault test: its cluster, group, topic,
+// produced values and children.
+type faultRun struct {
+	t         *testing.T
+	dir       string
+	zookeeper string
+	brokers   []string
+	client    sarama.Client
+	group     string
+	topic     string
+	opts      childOptions
+
+	mu       sync.Mutex
+	values   []string // guarded by mu: produced so far
+	children []*child // guarded by mu
+	next     int      // guarded by mu: the next child's number
+}
+
+func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions int32, replication int16) *faultRun {
+	t.Helper()
+	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Producer.Return.Successes = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Retry.Max = 100
+	config.Producer.Retry.Backoff = 200 * time.Millisecond
+	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	config.Metadata.Retry.Max = 100
+	client, err := sarama.NewClient(brokers, config)
+	if err != nil {
+		t.Fatalf("connect to kafka: %s", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	r.client = client
+	r.group = uniqueName("fault." + t.Name())
+	r.topic = strings.ReplaceAll(uniqueName("fault-"+t.Name()), "/", "-")
+
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CreateTopic(r.topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false); err != nil {
+		t.Fatalf("create topic %s: %s", r.topic, err)
+	}
+	waitFor(t, 30*time.Second, "topic "+r.topic+" to have leaders", func() bool {
+		if err := client.RefreshMetadata(r.topic); err != nil {
+			return false
+		}
+		for p := int32(0); p < partitions; p++ {
+			if _, err := client.Leader(r.topic, p); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	r.opts = childOptions{
+		zookeeper:     zookeeper,
+		group:         r.group,
+		topics:        []string{r.topic},
+		session:       2 * time.Second,
+		maxProcessing: 2 * time.Second,
+	}
+	return r
+}
+
+// start starts a consumer child.
+func (r *faultRun) start() *child {
+	r.mu.Lock()
+	name := fmt.Sprintf("child%d", r.next)
+	r.next++
+	r.mu.Unlock()
+	c := startChild(r.t, r.dir, name, r.opts)
+	r.mu.Lock()
+	r.children = append(r.children, c)
+	r.mu.Unlock()
+	return c
+}
+
+func (r *faultRun) live() []*child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var result []*child
+	for _, c := range r.children {
+		if c.alive() {
+			result = append(result, c)
+		}
+	}
+	return result
+}
+
+// produce writes n messages with new distinct values.
+func (r *faultRun) produce(n int) {
+	r.t.Helper()
+	r.mu.Lock()
+	prefix := fmt.Sprintf("%s-%d", r.group, len(r.values))
+	r.mu.Unlock()
+	values := produce(r.t, r.client, r.topic, prefix, n)
+	r.mu.Lock()
+	r.values = append(r.values, values...)
+	r.mu.Unlock()
+}
+
+// produceSteadily produces n messages in batches spread over d, in a
+// goroutine that the returned function waits for.
+func (r *faultRun) produceSteadily(n int, d time.Duration) (wait func()) {
+	done := make(chan struct{})
+	batches := 50
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(d / time.Duration(batches))
+		defer ticker.Stop()
+		for i := 0; i < batches; i++ {
+			r.produce(n / batches)
+			<-ticker.C
+		}
+	}()
+	return func() { <-done }
+}
+
+// received counts, over every child, how often each value was received.
+func (r *faultRun) received() map[string]int {
+	r.mu.Lock()
+	children := append([]*child(nil), r.children...)
+	r.mu.Unlock()
+	counts := make(map[string]int)
+	for _, c := range children {
+		for v, n := range c.output().received {
+			counts[v] += n
+		}
+	}
+	return counts
+}
+
+// waitAllReceived waits until every produced value was received.
+func (r *faultRun) waitAllReceived(timeout time.Duration) {
+	r.t.Helper()
+	waitFor(r.t, timeout, "every produced message to be received", func() bool {
+		counts := r.received()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, v := range r.values {
+			if counts[v] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// owners returns the owner instance ID of each partition of the topic
+// according to ZooKeeper, and the registered instance IDs.
+func (r *faultRun) owners() (owners map[int32]string, registered map[string]bool, err error) {
+	nodes, chroot, err := parseZookeeper(r.zookeeper)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	base := chroot + "/consumers/" + r.group
+	ids, _, err := conn.Children(base + "/ids")
+	if err != nil && err != zk.ErrNoNode {
+		return nil, nil, err
+	}
+	registered = make(map[string]bool)
+	for _, id := range ids {
+		registered[id] = true
+	}
+	partitions, _, err := conn.Children(base + "/owners/" + r.topic)
+	if err != nil && err != zk.ErrNoNode {
+		return nil, nil, err
+	}
+	owners = make(map[int32]string)
+	for _, p := range partitions {
+		data, _, err := conn.Get(base + "/owners/" + r.topic + "/" + p)
+		if err != nil {
+			continue
+		}
+		n, _ := strconv.Atoi(p)
+		owners[int32(n)] = string(data)
+	}
+	return owners, registered, nil
+}
+
+// waitOwnedBy waits until every partition is owned in ZooKeeper by one of
+// the given children, and returns how long that took.
+func (r *faultRun) waitOwnedBy(timeout time.Duration, children ...*child) time.Duration {
+	r.t.Helper()
+	start := time.Now()
+	ids := make(map[string]bool)
+	for _, c := range children {
+		ids[c.output().id] = true
+	}
+	partitions, err := r.client.Partitions(r.topic)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	waitFor(r.t, timeout, fmt.Sprintf("all partitions to be owned by %d given instances", len(children)), func() bool {
+		owners, _, err := r.owners()
+		if err != nil {
+			return false
+		}
+		for _, p := range partitions {
+			if !ids[owners[p]] {
+				return false
+			}
+		}
+		return true
+	})
+	return time.Since(start)
+}
+
+// waitSettled waits until the live children's assignments (from their
+// OnRebalance lines) are disjoint and cover every partition, and returns
+// them as a string.
+func (r *faultRun) waitSettled(timeout time.Duration) string {
+	r.t.Helper()
+	partitions, err := r.client.Partitions(r.topic)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var assignment string
+	waitFor(r.t, timeout, "each partition in exactly one live instance's assignment", func() bool {
+		owner := make(map[string]string)
+		var lines []string
+		for _, c := range r.live() {
+			var mine []string
+			for tp := range c.output().owned {
+				if _, ok := owner[tp]; ok {
+					return false
+				}
+				owner[tp] = c.name
+				mine = append(mine, tp)
+			}
+			sort.Strings(mine)
+			lines = append(lines, c.name+": "+strings.Join(mine, " "))
+		}
+		assignment = strings.Join(lines, "; ")
+		return len(owner) == len(partitions)
+	})
+	return assignment
+}
+
+// finish waits until every message was received, checks that no partition
+// is owned by two live children, terminates them, checks the committed
+// offsets, and reports duplicates.
+func (r *faultRun) finish() (duplicates int) {
+	r.t.Helper()
+	r.waitAllReceived(90 * time.Second)
+	live := r.live()
+	r.waitOwnedBy(60*time.Second, live...)
+	r.waitSettled(30 * time.Second)
+	// Messages that a dead instance received without committing are
+	// consumed again by the live ones: wait until they committed the ends,
+	// then stop them, and check again after their final commits.
+	ends := newestOffsets(r.t, r.client, r.topic)
+	reachedEnds := func() bool {
+		committed := committedOffsets(r.t, r.client, r.group, r.topic)
+		for p, end := range ends {
+			if committed[p] != end {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(r.t, 60*time.Second, "committed offsets to reach the partition ends", reachedEnds)
+	for _, c := range live {
+		c.terminate(r.t)
+	}
+	waitFor(r.t, 10*time.Second, "committed offsets to stay at the partition ends after Close", reachedEnds)
+	counts := r.received()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lost := 0
+	for _, v := range r.values {
+		switch n := counts[v]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	if lost > 0 {
+		r.t.Errorf("%d of %d produced messages were never handed out", lost, len(r.values))
+	}
+	owners, registered, err := r.owners()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(owners) != 0 || len(registered) != 0 {
+		r.t.Errorf("after every instance closed, ZooKeeper still holds owners %v and instances %v", owners, registered)
+	}
+	r.t.Logf("produced %d, duplicates %d", len(r.values), duplicates)
+	return duplicates
+}
+
+func needFaults(t *testing.T) {
+	t.Helper()
+	needCluster(t)
+	if os.Getenv("KAFKACONSUMER_SKIP_FAULTS") != "" {
+		t.Skip("KAFKACONSUMER_SKIP_FAULTS is set")
+	}
+}
+
+// startFaultCluster starts a cluster of the test's own, closed at cleanup,
+// of the versions $KAFKA_VERSION and $ZOOKEEPER_VERSION name (as the
+// shared one).
+func startFaultCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	opts.Logf = t.Logf
+	if opts.KafkaVersion == "" {
+		opts.KafkaVersion, opts.ZooKeeperVersion = testcluster.VersionsFromEnv()
+	}
+	cluster, err := testcluster.Start(opts)
+	if err != nil {
+		t.Fatalf("start cluster: %s", err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Close(); err != nil {
+			t.Errorf("close cluster: %s", err)
+		}
+	})
+	return cluster
+}
+
+func brokerIndex(t *testing.T, cluster *testcluster.Cluster, addr string) int {
+	t.Helper()
+	peers := cluster.KafkaPeers()
+	for i := range peers {
+		if peers[i] == addr {
+			return i
+		}
+	}
+	t.Fatalf("broker %s is not in %v", addr, peers)
+	return -1
+}

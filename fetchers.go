@@ -1,0 +1,70 @@
+package kafkaconsumer
+
+// The fetchers: the sarama consumers, each on a client of its own, that
+// the partition managers' partition consumers fetch through, and how they
+// are closed.
+
+import (
+	"hash/fnv"
+	"log/slog"
+	"sync"
+
+	"github.com/IBM/sarama"
+)
+
+// closeInBackground closes a partition consumer without waiting: sarama's
+// Close waits until the fetch in flight returns, which against a hung
+// broker takes up to Net.ReadTimeout, and a stopping partition must not
+// wait for that. Its goroutine drains the errors (sarama may block on them)
+// until sarama closes them; closeKafka waits for it.
+func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
+	pc.AsyncClose()
+	cm.closers.Add(1)
+	go func() {
+		defer cm.closers.Done()
+		for range pc.Errors() {
+		}
+	}()
+}
+
+// fetchConnections is how many sarama consumers, each on a client of its
+// own, share the partitions of an instance. Kafka answers the requests of
+// one connection one at a time, and sarama's ConsumePartition makes two
+// ListOffsets requests for every partition it starts: on one connection
+// the partitions of a large assignment start one after the other. Two
+// connections to each broker start them in half the time (BENCHMARKS.md,
+// round 5), and fetch on two connections.
+const fetchConnections = 2
+
+// fetcher is a sarama consumer and its client.
+type fetcher struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+}
+
+// fetcherOf returns the fetcher that consumes tp: always the same one for
+// a partition, and the partitions of a topic alternate between them.
+func (cm *consumerManager) fetcherOf(tp topicPartition) fetcher {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tp.topic))
+	return cm.fetchers[(h.Sum32()+uint32(tp.partition))%uint32(len(cm.fetchers))]
+}
+
+// closeConsumers closes the sarama consumers, concurrently: each waits for
+// its fetch in flight, up to Net.ReadTimeout against a hung broker.
+func (cm *consumerManager) closeConsumers() {
+	var wg sync.WaitGroup
+	for _, f := range cm.fetchers {
+		if f.consumer == nil {
+			continue // connect failed before it
+		}
+		wg.Add(1)
+		go func() { // owned by closeConsumers, which waits for it
+			defer wg.Done()
+			if err := f.consumer.Close(); err != nil {
+				cm.logf(slog.LevelWarn, "Failed to close consumer: %s.", err)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,248 @@
+package kafkaconsumer
+
+// The hand-out path, the library's hot path: a partition manager takes
+// what its partition consumer fetched, enters it into its pending acks
+// (pending.go) and sends it on the Messages channel, pausing at
+// MaxPendingAcks. See consume.
+
+import (
+	"log/slog"
+	"runtime"
+
+	"github.com/IBM/sarama"
+)
+
+// handOutBatch is the most messages consume takes from its partition
+// consumer, enters into the bookkeeping under one lock, and hands out in a
+// row. It matches sarama's default ChannelBufferSize, so one batch can
+// empty the partition consumer's channel: BenchmarkHandOut took 71–85
+// ns/msg with 256 against 84–92 with 64, level with its fan-in floor.
+const handOutBatch = 256
+
+// consume hands messages of pc out on the Messages channel until killed (it
+// returns true) or until pc stops by itself (false). Each message enters the
+// ack bookkeeping before it is sent, so that an ack can never come first.
+// When MaxPendingAcks messages are pending, it pauses: it stops reading pc
+// until an ack makes room. Errors of pc go to the Errors channel.
+//
+// This is the hot path. It takes what pc has ready, up to handOutBatch
+// messages, without blocking (handOut.receive); enters them under one lock
+// (enter); and sends each with a plain send first (handOut.send). It blocks
+// in a select (with the tomb, errors and wake-ups) only when a channel is
+// not ready.
+func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
+	h := &handOut{
+		pm:    pm,
+		dying: pm.t.Dying(),
+		in:    pc.Messages(),
+		errs:  pc.Errors(),
+		out:   pm.parent.messages,
+		batch: make([]*sarama.ConsumerMessage, 0, handOutBatch),
+	}
+	for {
+		if !h.receive() {
+			return h.killed
+		}
+		for len(h.batch) > 0 {
+			n, before := pm.enter(h.batch)
+			if n == 0 {
+				if !h.waitForRoom() {
+					return true
+				}
+				continue
+			}
+			if !h.send(n, before) {
+				return true
+			}
+			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
+			// Let the receiver run: a send to it while it waited made
+			// it runnable on this goroutine's P, where it would wait
+			// behind this loop. In the bench (9 runs, 4 M messages, with
+			// batches of 64) this took CPU per message from 0.62 to
+			// 0.57 µs, and throughput from 0.74 to 0.81 of raw sarama.
+			runtime.Gosched()
+		}
+		if h.closed {
+			return false
+		}
+	}
+}
+
+// handOut is the state of one consume loop. Its channels are read once, up
+// front: tomb.v1's Dying takes a mutex on every call.
+type handOut struct {
+	pm     *partitionManager
+	dying  <-chan struct{}                // the partition manager's tomb
+	in     <-chan *sarama.ConsumerMessage // the partition consumer's messages
+	errs   <-chan *sarama.ConsumerError   // its errors; nil once it closed them
+	out    chan<- *sarama.ConsumerMessage // the consumer's Messages channel
+	batch  []*sarama.ConsumerMessage      // received, not handed out yet
+	closed bool                           // the partition consumer closed in
+	killed bool                           // the tomb is dying
+}
+
+// receive fills the batch with what the partition consumer has ready, up to
+// handOutBatch messages, blocking only for the first. It reports false,
+// with nothing in the batch, when killed or when the partition consumer
+// stopped; closed tells that it stopped after the batch.
+func (h *handOut) receive() bool {
+	msg, ok := h.next()
+	if !ok {
+		return false
+	}
+	h.batch = append(h.batch[:0], msg)
+	for len(h.batch) < cap(h.batch) {
+		select {
+		case msg, ok := <-h.in:
+			if !ok {
+				h.closed = true
+				return true
+			}
+			h.batch = append(h.batch, msg)
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// next returns the next message, waiting for one and forwarding errors
+// meanwhile. It reports false when killed or when the partition consumer
+// stopped.
+func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
+	select {
+	case <-h.dying:
+		h.killed = true
+		return nil, false
+	default:
+	}
+	for {
+		select {
+		case msg, ok := <-h.in:
+			h.closed = !ok
+			return msg, ok
+		default:
+		}
+		select {
+		case <-h.dying:
+			h.killed = true
+			return nil, false
+		case msg, ok := <-h.in:
+			h.closed = !ok
+			return msg, ok
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+}
+
+// enter records the first messages of batch as handed out, as many as
+// MaxPendingAcks leaves room for, under one lock. It returns how many, and
+// lastHandedOut before them. With no room it pauses the partition: an ack
+// wakes the consume loop when there is (waiting).
+func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, before int64) {
+	pm.mu.Lock()
+	for n < len(batch) && pm.pending.push(batch[n].Offset) {
+		n++
+	}
+	before = pm.lastHandedOut
+	if n > 0 {
+		pm.lastHandedOut = batch[n-1].Offset
+		pm.handedOut += uint64(n)
+	}
+	pm.waiting = n == 0
+	changed := pm.paused != (n == 0)
+	pm.paused = n == 0
+	pm.mu.Unlock()
+	if changed {
+		pm.reportPause(n == 0)
+	}
+	return n, before
+}
+
+// reportPause tells, once per pause, that the partition stopped handing out
+// because MaxPendingAcks messages are not committable yet, and when it goes
+// on.
+func (pm *partitionManager) reportPause(paused bool) {
+	if !paused {
+		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
+		return
+	}
+	pm.parent.config.metrics().Paused(pm.parent.group, pm.public())
+	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
+		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
+	pm.logf(slog.LevelWarn, "%s.", err)
+	pm.parent.sendError(err)
+}
+
+// send hands out the first n messages of the batch, forwarding errors while
+// the Messages channel is full. Killed first, it takes back what it did not
+// send (before is lastHandedOut before the batch) and reports false.
+func (h *handOut) send(n int, before int64) bool {
+	for i, msg := range h.batch[:n] {
+		select {
+		case h.out <- msg:
+			continue
+		default:
+		}
+		if !h.sendWaiting(msg) {
+			if i > 0 {
+				before = h.batch[i-1].Offset
+			}
+			h.pm.takeBack(msg.Offset, before)
+			return false
+		}
+	}
+	return true
+}
+
+// sendWaiting sends msg on the Messages channel, forwarding errors
+// meanwhile. It reports false when killed first.
+func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
+	for {
+		select {
+		case h.out <- msg:
+			return true
+		case <-h.dying:
+			h.killed = true
+			return false
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+}
+
+// waitForRoom waits, while paused, for an ack that may have made room. It
+// reports false when killed.
+func (h *handOut) waitForRoom() bool {
+	select {
+	case <-h.dying:
+		h.killed = true
+		return false
+	case <-h.pm.wake:
+	case err, ok := <-h.errs:
+		h.forward(err, ok)
+	}
+	return true
+}
+
+// forward passes an error of the partition consumer on; ok is false when
+// its channel is closed.
+func (h *handOut) forward(err *sarama.ConsumerError, ok bool) {
+	if !ok {
+		h.errs = nil
+		return
+	}
+	h.pm.parent.sendError(err)
+}
+
+// takeBack forgets the messages from offset on, entered but not handed
+// out; lastHandedOut goes back to last.
+func (pm *partitionManager) takeBack(offset, last int64) {
+	pm.mu.Lock()
+	size := pm.pending.size()
+	pm.pending.unpushFrom(offset)
+	pm.handedOut -= uint64(size - pm.pending.size())
+	pm.lastHandedOut = last
+	pm.mu.Unlock()
+}

@@ -1,0 +1,370 @@
+package kafkaconsumer
+
+// The lifecycle of an instance: Join's work after validation (connect:
+// ZooKeeper, brokers, the Kafka clients, the offset store, the
+// registration), JoinContext's wait for the first claims, and the shutdown
+// that the manager goroutine runs when it ends (stop the partitions, the
+// last commits, close the clients, deregister).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// joinGroup is Join (waitClaims false) and JoinContext (true).
+func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool) (Consumer, error) {
+	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
+		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
+	}
+	if subscription == nil {
+		return nil, fmt.Errorf("%w: subscription is nil", ErrInvalidSubscription)
+	}
+	if v, ok := subscription.(interface{ validate() error }); ok {
+		if err := v.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := subscription.(topicSelector); !ok && config != nil && config.Discovery == DiscoverFromKafka {
+		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	}
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		return nil, err
+	}
+	if config == nil {
+		config = NewConfig()
+	}
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	subscriptionJSON, err := subscription.JSON()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
+	}
+
+	id, err := newInstanceID()
+	if err != nil {
+		return nil, err
+	}
+	logger := newLogger(config.Logger, group, id)
+
+	// Work on copies: Join does not change the caller's configuration.
+	kzConfig := *config.Zookeeper
+	kzConfig.Chroot = chroot
+	if kzConfig.Logger == nil || kzConfig.Logger == (zookeeperLogger{}) {
+		kzConfig.Logger = slogZookeeperLogger{logger.With(attrComponent, "zookeeper")}
+	}
+	cfg := *config
+	cfg.Config = config.saramaConfig()
+	cfg.Zookeeper = &kzConfig
+
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig)
+	if err != nil {
+		return nil, err
+	}
+
+	cm := &consumerManager{
+		config:       &cfg,
+		log:          logger,
+		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
+		group:        group,
+		subscription: subscription,
+		zkConn:       probe,
+		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
+		errors:       make(chan error, cfg.ChannelBufferSize),
+		hurry:        make(chan struct{}),
+		firstRound:   make(chan struct{}),
+		claims:       make(chan struct{}, 1),
+	}
+	cm.pms.Store(&partitionManagers{})
+	cm.watches.log = logger
+
+	if err := cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
+		cm.closeConnections()
+		return nil, err
+	}
+
+	cm.startLoops()
+	go cm.run()
+	if !waitClaims {
+		return cm, nil
+	}
+	if err := cm.waitStarted(ctx); err != nil {
+		cm.hurryUp()
+		if closeErr := cm.Close(); closeErr != nil {
+			return nil, errors.Join(err, closeErr)
+		}
+		return nil, err
+	}
+	return cm, nil
+}
+
+// waitStarted waits until the manager goroutine made its first
+// distribution and every partition of it is claimed, or until ctx is done
+// (it returns ctx's error).
+func (cm *consumerManager) waitStarted(ctx context.Context) error {
+	select {
+	case <-cm.firstRound:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for !cm.allClaimed() {
+		select {
+		case <-cm.claims:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// allClaimed reports whether every partition manager holds its claim.
+func (cm *consumerManager) allClaimed() bool {
+	for _, pm := range *cm.pms.Load() {
+		pm.mu.Lock()
+		claimed := pm.claimed
+		pm.mu.Unlock()
+		if !claimed {
+			return false
+		}
+	}
+	return true
+}
+
+// notifyClaims tells waitStarted, without blocking, that a partition was
+// claimed or that the partition managers changed.
+func (cm *consumerManager) notifyClaims() {
+	select {
+	case cm.claims <- struct{}{}:
+	default:
+	}
+}
+
+// connect does the work of Join after validation: broker discovery (see
+// discoverBrokers), the sarama clients, offset store and consumer, and
+// last the registration, so that the group never hands a share to an
+// instance that cannot consume it. On error, closeConnections undoes what
+// was done.
+func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
+	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
+	if err != nil {
+		return fmt.Errorf("connect to zookeeper: %w", convertError(err))
+	}
+	cm.kz = kz
+	cm.kzGroup = kz.Consumergroup(cm.group)
+	cm.instance = cm.kzGroup.Instance(id)
+	cm.subscriptionJSON = subscriptionJSON
+
+	brokers, err := cm.discoverBrokers(probe)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// The partition consumers are spread over fetchConnections clients
+	// (see fetcherOf), the first of which also reads the metadata.
+	for range fetchConnections {
+		client, err := sarama.NewClient(brokers, cm.config.Config)
+		if err != nil {
+			hint := ""
+			if cm.config.Net.TLS.Enable && errors.Is(err, io.EOF) {
+				// A broker closes a TLS handshake sent to a plaintext port
+				// without a word: say what it likely means.
+				hint = " (the TLS handshake failed: is it a listener of security protocol SSL or SASL_SSL? see Config.Listener)"
+			}
+			return fmt.Errorf("connect to kafka at %s: %w%s", strings.Join(brokers, ","), err, hint)
+		}
+		cm.fetchers = append(cm.fetchers, fetcher{client: client}) // closeClients closes it
+		consumer, err := sarama.NewConsumerFromClient(client)
+		if err != nil {
+			return fmt.Errorf("start consumer: %w", err)
+		}
+		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
+	}
+	cm.client = cm.fetchers[0].client
+	// The offset store has a client of its own: Kafka answers the
+	// requests of one connection one at a time, and its OffsetFetch and
+	// OffsetCommit requests would otherwise wait behind the consumer's
+	// fetches (up to Consumer.MaxWaitTime each) and ListOffsets requests.
+	if cm.offsetClient, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
+		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+	}
+	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	if err := cm.mkdirs(cm.groupNode()); err != nil {
+		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
+	}
+
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := cm.registerInstance(); err != nil {
+		return fmt.Errorf("register instance %s: %w", id, convertError(err))
+	}
+	cm.registered = true
+	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
+	return nil
+}
+
+// shutdown runs when the manager goroutine ends:
+//  1. stop every partition manager; meanwhile take back the messages still
+//     buffered in the Messages channel, so that partitions do not wait for
+//     acks of messages nobody received;
+//  2. release the claims left behind, and stop the goroutines of the
+//     ZooKeeper watches;
+//  3. close the consumer, commit what is left, close the clients;
+//  4. deregister the instance and close the ZooKeeper connection;
+//  5. close the Messages and Errors channels;
+//  6. make what did not complete the tomb's reason, which Close returns.
+func (cm *consumerManager) shutdown() {
+	stop, drained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case msg := <-cm.messages:
+				cm.withdraw(msg)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	var errs []error
+	for _, pm := range cm.managePartitionManagers(nil) { // each marks and commits its last acks
+		if pm.commitErr != nil {
+			errs = append(errs, pm.commitErr)
+		}
+	}
+	close(stop)
+	<-drained
+	close(cm.markStop)
+	<-cm.markDone
+	for len(cm.messages) > 0 {
+		<-cm.messages // no partition manager is left to account for them
+	}
+	if left := cm.releaseOrphans(); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))
+	}
+	cm.watches.stop()
+
+	errs = append(errs, cm.closeConnections()...)
+	cm.stopMetadataPoller() // after the client closed, which ends a request in flight
+	close(cm.messages)
+	close(cm.errors)
+	cm.t.Kill(errors.Join(errs...))
+}
+
+func describePartitions(tps []topicPartition) string {
+	names := make([]string, len(tps))
+	for i, tp := range tps {
+		names[i] = fmt.Sprintf("%s/%d", tp.topic, tp.partition)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// closeGrace bounds how long Close waits for its last commit rounds
+// before it closes the Kafka clients under them, which makes their
+// remaining retries fail at once.
+const closeGrace = 5 * time.Second
+
+// closeConnections closes what connect opened, in reverse order, and
+// returns what did not complete. Each step runs only if its part was
+// opened.
+func (cm *consumerManager) closeConnections() []error {
+	var errs []error
+	if err := cm.closeKafka(); err != nil {
+		errs = append(errs, err)
+	}
+	if cm.registered {
+		if err := cm.deregisterNode(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
+			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
+			cm.logf(slog.LevelError, "Failed to %s.", err)
+			errs = append(errs, err)
+		}
+		cm.registered = false
+	}
+	if cm.kz != nil {
+		if err := cm.kz.Close(); err != nil {
+			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
+		}
+	}
+	if cm.zkConn != nil {
+		cm.zkConn.Close()
+	}
+	return errs
+}
+
+// closeKafka closes the consumer and the committer, commits what the
+// partitions' final commits left uncommitted (a round and
+// Consumer.Offsets.Retry.Max retries), and closes the clients. With Kafka
+// unreachable, a round retries the coordinator for long (per broker
+// Net.DialTimeout, times Metadata.Retry.Max): after closeGrace the
+// clients are closed under it, so that its retries fail at once. It
+// returns ErrCommitTimeout then.
+func (cm *consumerManager) closeKafka() error {
+	closed := make(chan struct{})
+	go func() { // owned by closeKafka, which waits for it
+		defer close(closed)
+		cm.closeConsumers()
+		cm.closers.Wait()
+		if cm.commitStop != nil {
+			close(cm.commitStop)
+			<-cm.commitDone
+		}
+		if cm.offsets != nil {
+			for attempt := 0; attempt <= cm.config.Consumer.Offsets.Retry.Max && cm.offsets.uncommitted() > 0; attempt++ {
+				cm.offsets.commitRound()
+			}
+			if n := cm.offsets.uncommitted(); n > 0 {
+				cm.logf(slog.LevelError, "The offsets of %d partitions were not committed; their next owners consume acked messages again.", n)
+			}
+		}
+	}()
+
+	timeout := time.NewTimer(closeGrace)
+	defer timeout.Stop()
+	select {
+	case <-closed:
+		cm.closeClients(true)
+		return nil
+	case <-timeout.C:
+		err := fmt.Errorf("%w: the last commit did not complete within %s; closing the Kafka clients under it", ErrCommitTimeout, closeGrace)
+		cm.logf(slog.LevelError, "%s.", err)
+		cm.closeClients(false) // their errors are those of the requests it fails
+		<-closed
+		return err
+	}
+}
+
+// closeClients closes the sarama clients that connect opened, logging
+// their errors when logErrors is set.
+func (cm *consumerManager) closeClients(logErrors bool) {
+	clients := []sarama.Client{cm.offsetClient}
+	for _, f := range cm.fetchers {
+		clients = append(clients, f.client)
+	}
+	for _, c := range clients {
+		if c == nil {
+			continue
+		}
+		if err := c.Close(); err != nil && logErrors {
+			cm.logf(slog.LevelWarn, "Failed to close Kafka client: %s.", err)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package kafkaconsumer
+
+// The commit path: the marker goroutine, which moves each partition's
+// acked prefix into the offset store (offsets.go) every markInterval, and
+// the committer goroutine, which runs the offset store's commit rounds on
+// a timer and when a stopping partition asks for one.
+
+import (
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// startLoops starts the marker and committer goroutines, which shutdown
+// stops.
+func (cm *consumerManager) startLoops() {
+	cm.markStop, cm.markDone = make(chan struct{}), make(chan struct{})
+	cm.commitRequest = make(chan struct{}, 1)
+	cm.commitStop, cm.commitDone = make(chan struct{}), make(chan struct{})
+	go cm.markLoop()
+	go cm.commitLoop()
+}
+
+// maxMarkDelay bounds how long the end of a partition's acked prefix waits
+// before it is marked in the offset store, whence the next commit round
+// takes it. Acks do not mark one by one: see partitionManager.ack.
+const maxMarkDelay = 100 * time.Millisecond
+
+// markInterval returns how often the marker marks: every maxMarkDelay, or
+// every auto-commit interval when that is shorter.
+func markInterval(cfg *sarama.Config) time.Duration {
+	if i := cfg.Consumer.Offsets.AutoCommit.Interval; i > 0 && i < maxMarkDelay {
+		return i
+	}
+	return maxMarkDelay
+}
+
+// markLoop is the marker goroutine: every markInterval it marks the acked
+// prefix of every partition, until shutdown closes markStop.
+func (cm *consumerManager) markLoop() {
+	defer close(cm.markDone)
+	ticker := time.NewTicker(markInterval(cm.config.Config))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-cm.markStop:
+			return
+		case <-ticker.C:
+			for _, pm := range *cm.pms.Load() {
+				pm.markAcked()
+			}
+		}
+	}
+}
+
+// commit asks the committer for a commit round of every partition, and
+// returns a channel that is closed when a round that began after the call
+// is over, or at once when the committer has stopped. Requests coalesce:
+// many partitions stopping at once share rounds. Safe from any goroutine.
+func (cm *consumerManager) commit() <-chan struct{} {
+	cm.commitMu.Lock()
+	defer cm.commitMu.Unlock()
+	if cm.commitStopped {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if cm.nextRound == nil {
+		cm.nextRound = make(chan struct{})
+		select {
+		case cm.commitRequest <- struct{}{}:
+		default: // a round is asked for already; it takes this one along
+		}
+	}
+	return cm.nextRound
+}
+
+// commitLoop is the committer goroutine: it runs the offset store's
+// commit rounds, one at a time, those that commit asks for and, when the
+// user's configuration enables auto-commit, one every
+// Consumer.Offsets.AutoCommit.Interval, until closeKafka closes
+// commitStop. A round blocks while Kafka is unreachable (the coordinator's
+// lookup retries); the callers wait with their own deadlines.
+func (cm *consumerManager) commitLoop() {
+	defer close(cm.commitDone)
+	var tick <-chan time.Time
+	if cm.autoCommit {
+		ticker := time.NewTicker(cm.config.Consumer.Offsets.AutoCommit.Interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for {
+		select {
+		case <-tick:
+			cm.commitRound()
+			continue
+		case <-cm.commitStop:
+			cm.commitMu.Lock()
+			cm.commitStopped = true
+			if cm.nextRound != nil {
+				close(cm.nextRound)
+				cm.nextRound = nil
+			}
+			cm.commitMu.Unlock()
+			return
+		case <-cm.commitRequest:
+		}
+		cm.commitMu.Lock()
+		round := cm.nextRound
+		cm.nextRound = nil
+		cm.commitMu.Unlock()
+		cm.commitRound()
+		if round != nil {
+			close(round)
+		}
+	}
+}
+
+// commitRound runs one commit round of the offset store, and reports it
+// to Metrics.
+func (cm *consumerManager) commitRound() {
+	began := time.Now()
+	cm.offsets.commitRound()
+	cm.config.metrics().Committed(cm.group, time.Since(began))
+}
+
+// commitFailed passes on a failed commit of tp, to Errors() and Metrics.
+func (cm *consumerManager) commitFailed(tp topicPartition, err error) {
+	cm.config.metrics().CommitFailed(cm.group, TopicPartition{Topic: tp.topic, Partition: tp.partition}, err)
+	cm.sendError(&sarama.ConsumerError{Topic: tp.topic, Partition: tp.partition, Err: err})
+}
+
+// markAcked marks the end of the acked prefix in the offset store, which
+// ignores a mark that does not move it forward. The consumer manager's
+// marker calls it every markInterval, and closeOffsets once more before
+// the final commit.
+func (pm *partitionManager) markAcked() {
+	pm.mu.Lock()
+	pm.markLocked()
+	pm.mu.Unlock()
+}
+
+// markLocked is markAcked with pm.mu held.
+func (pm *partitionManager) markLocked() {
+	if !pm.managed {
+		return
+	}
+	if c := pm.pending.commitOffset(); c >= 0 {
+		pm.parent.offsets.mark(pm.tp, c)
+	}
+}

@@ -1,0 +1,215 @@
+package kafkaconsumer
+
+// A partition's start, after its claim: reserve it in the offset store,
+// read its committed offset (batched with the others of its distribution),
+// and start its partition consumer there, or at Offsets.Initial; restart
+// the partition consumer when it stops by itself.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+	"gopkg.in/tomb.v1"
+)
+
+// startOffsets reserves the partition in the consumer's offset store, then
+// reads its committed offset: with the others of its distribution when the
+// partition was claimed with them, else alone. It retries until killed (an
+// earlier partition manager of the partition may still be finishing its
+// final commit), and reports false when killed.
+func (pm *partitionManager) startOffsets() bool {
+	offsets := pm.parent.offsets
+	for attempt := 0; ; attempt++ {
+		err := offsets.reserve(pm.tp)
+		if err == nil {
+			pm.mu.Lock()
+			pm.managed = true
+			pm.mu.Unlock()
+			var committed int64
+			if committed, err = pm.readCommitted(); err == nil {
+				offsets.set(pm.tp, committed)
+				return true
+			}
+		}
+		select {
+		case <-pm.t.Dying():
+			return false
+		default:
+		}
+		pm.logf(slog.LevelWarn, "Failed to read the committed offset: %s. Trying again.", err)
+		if !sleepOrDie(&pm.t, attempt) {
+			return false
+		}
+	}
+}
+
+// readCommitted returns the partition's committed offset, -1 for none.
+func (pm *partitionManager) readCommitted() (int64, error) {
+	if pm.committed != nil {
+		offset, ok := pm.committed.get(pm.tp, pm.t.Dying())
+		pm.committed = nil // once: a retry reads alone
+		if ok {
+			return offset, nil
+		}
+	}
+	offsets, err := pm.parent.offsets.fetch([]topicPartition{pm.tp})
+	return offsets[pm.tp], err
+}
+
+// consumeUntilKilled runs partition consumers and hands their messages
+// out until killed, starting a new consumer when one stops by itself.
+func (pm *partitionManager) consumeUntilKilled() {
+	for {
+		pc := pm.startConsumer()
+		if pc == nil {
+			return
+		}
+		killed := pm.consume(pc)
+		pm.mu.Lock()
+		pm.pc = nil
+		pm.mu.Unlock()
+		if killed {
+			pm.parent.closeInBackground(pc)
+			return
+		}
+		if err := pc.Close(); err != nil {
+			pm.logf(slog.LevelWarn, "Partition consumer stopped: %s.", err)
+		}
+		pm.logf(slog.LevelWarn, "Partition consumer stopped by itself; starting it again.")
+	}
+}
+
+// startConsumer starts consuming where the group left off: after the last
+// handed-out message when this partition manager restarts its consumer, else
+// at the committed offset; at Offsets.Initial when there is none, or when
+// the offset is out of range (see startAtInitial). It retries errors until
+// killed, and returns nil when killed. An error goes to Errors() when it
+// differs from the last attempt's, not at every retry.
+func (pm *partitionManager) startConsumer() sarama.PartitionConsumer {
+	reported := ""
+	for attempt := 0; ; attempt++ {
+		offset, pc, err := pm.tryStartConsumer()
+		if err == nil {
+			pm.mu.Lock()
+			pm.pc = pc
+			pm.mu.Unlock()
+			pm.logf(slog.LevelDebug, "Consuming from offset %d.", offset)
+			return pc
+		}
+		select {
+		case <-pm.t.Dying():
+			return nil
+		default:
+		}
+		pm.logf(slog.LevelWarn, "Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
+		if msg := err.Error(); msg != reported {
+			reported = msg
+			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+		}
+		if !sleepOrDie(&pm.t, attempt) {
+			return nil
+		}
+	}
+}
+
+// tryStartConsumer is one attempt of startConsumer; it returns the offset
+// it started at, or tried (-1 for Offsets.Initial).
+func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer, error) {
+	offset := pm.nextToHandOut()
+	if offset == 0 {
+		if offset = pm.parent.offsets.next(pm.tp); offset < 0 {
+			// Nothing committed.
+			pc, err := pm.startAtInitial(-1)
+			if err == nil {
+				offset = pm.nextToHandOut()
+			}
+			return offset, pc, err
+		}
+	}
+	pc, err := pm.parent.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		if pc, err = pm.startAtInitial(offset); err == nil {
+			offset = pm.nextToHandOut()
+		}
+	}
+	return offset, pc, err
+}
+
+// nextToHandOut returns the offset after the last one handed out; 0 when
+// none was, and startAtInitial did not set a start.
+func (pm *partitionManager) nextToHandOut() int64 {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	return pm.lastHandedOut + 1
+}
+
+// startAtInitial starts the consumer at Offsets.Initial, for a partition
+// with no committed offset (from is -1) or whose offset to resume at, from,
+// is out of range. It resolves Initial to a concrete offset and makes that
+// the offset to commit before anything is handed out, as Kafka's own
+// consumer does: else a partition that stops before its first ack commits
+// nothing, and with OffsetNewest its next owner starts at the then-newest
+// offset, skipping what was produced in between. With OffsetNewest it
+// waits for that commit; with OffsetOldest a missing commit loses nothing.
+//
+// When from is above the new start, the log no longer holds the consumed
+// position: the topic was deleted and created again, or an unclean leader
+// election truncated it. Then the bookkeeping starts afresh at the new
+// start, and ErrLogTruncated goes to Errors(). That waits until every
+// handed-out message is resolved: offsets must increase while any is
+// pending.
+func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer, error) {
+	cm := pm.parent
+	start, batched := int64(0), false
+	if from < 0 && pm.initial != nil {
+		start, batched = pm.initial.get(pm.tp, pm.t.Dying())
+	}
+	var err error
+	if !batched {
+		start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pm.mu.Lock()
+	if n := pm.pending.size(); n > 0 {
+		pm.mu.Unlock()
+		return nil, fmt.Errorf("offset %d out of range, and %d handed-out messages pending: %w", from, n, sarama.ErrOffsetOutOfRange)
+	}
+	truncated := from >= 0 && start <= pm.lastHandedOut
+	if truncated {
+		pm.lastAcked = -1
+	}
+	pm.pending = newPendingAcks(cm.config.MaxPendingAcks) // forget the old prefix's end
+	pm.lastHandedOut = start - 1
+	pm.mu.Unlock()
+
+	cm.offsets.reset(pm.tp, start)
+	switch {
+	case truncated:
+		err := pm.errorf("%w: offset %d is past the end of the log; consuming again from offset %d (Offsets.Initial %d)",
+			ErrLogTruncated, from, start, cm.config.Offsets.Initial)
+		pm.logf(slog.LevelError, "%s.", err)
+		cm.sendError(err)
+	case from >= 0:
+		pm.logf(slog.LevelWarn, "Offset %d is out of range; starting at %d (Offsets.Initial %d).", from, start, cm.config.Offsets.Initial)
+	default:
+		pm.logf(slog.LevelDebug, "No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
+	}
+	if cm.config.Offsets.Initial == sarama.OffsetNewest {
+		select {
+		case <-cm.commit():
+		case <-pm.t.Dying():
+			return nil, tomb.ErrDying
+		}
+	}
+	pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	if batched && errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		// Retention moved the log start since the batch resolved it.
+		pm.initial = nil
+		return pm.startAtInitial(from)
+	}
+	return pc, err
+}
