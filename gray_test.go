@@ -1,0 +1,492 @@
+package kafkaconsumer
+
+// Gray failures: one instance cut off from ZooKeeper (through a
+// testcluster.Proxy that holds or resets its connections) while Kafka
+// stays reachable, and ZooKeeper frozen. What must hold: no partition is
+// handed out by two instances at once, committed offsets never move back,
+// nothing is lost, and Close is bounded.
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// delivery is one message handed out to a test consumer.
+type delivery struct {
+	partition int32
+	offset    int64
+	value     string
+	at        time.Time
+}
+
+// deliveryLog records every message a consumer hands out, with the time,
+// and acks it at once. Its goroutine ends when Messages is closed.
+type deliveryLog struct {
+	done chan struct{} // closed when Messages is closed
+
+	mu         sync.Mutex
+	deliveries []delivery
+	rebalances []timedRebalance // from OnRebalance
+}
+
+type timedRebalance struct {
+	Rebalance
+	at time.Time
+}
+
+// onRebalance is the Config.OnRebalance of the consumer the log records.
+func (l *deliveryLog) onRebalance(r Rebalance) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rebalances = append(l.rebalances, timedRebalance{r, time.Now()})
+}
+
+func (l *deliveryLog) record(c Consumer) {
+	go func() {
+		defer close(l.done)
+		for msg := range c.Messages() {
+			l.mu.Lock()
+			l.deliveries = append(l.deliveries, delivery{msg.Partition, msg.Offset, string(msg.Value), time.Now()})
+			l.mu.Unlock()
+			c.Ack(msg)
+		}
+	}()
+}
+
+// snapshot returns copies of what was recorded.
+func (l *deliveryLog) snapshot() ([]delivery, []timedRebalance) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]delivery(nil), l.deliveries...), append([]timedRebalance(nil), l.rebalances...)
+}
+
+// assignedAfter returns, per partition, the first time after t at which
+// OnRebalance reported it assigned; partitions not assigned again after t
+// are missing.
+func assignedAfter(rebalances []timedRebalance, t time.Time) map[int32]time.Time {
+	first := make(map[int32]time.Time)
+	for _, r := range rebalances {
+		if !r.at.After(t) {
+			continue
+		}
+		for _, tp := range r.Assigned {
+			if _, ok := first[tp.Partition]; !ok {
+				first[tp.Partition] = r.at
+			}
+		}
+	}
+	return first
+}
+
+// ownerWatch records, per partition of a topic, when its owner node last
+// changed away from a given instance: the moment the instance's claim was
+// gone in ZooKeeper, after which another instance may take it.
+type ownerWatch struct {
+	mu   sync.Mutex
+	gone map[int32]time.Time
+}
+
+// watchOwners polls the owner nodes of topic's partitions of group, every
+// 10 ms until stop is closed, and records for each partition owned by id
+// when it stopped being so. The first poll must see id own the partitions
+// it is to watch.
+func watchOwners(t *testing.T, conn *zk.Conn, chroot, group, topic string, partitions int32, id string, stop <-chan struct{}) *ownerWatch {
+	t.Helper()
+	w := &ownerWatch{gone: make(map[int32]time.Time)}
+	owned := make(map[int32]bool)
+	for p := int32(0); p < partitions; p++ {
+		if ownerNode(t, conn, chroot, group, topic, p) == id {
+			owned[p] = true
+		}
+	}
+	if len(owned) == 0 {
+		t.Fatalf("instance %s owns no partition of %s", id, topic)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(10 * time.Millisecond) // the sampling rate, not synchronisation
+		defer ticker.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ticker.C:
+			}
+			for p := range owned {
+				data, _, err := conn.Get(fmt.Sprintf("%s/consumers/%s/owners/%s/%d", chroot, group, topic, p))
+				if err != nil && !errors.Is(err, zk.ErrNoNode) {
+					continue
+				}
+				if string(data) != id {
+					w.mu.Lock()
+					if _, ok := w.gone[p]; !ok {
+						w.gone[p] = time.Now()
+					}
+					w.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *ownerWatch) snapshot() map[int32]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	gone := make(map[int32]time.Time, len(w.gone))
+	for p, at := range w.gone {
+		gone[p] = at
+	}
+	return gone
+}
+
+// offsetSampler reads the group's committed offsets of a topic every
+// 100 ms and counts the times one moved back.
+type offsetSampler struct {
+	mu    sync.Mutex
+	last  map[int32]int64
+	backs []string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func sampleCommitted(t *testing.T, client sarama.Client, group, topic string) *offsetSampler {
+	s := &offsetSampler{last: make(map[int32]int64), stop: make(chan struct{}), done: make(chan struct{})}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(s.done)
+		ticker := time.NewTicker(100 * time.Millisecond) // the sampling rate
+		defer ticker.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-ticker.C:
+			}
+			resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: partitions})
+			if err != nil {
+				continue
+			}
+			s.mu.Lock()
+			for _, p := range partitions {
+				block := resp.GetBlock(topic, p)
+				if block == nil || block.Err != sarama.ErrNoError {
+					continue
+				}
+				if last, ok := s.last[p]; ok && block.Offset < last {
+					s.backs = append(s.backs, fmt.Sprintf("%s/%d: %d -> %d", topic, p, last, block.Offset))
+				}
+				s.last[p] = block.Offset
+			}
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { s.finish() })
+	return s
+}
+
+// finish stops the sampler and returns the offsets that moved back.
+func (s *offsetSampler) finish() []string {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.backs...)
+}
+
+// steadyProducer produces unique values to a topic at about rate messages
+// a second until stopped.
+type steadyProducer struct {
+	mu       sync.Mutex
+	produced []string
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func produceSteadily(t *testing.T, client sarama.Client, topic string, rate int) *steadyProducer {
+	sp, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &steadyProducer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer sp.Close()
+		const batch = 10
+		ticker := time.NewTicker(time.Second * batch / time.Duration(rate)) // the production rate
+		defer ticker.Stop()
+		for i := 0; ; i++ {
+			msgs := make([]*sarama.ProducerMessage, batch)
+			values := make([]string, batch)
+			for j := range msgs {
+				values[j] = fmt.Sprintf("g-%d-%d", i, j)
+				msgs[j] = &sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(values[j])}
+			}
+			if err := sp.SendMessages(msgs); err != nil {
+				t.Errorf("produce: %s", err)
+				return
+			}
+			p.mu.Lock()
+			p.produced = append(p.produced, values...)
+			p.mu.Unlock()
+			select {
+			case <-p.stop:
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { p.finish() })
+	return p
+}
+
+// finish stops the producer and returns what it produced.
+func (p *steadyProducer) finish() []string {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.produced...)
+}
+
+// zookeeperProxy starts a proxy to the first node of the connection string
+// zookeeper, and returns it and the connection string through it (the
+// same chroot).
+func zookeeperProxy(t *testing.T, zookeeper string) (*testcluster.Proxy, string) {
+	t.Helper()
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := testcluster.NewProxy(nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy, proxy.Addr() + chroot
+}
+
+// claimedCount returns how many partitions c holds claimed.
+func claimedCount(c Consumer) int {
+	n := 0
+	for _, s := range c.Stats() {
+		if s.Claimed {
+			n++
+		}
+	}
+	return n
+}
+
+// grayResult is what a gray-failure run measured.
+type grayResult struct {
+	produced, duplicates, lost int
+	doubleDeliveries           []string // deliveries by the cut-off instance after another took the partition
+	movedBack                  []string
+	takeover, recovery         time.Duration
+	closeTook                  time.Duration
+	closeErr                   error
+}
+
+// runZooKeeperCutOff runs the scenario of a ZooKeeper cut-off: instances
+// A (through a proxy to ZooKeeper) and B (direct) share 8 partitions of a
+// topic produced to at 100 messages/s; cut(proxy) cuts A off for cutFor,
+// then the proxy heals; once the group is stable again the producer
+// stops, and then A is cut off again and closed.
+func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration) grayResult {
+	needFaults(t)
+	needCluster(t)
+	debugLogs(t)
+	const partitions = 8
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("gray")
+	createTopic(t, admin, topic, partitions)
+	group := uniqueName("gray")
+	proxy, throughProxy := zookeeperProxy(t, zookeeperPeers)
+
+	config := func(log *deliveryLog) *Config {
+		c := testConfig()
+		c.Zookeeper.Timeout = 6 * time.Second
+		c.MaxProcessingTime = 2 * time.Second
+		c.OnRebalance = log.onRebalance
+		return c
+	}
+	logA, logB := &deliveryLog{done: make(chan struct{})}, &deliveryLog{done: make(chan struct{})}
+	a, err := Join(group, TopicSubscription(topic), throughProxy, config(logA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedA := false
+	t.Cleanup(func() {
+		if !closedA {
+			proxy.Pass()
+			_ = a.Close()
+		}
+	})
+	logA.record(a)
+	waitFor(t, 30*time.Second, "A to claim every partition", func() bool { return claimedCount(a) == partitions })
+	b := joinWithCleanup(t, group, TopicSubscription(topic), config(logB))
+	logB.record(b)
+	waitFor(t, 30*time.Second, "A and B to hold 4 partitions each", func() bool {
+		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
+	})
+
+	producer := produceSteadily(t, client, topic, 100)
+	sampler := sampleCommitted(t, client, group, topic)
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	stopWatch := make(chan struct{})
+	owners := watchOwners(t, conn, chroot, group, topic, partitions, a.(*consumerManager).instance.ID, stopWatch)
+	defer close(stopWatch)
+	waitFor(t, 10*time.Second, "messages on both instances", func() bool {
+		da, _ := logA.snapshot()
+		db, _ := logB.snapshot()
+		return len(da) > 0 && len(db) > 0
+	})
+
+	cutAt := time.Now()
+	cut(proxy)
+	var res grayResult
+	waitFor(t, cutFor+30*time.Second, "B to take A's partitions", func() bool { return claimedCount(b) == partitions })
+	res.takeover = time.Since(cutAt)
+	if rest := cutFor - time.Since(cutAt); rest > 0 {
+		// Keep A cut off for the rest of cutFor: what it does then is
+		// what the test checks.
+		<-time.After(rest) // the length of the fault, not synchronisation
+	}
+	healedAt := time.Now()
+	proxy.Pass()
+	waitFor(t, time.Minute, "A and B to hold 4 partitions each again", func() bool {
+		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
+	})
+	res.recovery = time.Since(healedAt)
+
+	produced := producer.finish()
+	res.produced = len(produced)
+	waitFor(t, 30*time.Second, "every produced message", func() bool {
+		da, _ := logA.snapshot()
+		db, _ := logB.snapshot()
+		seen := make(map[string]bool, len(da)+len(db))
+		for _, d := range append(da, db...) {
+			seen[d.value] = true
+		}
+		for _, v := range produced {
+			if !seen[v] {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Close A while it is cut off again.
+	cut(proxy)
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	bound := config(logA).MaxProcessingTime + config(logA).Zookeeper.Timeout + 10*time.Second
+	select {
+	case res.closeErr = <-closed:
+		res.closeTook = time.Since(start)
+		closedA = true
+	case <-time.After(bound + 30*time.Second):
+		t.Errorf("Close of the cut-off instance did not return within %s", bound+30*time.Second)
+		res.closeTook = time.Since(start)
+	}
+	if res.closeTook > bound {
+		t.Errorf("Close of the cut-off instance took %s, want at most %s (MaxProcessingTime + session timeout + 10 s)", res.closeTook.Round(time.Millisecond), bound)
+	}
+	proxy.Pass()
+	if closedA {
+		<-logA.done
+	}
+
+	da, rebalancesA := logA.snapshot()
+	db, _ := logB.snapshot()
+	gone := owners.snapshot()
+	reassigned := assignedAfter(rebalancesA, cutAt)
+	for _, d := range da {
+		g, ok := gone[d.partition]
+		if !ok || !d.at.After(g) {
+			continue // before another instance could take it
+		}
+		if r, ok := reassigned[d.partition]; ok && d.at.After(r) {
+			continue // A's new claim after it registered again
+		}
+		res.doubleDeliveries = append(res.doubleDeliveries, fmt.Sprintf("%s/%d@%d %s after the claim was gone", topic, d.partition, d.offset, d.at.Sub(g).Round(time.Millisecond)))
+	}
+	counts := make(map[string]int)
+	for _, d := range append(da, db...) {
+		counts[d.value]++
+	}
+	for _, v := range produced {
+		switch n := counts[v]; {
+		case n == 0:
+			res.lost++
+		case n > 1:
+			res.duplicates += n - 1
+		}
+	}
+	res.movedBack = sampler.finish()
+	t.Logf("cut at %s: takeover %s, recovery after heal %s; produced %d, lost %d, duplicates %d, double deliveries %d, offsets moved back %d; Close while cut off %s (%v)",
+		cutAt.Format("15:04:05.000"), res.takeover.Round(time.Millisecond), res.recovery.Round(time.Millisecond),
+		res.produced, res.lost, res.duplicates, len(res.doubleDeliveries), len(res.movedBack), res.closeTook.Round(time.Millisecond), res.closeErr)
+	return res
+}
+
+// checkGray fails the test for what must not happen.
+func checkGray(t *testing.T, res grayResult) {
+	t.Helper()
+	if res.lost > 0 {
+		t.Errorf("%d of %d produced messages lost", res.lost, res.produced)
+	}
+	if n := len(res.doubleDeliveries); n > 0 {
+		sort.Strings(res.doubleDeliveries)
+		t.Errorf("%d deliveries by the cut-off instance after another instance could take the partition, e.g. %s", n, strings.Join(res.doubleDeliveries[:min(n, 5)], "; "))
+	}
+	if n := len(res.movedBack); n > 0 {
+		t.Errorf("committed offsets moved back %d times: %s", n, strings.Join(res.movedBack[:min(n, 5)], "; "))
+	}
+}
+
+// TestFaultZooKeeperCutOffHeld: one instance's connections to ZooKeeper
+// hold every byte (packets dropped, connections open) past its session
+// timeout, while it still reaches Kafka. It must stop handing out and
+// committing its partitions before its session can have expired, so that
+// the other instance, which takes them at the expiry, is the only one that
+// hands them out; after the heal it registers again.
+func TestFaultZooKeeperCutOffHeld(t *testing.T) {
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second)
+	checkGray(t, res)
+}
+
+// TestFaultZooKeeperCutOffReset: the same with every connection to
+// ZooKeeper reset at once, and every new one.
+func TestFaultZooKeeperCutOffReset(t *testing.T) {
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second)
+	checkGray(t, res)
+}
