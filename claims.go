@@ -23,7 +23,7 @@ import (
 // owner nodes are swept as orphans once the managers stopped.
 func (cm *consumerManager) loseClaims() {
 	for tp, pm := range *cm.pms.Load() {
-		if pm.loseClaim() {
+		if pm.lose() {
 			cm.addOrphan(tp)
 		}
 	}
@@ -58,7 +58,10 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 	running := *cm.pms.Load()
 	for i, tp := range orphans {
 		if running[tp] == nil {
-			err := cm.releasePartition(tp)
+			err := errFenced
+			if !cm.fence.on.Load() {
+				err = cm.zkCall(0, func() error { return cm.releasePartition(tp) })
+			}
 			switch {
 			case err == nil:
 				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
@@ -88,13 +91,18 @@ func (cm *consumerManager) releasePartition(tp topicPartition) error {
 	return cm.releaseNode(tp)
 }
 
-// loseClaim records that the claim went with a lost ZooKeeper session. It
-// reports whether the partition manager believed it held it.
-func (pm *partitionManager) loseClaim() bool {
+// lose records that the claim went with a lost ZooKeeper session, for
+// good (see partitionManager.lost). It reports whether the partition
+// manager believed it held it.
+func (pm *partitionManager) lose() bool {
 	pm.mu.Lock()
-	defer pm.mu.Unlock()
 	held := pm.claimed
-	pm.claimed = false
+	pm.claimed, pm.lost = false, true
+	wake := pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		pm.notify() // a stop waiting for acks need not wait any more
+	}
 	return held
 }
 
@@ -181,7 +189,15 @@ func (pm *partitionManager) release(deadline time.Time) error {
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
-		err := pm.parent.releasePartition(pm.tp)
+		var err error
+		if pm.parent.fence.on.Load() {
+			// A release now would wait for a session that may be gone:
+			// leave it to the sweep of orphan claims.
+			err = errFenced
+			deadline = time.Now()
+		} else {
+			err = pm.parent.zkCall(time.Until(deadline), func() error { return pm.parent.releasePartition(pm.tp) })
+		}
 		if err == nil {
 			return nil
 		}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
@@ -113,6 +114,28 @@ type consumerManager struct {
 	// when a partition is claimed. JoinContext waits on them.
 	firstRound chan struct{}
 	claims     chan struct{}
+
+	// fence is the fencing state (fence.go): raised by the guard goroutine
+	// when the ZooKeeper session may have expired, lifted when it answers
+	// again. fencedAt is when it was raised last; guard goroutine only.
+	fence    fence
+	fencedAt time.Time
+	// negotiated is the session timeout that ZooKeeper negotiated, in ms;
+	// 0 until known (connectResponseConn records it).
+	negotiated *atomic.Int64
+	// zkStateChanged receives a token, without blocking the sender, when
+	// the state of the session changes (notifyStates); the guard reads it.
+	zkStateChanged chan struct{}
+	// The guard goroutine (guard), started by connect once registered and
+	// stopped by shutdown after the partitions stopped.
+	guardStop, guardDone chan struct{}
+	// zkCalls counts the goroutines of requests on zkConn that zkCall or
+	// the guard made; closeConnections waits for them after it closed
+	// zkConn, which ends every request.
+	zkCalls sync.WaitGroup
+	// parked receives a token, without blocking the sender, when a
+	// partition manager stops handing out (raiseFence waits on it).
+	parked chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	errors   chan error                   // closed by shutdown, after every sender stopped

@@ -19,8 +19,18 @@ import (
 // ns/msg with 256 against 84–92 with 64, level with its fan-in floor.
 const handOutBatch = 256
 
-// consume hands messages of pc out on the Messages channel until killed (it
-// returns true) or until pc stops by itself (false). Each message enters the
+// consumeEnd tells why consume returned.
+type consumeEnd int
+
+const (
+	consumeKilled consumeEnd = iota // the partition manager is stopping
+	consumeClosed                   // the partition consumer stopped by itself
+	consumeFenced                   // the instance is fenced (fence.go), or the claim lost
+)
+
+// consume hands messages of pc out on the Messages channel until killed,
+// until pc stops by itself, or until the instance is fenced; it returns
+// which (see consumeEnd). Each message enters the
 // ack bookkeeping before it is sent, so that an ack can never come first.
 // When MaxPendingAcks messages are pending, it pauses: it stops reading pc
 // until an ack makes room. Errors of pc go to the Errors channel.
@@ -30,10 +40,17 @@ const handOutBatch = 256
 // (enter); and sends each with a plain send first (handOut.send). It blocks
 // in a select (with the tomb, errors and wake-ups) only when a channel is
 // not ready.
-func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
+//
+// While it runs, the partition manager is handing out (handingOut); the
+// fence's raise waits until no partition manager is.
+func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
+	pm.setHandingOut(true)
+	defer pm.setHandingOut(false)
+	raised, _ := pm.parent.fence.channels()
 	h := &handOut{
 		pm:    pm,
 		dying: pm.t.Dying(),
+		fence: raised,
 		in:    pc.Messages(),
 		errs:  pc.Errors(),
 		out:   pm.parent.messages,
@@ -41,18 +58,21 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
 	}
 	for {
 		if !h.receive() {
-			return h.killed
+			return h.end()
 		}
 		for len(h.batch) > 0 {
 			n, before := pm.enter(h.batch)
+			if n < 0 {
+				return consumeFenced
+			}
 			if n == 0 {
 				if !h.waitForRoom() {
-					return true
+					return h.end()
 				}
 				continue
 			}
 			if !h.send(n, before) {
-				return true
+				return h.end()
 			}
 			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
 			// Let the receiver run: a send to it while it waited made
@@ -63,7 +83,32 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
 			runtime.Gosched()
 		}
 		if h.closed {
-			return false
+			return consumeClosed
+		}
+	}
+}
+
+// end tells why the loop stopped, once a step reported false.
+func (h *handOut) end() consumeEnd {
+	switch {
+	case h.killed:
+		return consumeKilled
+	case h.fencedOut:
+		return consumeFenced
+	}
+	return consumeClosed
+}
+
+// setHandingOut records whether consume runs; when it stops, the fence's
+// raise is told (parked).
+func (pm *partitionManager) setHandingOut(on bool) {
+	pm.mu.Lock()
+	pm.handingOut = on
+	pm.mu.Unlock()
+	if !on {
+		select {
+		case pm.parent.parked <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -73,12 +118,15 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) bool {
 type handOut struct {
 	pm     *partitionManager
 	dying  <-chan struct{}                // the partition manager's tomb
+	fence  <-chan struct{}                // closed when the fence goes up
 	in     <-chan *sarama.ConsumerMessage // the partition consumer's messages
 	errs   <-chan *sarama.ConsumerError   // its errors; nil once it closed them
 	out    chan<- *sarama.ConsumerMessage // the consumer's Messages channel
 	batch  []*sarama.ConsumerMessage      // received, not handed out yet
 	closed bool                           // the partition consumer closed in
 	killed bool                           // the tomb is dying
+
+	fencedOut bool // the fence went up
 }
 
 // receive fills the batch with what the partition consumer has ready, up to
@@ -114,6 +162,9 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 	case <-h.dying:
 		h.killed = true
 		return nil, false
+	case <-h.fence:
+		h.fencedOut = true
+		return nil, false
 	default:
 	}
 	for {
@@ -127,6 +178,9 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 		case <-h.dying:
 			h.killed = true
 			return nil, false
+		case <-h.fence:
+			h.fencedOut = true
+			return nil, false
 		case msg, ok := <-h.in:
 			h.closed = !ok
 			return msg, ok
@@ -139,9 +193,16 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 // enter records the first messages of batch as handed out, as many as
 // MaxPendingAcks leaves room for, under one lock. It returns how many, and
 // lastHandedOut before them. With no room it pauses the partition: an ack
-// wakes the consume loop when there is (waiting).
+// wakes the consume loop when there is (waiting). While the instance is
+// fenced, or the claim is lost, it records nothing and returns -1: the
+// check is under the lock that takeBackUnread's unhand takes, so nothing
+// enters after the fence's raise took messages back.
 func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, before int64) {
 	pm.mu.Lock()
+	if pm.lost || pm.parent.fence.on.Load() {
+		pm.mu.Unlock()
+		return -1, 0
+	}
 	for n < len(batch) && pm.pending.push(batch[n].Offset) {
 		n++
 	}
@@ -176,8 +237,13 @@ func (pm *partitionManager) reportPause(paused bool) {
 }
 
 // send hands out the first n messages of the batch, forwarding errors while
-// the Messages channel is full. Killed first, it takes back what it did not
-// send (before is lastHandedOut before the batch) and reports false.
+// the Messages channel is full. Killed or fenced first, it takes back what
+// it did not send (before is lastHandedOut before the batch) and reports
+// false. The fence is checked only when the channel is full, not per
+// message: a batch that enter took before the fence went up may still go
+// into the channel, whence raiseFence takes it back (it drains until no
+// partition hands out); the fence goes up well before the session can
+// have expired (fenceFraction).
 func (h *handOut) send(n int, before int64) bool {
 	for i, msg := range h.batch[:n] {
 		select {
@@ -197,7 +263,7 @@ func (h *handOut) send(n int, before int64) bool {
 }
 
 // sendWaiting sends msg on the Messages channel, forwarding errors
-// meanwhile. It reports false when killed first.
+// meanwhile. It reports false when killed or fenced first.
 func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 	for {
 		select {
@@ -205,6 +271,9 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 			return true
 		case <-h.dying:
 			h.killed = true
+			return false
+		case <-h.fence:
+			h.fencedOut = true
 			return false
 		case err, ok := <-h.errs:
 			h.forward(err, ok)
@@ -218,6 +287,9 @@ func (h *handOut) waitForRoom() bool {
 	select {
 	case <-h.dying:
 		h.killed = true
+		return false
+	case <-h.fence:
+		h.fencedOut = true
 		return false
 	case <-h.pm.wake:
 	case err, ok := <-h.errs:
@@ -237,12 +309,37 @@ func (h *handOut) forward(err *sarama.ConsumerError, ok bool) {
 }
 
 // takeBack forgets the messages from offset on, entered but not handed
-// out; lastHandedOut goes back to last.
+// out; lastHandedOut goes back to last. Messages from offset on that are
+// forgotten already (unhand took back an earlier one) are left alone.
 func (pm *partitionManager) takeBack(offset, last int64) {
 	pm.mu.Lock()
+	pm.takeBackLocked(offset, last)
+	pm.mu.Unlock()
+}
+
+// takeBackLocked is takeBack with pm.mu held.
+func (pm *partitionManager) takeBackLocked(offset, last int64) {
+	if offset > pm.lastHandedOut {
+		return
+	}
 	size := pm.pending.size()
 	pm.pending.unpushFrom(offset)
 	pm.handedOut -= uint64(size - pm.pending.size())
 	pm.lastHandedOut = last
+}
+
+// unhand takes back a message that sat unread in Messages when the fence
+// went up: it and everything the partition handed out after it are
+// forgotten, as if never handed out, so that the partition hands them out
+// again once the fence is lifted. The messages of a partition are taken
+// back in the order they were handed out, so its first one is the
+// earliest; the later ones are forgotten with it.
+func (pm *partitionManager) unhand(offset int64) {
+	pm.mu.Lock()
+	pm.takeBackLocked(offset, offset-1)
+	wake := pm.waiting
 	pm.mu.Unlock()
+	if wake {
+		pm.notify()
+	}
 }

@@ -210,7 +210,7 @@ func TestPauseAtMaxPendingAcksIsReported(t *testing.T) {
 	for o := int64(0); o < 10; o++ {
 		pc.messages <- &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o}
 	}
-	killed := make(chan bool, 1)
+	killed := make(chan consumeEnd, 1)
 	go func() { killed <- pm.consume(pc) }()
 	defer func() {
 		pm.t.Kill(nil)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -68,7 +69,8 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	cfg.Config = config.saramaConfig()
 	cfg.Zookeeper = &kzConfig
 
-	probe, err := probeZookeeper(ctx, nodes, &kzConfig)
+	negotiated, states := new(atomic.Int64), make(chan struct{}, 1)
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig, negotiated, states)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +87,10 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		hurry:        make(chan struct{}),
 		firstRound:   make(chan struct{}),
 		claims:       make(chan struct{}, 1),
+
+		negotiated:     negotiated,
+		zkStateChanged: states,
+		parked:         make(chan struct{}, 1),
 	}
 	cm.pms.Store(&partitionManagers{})
 	cm.watches.log = logger
@@ -206,17 +212,19 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return err
 	}
 
-	if err := cm.mkdirs(cm.groupNode()); err != nil {
+	if err := cm.zkCall(0, func() error { return cm.mkdirs(cm.groupNode()) }); err != nil {
 		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
 	}
 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := cm.registerInstance(); err != nil {
+	sent := time.Now()
+	if err := cm.zkCall(0, cm.registerInstance); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
 	cm.registered = true
+	cm.startGuard(sent)
 	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
 	return nil
 }
@@ -291,8 +299,17 @@ func (cm *consumerManager) closeConnections() []error {
 	if err := cm.closeKafka(); err != nil {
 		errs = append(errs, err)
 	}
+	cm.stopGuard()
 	if cm.registered {
-		if err := cm.deregisterNode(); err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
+		err := errFenced
+		if !cm.fence.on.Load() {
+			// Bounded: a ZooKeeper that does not answer must not hold
+			// Close up. The registration goes with the session, at once
+			// when the close below reaches the server, else when it
+			// expires.
+			err = cm.zkCall(0, cm.deregisterNode)
+		}
+		if err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
 			cm.logf(slog.LevelError, "Failed to %s.", err)
 			errs = append(errs, err)
@@ -307,6 +324,7 @@ func (cm *consumerManager) closeConnections() []error {
 	if cm.zkConn != nil {
 		cm.zkConn.Close()
 	}
+	cm.zkCalls.Wait() // the close ended their requests
 	return errs
 }
 
@@ -328,7 +346,7 @@ func (cm *consumerManager) closeKafka() error {
 			<-cm.commitDone
 		}
 		if cm.offsets != nil {
-			for attempt := 0; attempt <= cm.config.Consumer.Offsets.Retry.Max && cm.offsets.uncommitted() > 0; attempt++ {
+			for attempt := 0; attempt <= cm.config.Consumer.Offsets.Retry.Max && cm.offsets.uncommitted() > 0 && !cm.fence.on.Load(); attempt++ {
 				cm.offsets.commitRound()
 			}
 			if n := cm.offsets.uncommitted(); n > 0 {

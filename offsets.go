@@ -206,6 +206,16 @@ func (s *offsetStore) close(tp topicPartition) <-chan struct{} {
 	return p.closed
 }
 
+// drop takes tp out of the store without committing it: its claim is
+// gone, and a commit by this instance could land after one of the
+// partition's next owner. A commit round already in flight may still
+// commit it.
+func (s *offsetStore) drop(tp topicPartition) {
+	s.mu.Lock()
+	delete(s.parts, tp)
+	s.mu.Unlock()
+}
+
 // dirty reports whether the offset to commit differs from the committed one.
 func (p *storedOffset) dirty() bool {
 	return p.next >= 0 && p.next != p.committed

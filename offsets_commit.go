@@ -119,6 +119,9 @@ func (cm *consumerManager) commitLoop() {
 // commitRound runs one commit round of the offset store, and reports it
 // to Metrics.
 func (cm *consumerManager) commitRound() {
+	if cm.fence.on.Load() {
+		return // the partitions may be another instance's: see fence.go
+	}
 	began := time.Now()
 	cm.offsets.commitRound()
 	cm.config.metrics().Committed(cm.group, time.Since(began))

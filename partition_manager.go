@@ -94,6 +94,12 @@ type partitionManager struct {
 	// paused is set while MaxPendingAcks messages are pending, so that
 	// nothing more is handed out.
 	paused bool
+	// handingOut is set while consume runs (see raiseFence).
+	handingOut bool
+	// lost is set when the claim went with an expired ZooKeeper session,
+	// for good: the partition manager hands out nothing more, and stops
+	// without a final commit (another instance may own the partition).
+	lost bool
 
 	// commitErr is ErrCommitTimeout when the final commit did not complete
 	// in time; written by run before it ends, read after its tomb is done.
@@ -181,7 +187,10 @@ func (pm *partitionManager) run() {
 // stop ends run once the partition manager is killed. One deadline bounds
 // it: it waits for the acks of what was handed out until MaxProcessingTime
 // has passed, then commits the acked prefix and releases the claim within
-// stopGrace more. It returns what did not complete in time.
+// stopGrace more. It returns what did not complete in time. A partition
+// whose claim was lost (see lost) commits nothing: another instance may
+// own it now, and its next owner consumes again what was acked since the
+// last commit.
 func (pm *partitionManager) stop() error {
 	acksDue := time.Now().Add(pm.parent.config.MaxProcessingTime)
 	deadline := acksDue.Add(stopGrace)
@@ -190,11 +199,32 @@ func (pm *partitionManager) stop() error {
 	pm.mu.Unlock()
 	if managed {
 		pm.waitForAcks(acksDue)
-		pm.commitErr = pm.closeOffsets(deadline)
+		if pm.isLost() {
+			pm.dropOffsets()
+		} else {
+			pm.commitErr = pm.closeOffsets(deadline)
+		}
 	}
 	err := errors.Join(pm.commitErr, pm.release(deadline))
 	pm.logf(slog.LevelDebug, "Stopped partition.")
 	return err
+}
+
+// isLost reports whether the claim was lost for good (see lost).
+func (pm *partitionManager) isLost() bool {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	return pm.lost
+}
+
+// dropOffsets takes the partition out of the offset store without a
+// commit.
+func (pm *partitionManager) dropOffsets() {
+	pm.mu.Lock()
+	pm.managed = false
+	pm.mu.Unlock()
+	pm.parent.offsets.drop(pm.tp)
+	pm.logf(slog.LevelWarn, "Claim lost with the ZooKeeper session: nothing committed; the next owner consumes again what was acked since the last commit.")
 }
 
 // waitForAcks waits until no handed-out message is pending, until due, or
@@ -214,8 +244,9 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 		case <-pm.wake:
 			pm.mu.Lock()
 			left = pm.pending.pending()
+			lost := pm.lost
 			pm.mu.Unlock()
-			if left == 0 {
+			if left == 0 || lost {
 				return
 			}
 		case <-timeout.C:

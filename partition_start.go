@@ -60,24 +60,62 @@ func (pm *partitionManager) readCommitted() (int64, error) {
 
 // consumeUntilKilled runs partition consumers and hands their messages
 // out until killed, starting a new consumer when one stops by itself.
+//
+// While the instance is fenced it consumes nothing: it closes the
+// partition consumer and waits for the fence to be lifted, then starts
+// again after the last message handed out (the fence's raise took back
+// those that sat unread). A lost claim ends it for good.
 func (pm *partitionManager) consumeUntilKilled() {
 	for {
+		if !pm.awaitLift() {
+			return
+		}
 		pc := pm.startConsumer()
 		if pc == nil {
 			return
 		}
-		killed := pm.consume(pc)
+		end := pm.consume(pc)
 		pm.mu.Lock()
 		pm.pc = nil
 		pm.mu.Unlock()
-		if killed {
+		if end != consumeClosed {
 			pm.parent.closeInBackground(pc)
-			return
+			if end == consumeKilled {
+				return
+			}
+			pm.logf(slog.LevelDebug, "Fenced: handing out nothing until the ZooKeeper session answers again.")
+			continue
 		}
 		if err := pc.Close(); err != nil {
 			pm.logf(slog.LevelWarn, "Partition consumer stopped: %s.", err)
 		}
 		pm.logf(slog.LevelWarn, "Partition consumer stopped by itself; starting it again.")
+	}
+}
+
+// awaitLift waits while the instance is fenced. It reports false when the
+// partition manager is killed first, or its claim is lost (then it waits
+// for the kill).
+func (pm *partitionManager) awaitLift() bool {
+	for {
+		pm.mu.Lock()
+		lost := pm.lost
+		pm.mu.Unlock()
+		if lost {
+			<-pm.t.Dying()
+			return false
+		}
+		raised, lifted := pm.parent.fence.channels()
+		select {
+		case <-raised:
+		default:
+			return true // not fenced
+		}
+		select {
+		case <-lifted:
+		case <-pm.t.Dying():
+			return false
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -109,8 +110,13 @@ const saslRequired = "unknown error: -124"
 // is told apart. It returns the connection, which Join reads the broker
 // registrations through and then closes.
 // ctx cancelled ends the wait for a session with ctx's error.
-func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config) (*zk.Conn, error) {
-	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false))
+//
+// The session's negotiated timeout is recorded in negotiated (see
+// connectResponseConn), and every change of its state sends a token on
+// states without blocking, for the guard goroutine (fence.go).
+func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, negotiated *atomic.Int64, states chan<- struct{}) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false),
+		zk.WithDialer(recordingDialer(negotiated)), zk.WithEventCallback(notifyStates(states)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
 	}

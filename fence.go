@@ -1,0 +1,343 @@
+package kafkaconsumer
+
+// Fencing: an instance must not act as the owner of its partitions once
+// its ZooKeeper session may have expired on the server, since another
+// instance takes them at that expiry. The guard goroutine heartbeats on the
+// session and knows when the last answered request was sent; the server
+// expires a session that it has heard nothing from for the negotiated
+// session timeout, so the session cannot have expired before that send
+// time + the timeout. At fenceFraction of the timeout after it, the
+// guard fences the instance: every partition stops handing out, what sits
+// unread in Messages is taken back, and no commit goes out, until the same
+// session answers again (the fence is lifted: nothing was lost) or the
+// session is known to have expired (the partitions are lost: they stop
+// without a final commit, and the manager goroutine registers again).
+//
+// Bounded waits: go-zookeeper has no request timeout (a request waits for a
+// connection that may never come), so the requests on the paths that must
+// end in bounded time go through zkCall, which waits for them until a
+// deadline and leaves them to end when the connection is closed.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// fenceFraction is the share of the session timeout, counted from the
+// send time of the last answered request, after which an instance is
+// fenced. The rest covers a server clock that runs faster than ours and
+// the time it takes the partitions to stop handing out (milliseconds).
+const fenceFraction = 0.8
+
+// heartbeatsPerTimeout is how many heartbeats the guard sends per session
+// timeout while they are answered.
+const heartbeatsPerTimeout = 6
+
+// errZookeeperTimeout is what zkCall returns when the request did not
+// complete in time.
+var errZookeeperTimeout = errors.New("zookeeper request timed out")
+
+// errFenced is what a request returns that was not sent because the
+// instance is fenced.
+var errFenced = errors.New("fenced: the ZooKeeper session may have expired")
+
+// fence is the fencing state of a consumer manager. Its zero value is
+// ready to use, down.
+type fence struct {
+	on atomic.Bool // read on the hand-out path
+
+	mu     sync.Mutex    // guards the channels
+	raised chan struct{} // closed when the fence goes up; replaced when it is lifted
+	lifted chan struct{} // closed when the fence is lifted; replaced when it goes up
+}
+
+// initLocked makes the channels of a zero fence; f.mu held.
+func (f *fence) initLocked() {
+	if f.raised == nil {
+		f.raised, f.lifted = make(chan struct{}), make(chan struct{})
+		close(f.lifted)
+	}
+}
+
+// channels returns the channel that is closed when the fence goes up and
+// the one closed when it is lifted, as of now.
+func (f *fence) channels() (raised, lifted <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	return f.raised, f.lifted
+}
+
+// raise puts the fence up; it reports false when it was up already.
+func (f *fence) raise() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if f.on.Load() {
+		return false
+	}
+	f.on.Store(true)
+	close(f.raised)
+	f.lifted = make(chan struct{})
+	return true
+}
+
+// lift takes the fence down; it reports false when it was down already.
+func (f *fence) lift() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initLocked()
+	if !f.on.Load() {
+		return false
+	}
+	f.on.Store(false)
+	close(f.lifted)
+	f.raised = make(chan struct{})
+	return true
+}
+
+// sessionTimeout returns the session timeout that ZooKeeper negotiated, or
+// the configured one until a session was established.
+func (cm *consumerManager) sessionTimeout() time.Duration {
+	if cm.negotiated == nil { // a consumer manager of the unit tests
+		return cm.config.Zookeeper.Timeout
+	}
+	if ms := cm.negotiated.Load(); ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return cm.config.Zookeeper.Timeout
+}
+
+// zkCall runs f, which makes requests on the instance's ZooKeeper session,
+// and waits for it at most timeout (at most the session timeout when
+// timeout is 0 or longer): then it returns errZookeeperTimeout, and f goes
+// on until its request ends, at the latest when closeConnections closes
+// the connection and waits for it.
+func (cm *consumerManager) zkCall(timeout time.Duration, f func() error) error {
+	if t := cm.sessionTimeout(); timeout <= 0 || timeout > t {
+		timeout = t
+	}
+	done := make(chan error, 1)
+	cm.zkCalls.Add(1)
+	go func() { // owned by closeConnections, which waits for it
+		defer cm.zkCalls.Done()
+		done <- f()
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("%w after %s", errZookeeperTimeout, timeout)
+	}
+}
+
+// startGuard starts the guard goroutine; lastAnswered is the send time of
+// the last request of the session that was answered. shutdown stops it.
+func (cm *consumerManager) startGuard(lastAnswered time.Time) {
+	cm.guardStop, cm.guardDone = make(chan struct{}), make(chan struct{})
+	go cm.guard(cm.zkConn.SessionID(), lastAnswered)
+}
+
+// stopGuard stops the guard goroutine and waits for it.
+func (cm *consumerManager) stopGuard() {
+	if cm.guardStop != nil {
+		close(cm.guardStop)
+		<-cm.guardDone
+		cm.guardStop = nil
+	}
+}
+
+// guard is the guard goroutine: it heartbeats on the session (one request
+// in flight at a time, heartbeatsPerTimeout per session timeout), raises
+// the fence when the session may have expired, and lifts it when the same
+// session answers again, or after it handled the loss of the session.
+func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
+	defer close(cm.guardDone)
+	var (
+		result   chan error // the heartbeat in flight, or nil
+		sent     time.Time  // when it was sent
+		next     = time.NewTimer(0)
+		deadline = time.NewTimer(time.Until(lastAnswered.Add(cm.fenceAfter())))
+	)
+	defer next.Stop()
+	defer deadline.Stop()
+	for {
+		select {
+		case <-cm.guardStop:
+			return
+		case <-cm.zkStateChanged:
+			if result == nil && cm.zkConn.State() == zk.StateHasSession {
+				next.Reset(0)
+			}
+		case <-next.C:
+			if cm.zkConn.State() != zk.StateHasSession {
+				// Sent now, it would wait in go-zookeeper's queue for a
+				// connection; zkStateChanged tells when there is one.
+				continue
+			}
+			result, sent = make(chan error, 1), time.Now()
+			cm.zkCalls.Add(1)
+			go func(result chan<- error) { // owned by closeConnections, which waits for it
+				defer cm.zkCalls.Done()
+				_, _, err := cm.zkConn.Exists("/")
+				result <- err
+			}(result)
+		case err := <-result:
+			result = nil
+			switch {
+			case err == nil && cm.zkConn.SessionID() == session:
+				lastAnswered = sent
+				deadline.Reset(time.Until(lastAnswered.Add(cm.fenceAfter())))
+				if cm.fence.lift() {
+					cm.logf(slog.LevelWarn, "The ZooKeeper session answered again: partitions resume (fenced for %s).", time.Since(cm.fencedAt).Round(time.Millisecond))
+				}
+			case err == nil || errors.Is(err, zk.ErrSessionExpired):
+				// A new session, or none: the claims went with the old one.
+				cm.sessionExpired()
+				session = cm.zkConn.SessionID()
+				lastAnswered = sent
+				deadline.Reset(time.Until(lastAnswered.Add(cm.fenceAfter())))
+			}
+			next.Reset(cm.sessionTimeout() / heartbeatsPerTimeout)
+		case <-deadline.C:
+			cm.raiseFence(lastAnswered)
+		}
+	}
+}
+
+// fenceAfter is how long after the send time of the last answered request
+// the instance is fenced.
+func (cm *consumerManager) fenceAfter() time.Duration {
+	return time.Duration(float64(cm.sessionTimeout()) * fenceFraction)
+}
+
+// raiseFence fences the instance: the partitions stop handing out, and
+// what sits unread in Messages is taken back. It returns once no
+// partition hands out any more.
+func (cm *consumerManager) raiseFence(lastAnswered time.Time) {
+	if !cm.fence.raise() {
+		return
+	}
+	cm.fencedAt = time.Now()
+	cm.logf(slog.LevelWarn, "No answer from ZooKeeper since %s ago: the session may expire (timeout %s); handing out and committing nothing until it answers again.",
+		time.Since(lastAnswered).Round(time.Millisecond), cm.sessionTimeout())
+	for {
+		cm.takeBackUnread()
+		if cm.allParked() {
+			cm.takeBackUnread()
+			return
+		}
+		select {
+		case <-cm.parked:
+		case <-cm.guardStop:
+			return
+		}
+	}
+}
+
+// takeBackUnread takes back the messages that sit unread in Messages, as
+// if they had never been handed out: each partition hands them out again
+// after the fence is lifted.
+func (cm *consumerManager) takeBackUnread() {
+	for {
+		select {
+		case msg := <-cm.messages:
+			if pm := (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]; pm != nil {
+				pm.unhand(msg.Offset)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// allParked reports whether no partition manager is handing out.
+func (cm *consumerManager) allParked() bool {
+	for _, pm := range *cm.pms.Load() {
+		pm.mu.Lock()
+		busy := pm.handingOut
+		pm.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionExpired handles the end of the session that held the claims:
+// every partition manager of it loses its claim for good (it stops without
+// a final commit: another instance may own the partition now), and the
+// fence is lifted for the partition managers of the next session. The
+// manager goroutine learns of it from its watch on the instances, and
+// registers again.
+func (cm *consumerManager) sessionExpired() {
+	lost := 0
+	for _, pm := range *cm.pms.Load() {
+		if pm.lose() {
+			lost++
+		}
+	}
+	cm.logf(slog.LevelWarn, "The ZooKeeper session expired: %d partitions are lost, with what was acked since the last commit; registering again.", lost)
+	cm.fence.lift()
+}
+
+// connectResponseConn records the session timeout from the first answer of
+// a ZooKeeper server on a new connection, the connect response: its
+// frame's length (4 bytes), protocol version (4) and timeout in
+// milliseconds (4). go-zookeeper keeps the negotiated timeout to itself.
+// Only one goroutine reads the connection at a time (go-zookeeper's
+// authenticate, then its receive loop, started after it).
+type connectResponseConn struct {
+	net.Conn
+	negotiated *atomic.Int64
+	head       [12]byte
+	n          int
+}
+
+func (c *connectResponseConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.n < len(c.head) && n > 0 {
+		c.n += copy(c.head[c.n:], p[:n])
+		if c.n == len(c.head) {
+			if ms := int32(binary.BigEndian.Uint32(c.head[8:12])); ms > 0 {
+				c.negotiated.Store(int64(ms))
+			}
+		}
+	}
+	return n, err
+}
+
+// notifyStates returns a go-zookeeper event callback that sends a token on
+// changed, without blocking, at every change of the session's state.
+func notifyStates(changed chan<- struct{}) zk.EventCallback {
+	return func(ev zk.Event) {
+		if ev.Type == zk.EventSession {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// recordingDialer returns a go-zookeeper dialer whose connections record
+// the negotiated session timeout in negotiated.
+func recordingDialer(negotiated *atomic.Int64) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
+	}
+}
