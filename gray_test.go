@@ -7,11 +7,13 @@ package kafkaconsumer
 // nothing is lost, and Close is bounded.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -489,4 +491,123 @@ func TestFaultZooKeeperCutOffHeld(t *testing.T) {
 func TestFaultZooKeeperCutOffReset(t *testing.T) {
 	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second)
 	checkGray(t, res)
+}
+
+// freeze stops process pid with SIGSTOP and returns the function that
+// resumes it (once; also at the end of the test).
+func freeze(t *testing.T, pid int) (resume func()) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// stopWithin runs stop (Close or Shutdown of a consumer) and checks that
+// it returned within bound; it returns stop's error.
+func stopWithin(t *testing.T, what string, bound time.Duration, stop func() error) error {
+	t.Helper()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(bound + time.Minute):
+		t.Fatalf("%s did not return within %s", what, bound+time.Minute)
+	}
+	took := time.Since(start)
+	t.Logf("%s took %s (bound %s): %v", what, took.Round(time.Millisecond), bound, err)
+	if took > bound {
+		t.Errorf("%s took %s; want at most %s", what, took.Round(time.Millisecond), bound)
+	}
+	return err
+}
+
+// TestFaultStopBoundedWhenFrozen: Close and Shutdown are bounded whatever
+// hangs. With the only ZooKeeper node frozen (SIGSTOP: connections are
+// accepted by the kernel, nothing answers), Close returns within
+// MaxProcessingTime + session timeout + 10 s and Shutdown within its
+// context's deadline + 5 s; with the broker frozen, Shutdown within its
+// context's deadline + 5 s + Net.ReadTimeout at worst.
+func TestFaultStopBoundedWhenFrozen(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	debugLogs(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	topic := uniqueName("frozen")
+	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	producerConfig := sarama.NewConfig()
+	producerConfig.Producer.Return.Successes = true
+	producerConfig.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	client, err := sarama.NewClient(cluster.KafkaPeers(), producerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	config := testConfig()
+	config.Zookeeper.Timeout = 6 * time.Second
+	config.MaxProcessingTime = 3 * time.Second
+	config.Net.ReadTimeout = 3 * time.Second
+	config.Net.DialTimeout = 3 * time.Second
+	config.Net.WriteTimeout = 3 * time.Second
+
+	// running joins a group and returns its consumer once it received
+	// every message of a batch, holding one of them unacked.
+	running := func(prefix string) Consumer {
+		t.Helper()
+		values := produce(t, client, topic, prefix, 20)
+		c, err := Join(uniqueName("frozen"), TopicSubscription(topic), cluster.ZookeeperPeers(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := collect(c, func(msg *sarama.ConsumerMessage) bool { return string(msg.Value) != values[5] })
+		waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+		return c
+	}
+	// zookeeperBack resumes ZooKeeper and waits until the broker is
+	// registered again (its session may have expired).
+	conn, _ := testZookeeper(t, cluster.ZookeeperPeers())
+	zookeeperBack := func(resume func()) {
+		resume()
+		waitFor(t, time.Minute, "the broker to be registered", func() bool {
+			ids, _, err := conn.Children("/brokers/ids")
+			return err == nil && len(ids) == 1
+		})
+	}
+
+	// Close with ZooKeeper frozen.
+	c := running("close")
+	resume := freeze(t, cluster.ZooKeeperPID(0))
+	stopWithin(t, "Close with ZooKeeper frozen", config.MaxProcessingTime+config.Zookeeper.Timeout+10*time.Second, c.Close)
+	zookeeperBack(resume)
+
+	// Shutdown with ZooKeeper frozen: the context ends before
+	// MaxProcessingTime, with a message unacked.
+	const deadline = 2 * time.Second
+	c = running("shutdown-zk")
+	resume = freeze(t, cluster.ZooKeeperPID(0))
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	err = stopWithin(t, "Shutdown with ZooKeeper frozen", deadline+5*time.Second, func() error { return c.Shutdown(ctx) })
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want context.DeadlineExceeded", err)
+	}
+	zookeeperBack(resume)
+
+	// Shutdown with the broker frozen.
+	c = running("shutdown-broker")
+	resume = freeze(t, cluster.BrokerPID(0))
+	ctx, cancel = context.WithTimeout(context.Background(), deadline)
+	err = stopWithin(t, "Shutdown with the broker frozen", deadline+5*time.Second+config.Net.ReadTimeout, func() error { return c.Shutdown(ctx) })
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want context.DeadlineExceeded", err)
+	}
+	resume()
 }
