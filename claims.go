@@ -60,7 +60,7 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 		if running[tp] == nil {
 			err := errFenced
 			if !cm.fence.on.Load() {
-				err = cm.zkCall(0, func() error { return cm.releasePartition(tp) })
+				err = cm.zkCall(cm.zkTimeout(), func() error { return cm.releasePartition(tp) })
 			}
 			switch {
 			case err == nil:
@@ -196,6 +196,7 @@ func (pm *partitionManager) release(deadline time.Time) error {
 			err = errFenced
 			deadline = time.Now()
 		} else {
+			deadline = pm.parent.bound(deadline, hurryStop)
 			err = pm.parent.zkCall(time.Until(deadline), func() error { return pm.parent.releasePartition(pm.tp) })
 		}
 		if err == nil {

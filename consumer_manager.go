@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -42,7 +41,7 @@ type consumerManager struct {
 	// their registrations, and the claims go through it (session.go);
 	// kazoo-go's (kz) watches the subscription. Closed by
 	// closeConnections.
-	zkConn   *zk.Conn
+	zkConn   sessionConn
 	kzGroup  *kazoo.Consumergroup
 	instance *kazoo.ConsumergroupInstance
 	// registered tells whether the instance's registration node is ours to
@@ -109,6 +108,8 @@ type consumerManager struct {
 	// done: stopping partitions stop waiting for acks.
 	hurry     chan struct{}
 	hurryOnce sync.Once
+	// hurriedAt is when hurry was closed (UnixNano); 0 before.
+	hurriedAt atomic.Int64
 	// firstRound is closed by the manager goroutine when it made its first
 	// distribution; claims receives a token, without blocking the sender,
 	// when a partition is claimed. JoinContext waits on them.
@@ -174,7 +175,33 @@ func (cm *consumerManager) Shutdown(ctx context.Context) error {
 // hurryUp makes stopping partitions stop waiting for acks. Safe from any
 // goroutine, more than once.
 func (cm *consumerManager) hurryUp() {
-	cm.hurryOnce.Do(func() { close(cm.hurry) })
+	cm.hurryOnce.Do(func() {
+		cm.hurriedAt.Store(time.Now().UnixNano())
+		close(cm.hurry)
+	})
+}
+
+// After a Shutdown's context is done, the rest of the shutdown is bounded
+// step by step, so that Shutdown returns within the context's deadline +
+// 5 s: the partitions' final commits and releases end within hurryStop of
+// it, the last commit rounds within hurryKafka, the deregistration within
+// hurryZookeeper; closing the ZooKeeper connections takes the rest (about
+// a second).
+const (
+	hurryStop      = 2 * time.Second
+	hurryKafka     = 3 * time.Second
+	hurryZookeeper = 4 * time.Second
+)
+
+// bound returns deadline, or the end of the given step after a Shutdown's
+// context was done (see hurryStop) when that is earlier.
+func (cm *consumerManager) bound(deadline time.Time, step time.Duration) time.Time {
+	if at := cm.hurriedAt.Load(); at != 0 {
+		if end := time.Unix(0, at).Add(step); end.Before(deadline) {
+			return end
+		}
+	}
+	return deadline
 }
 
 // Stats implements Consumer.

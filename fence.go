@@ -116,13 +116,24 @@ func (cm *consumerManager) sessionTimeout() time.Duration {
 	return cm.config.Zookeeper.Timeout
 }
 
+// zkTimeout is how long a request on the instance's ZooKeeper session may
+// wait: the session timeout (a session that answers nothing for that long
+// has expired), or until the ZooKeeper step of a hurried shutdown ends
+// (see hurryZookeeper).
+func (cm *consumerManager) zkTimeout() time.Duration {
+	return time.Until(cm.bound(time.Now().Add(cm.sessionTimeout()), hurryZookeeper))
+}
+
 // zkCall runs f, which makes requests on the instance's ZooKeeper session,
-// and waits for it at most timeout (at most the session timeout when
-// timeout is 0 or longer): then it returns errZookeeperTimeout, and f goes
-// on until its request ends, at the latest when closeConnections closes
-// the connection and waits for it.
+// and waits for it at most timeout (at most the session timeout): then it
+// returns errZookeeperTimeout, and f goes on until its request ends, at
+// the latest when closeConnections closes the connection and waits for
+// it. A timeout of 0 or less fails at once, without running f.
 func (cm *consumerManager) zkCall(timeout time.Duration, f func() error) error {
-	if t := cm.sessionTimeout(); timeout <= 0 || timeout > t {
+	if timeout <= 0 {
+		return errZookeeperTimeout
+	}
+	if t := cm.sessionTimeout(); timeout > t {
 		timeout = t
 	}
 	done := make(chan error, 1)

@@ -611,3 +611,49 @@ func TestFaultStopBoundedWhenFrozen(t *testing.T) {
 	}
 	resume()
 }
+
+// TestSessionConnQueuesNothingWhileDisconnected: a request made while the
+// instance's session is disconnected fails at once (zk.ErrNoServer)
+// rather than waiting in go-zookeeper's queue for the reconnection. A
+// queued request, sent as go-zookeeper reconnects with watches to re-set,
+// makes the data race of go-zookeeper/zk PR #35 (its re-setting reads the
+// last zxid that its receive loop writes for the queued request's answer),
+// which -race reports; with a plain *zk.Conn in place of sessionConn this
+// test fails so under -race.
+func TestSessionConnQueuesNothingWhileDisconnected(t *testing.T) {
+	needCluster(t)
+	proxy, throughProxy := zookeeperProxy(t, zookeeperPeers)
+	nodes, chroot, err := parseZookeeper(throughProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := make(chan struct{}, 1)
+	raw, _, err := zk.Connect(nodes, 6*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}), zk.WithEventCallback(notifyStates(states)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	conn := sessionConn{raw}
+	waitFor(t, 10*time.Second, "a session", func() bool { return conn.State() == zk.StateHasSession })
+	node := chroot + "/" + uniqueName("gate")
+	if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Delete(node, -1) }()
+	if _, _, _, err := conn.GetW(node); err != nil { // a watch for the reconnection to re-set
+		t.Fatal(err)
+	}
+
+	proxy.Reset()
+	waitFor(t, 10*time.Second, "the connection to drop", func() bool { return conn.State() != zk.StateHasSession })
+	proxy.Pass()
+	// go-zookeeper waits a second before it connects again to its only
+	// server: a request now would be queued for the reconnection.
+	if _, _, err := conn.Get(node); !errors.Is(err, zk.ErrNoServer) {
+		t.Fatalf("Get while disconnected = %v, want zk.ErrNoServer at once", err)
+	}
+	waitFor(t, 10*time.Second, "the session back", func() bool { return conn.State() == zk.StateHasSession })
+	if _, _, err := conn.Get(node); err != nil {
+		t.Fatalf("Get after the reconnection: %v", err)
+	}
+}

@@ -81,7 +81,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
 		group:        group,
 		subscription: subscription,
-		zkConn:       probe,
+		zkConn:       sessionConn{probe},
 		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
 		errors:       make(chan error, cfg.ChannelBufferSize),
 		hurry:        make(chan struct{}),
@@ -212,7 +212,7 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return err
 	}
 
-	if err := cm.zkCall(0, func() error { return cm.mkdirs(cm.groupNode()) }); err != nil {
+	if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.mkdirs(cm.groupNode()) }); err != nil {
 		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
 	}
 
@@ -220,7 +220,7 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return err
 	}
 	sent := time.Now()
-	if err := cm.zkCall(0, cm.registerInstance); err != nil {
+	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(err))
 	}
 	cm.registered = true
@@ -307,7 +307,7 @@ func (cm *consumerManager) closeConnections() []error {
 			// Close up. The registration goes with the session, at once
 			// when the close below reaches the server, else when it
 			// expires.
-			err = cm.zkCall(0, cm.deregisterNode)
+			err = cm.zkCall(cm.zkTimeout(), cm.deregisterNode)
 		}
 		if err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
@@ -321,7 +321,7 @@ func (cm *consumerManager) closeConnections() []error {
 			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
 		}
 	}
-	if cm.zkConn != nil {
+	if cm.zkConn.Conn != nil {
 		cm.zkConn.Close()
 	}
 	cm.zkCalls.Wait() // the close ended their requests
@@ -355,12 +355,19 @@ func (cm *consumerManager) closeKafka() error {
 		}
 	}()
 
-	timeout := time.NewTimer(closeGrace)
+	deadline := time.Now().Add(closeGrace)
+	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryKafka)))
 	defer timeout.Stop()
+	hurry := cm.hurry
+wait:
 	select {
 	case <-closed:
 		cm.closeClients(true)
 		return nil
+	case <-hurry: // a Shutdown's context ended: the deadline moves closer
+		hurry = nil
+		timeout.Reset(time.Until(cm.bound(deadline, hurryKafka)))
+		goto wait
 	case <-timeout.C:
 		err := fmt.Errorf("%w: the last commit did not complete within %s; closing the Kafka clients under it", ErrCommitTimeout, closeGrace)
 		cm.logf(slog.LevelError, "%s.", err)

@@ -275,24 +275,36 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 	pm.mu.Unlock()
 	committed := cm.offsets.close(pm.tp)
 
-	timeout := time.NewTimer(time.Until(deadline))
+	// A Shutdown's context that ends moves the deadline closer (bound).
+	hurry := cm.hurry
+	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryStop)))
 	defer timeout.Stop()
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; {
 		select {
 		case <-committed:
 			return nil
 		case <-cm.commit():
+		case <-hurry:
+			hurry = nil
+			timeout.Reset(time.Until(cm.bound(deadline, hurryStop)))
+			continue
 		case <-timeout.C:
 			return pm.commitTimeout()
 		}
 		// The round is over, and its commit failed: ask again after a
 		// delay.
 		retry := time.NewTimer(retryDelay(attempt))
+		attempt++
+	wait:
 		select {
 		case <-committed:
 			retry.Stop()
 			return nil
 		case <-retry.C:
+		case <-hurry:
+			hurry = nil
+			timeout.Reset(time.Until(cm.bound(deadline, hurryStop)))
+			goto wait
 		case <-timeout.C:
 			retry.Stop()
 			return pm.commitTimeout()

@@ -172,3 +172,72 @@ func (cm *consumerManager) watchInstanceNodes() (kazoo.ConsumergroupInstanceList
 	}
 	return instances, watch, nil
 }
+
+// sessionConn is the instance's ZooKeeper connection with a gate: a request
+// is sent only while the session is connected, and fails at once with
+// zk.ErrNoServer otherwise (its callers retry, or give up at their
+// deadline). go-zookeeper queues a request made while it is disconnected
+// and sends it as soon as it reconnects, where the answer's zxid, written
+// by its receive loop, races with its re-setting of the watches, which
+// reads the last zxid without a lock: a data race that -race reports
+// (go-zookeeper/zk PR #35, open since 2020). Only a request made in the
+// microseconds between the connection's end and the state's change can
+// still be queued so.
+type sessionConn struct{ *zk.Conn }
+
+// ready returns zk.ErrNoServer unless the session is connected.
+func (c sessionConn) ready() error {
+	if c.State() != zk.StateHasSession {
+		return zk.ErrNoServer
+	}
+	return nil
+}
+
+func (c sessionConn) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	if err := c.ready(); err != nil {
+		return "", err
+	}
+	return c.Conn.Create(path, data, flags, acl)
+}
+
+func (c sessionConn) Get(path string) ([]byte, *zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return nil, nil, err
+	}
+	return c.Conn.Get(path)
+}
+
+func (c sessionConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	if err := c.ready(); err != nil {
+		return nil, nil, nil, err
+	}
+	return c.Conn.GetW(path)
+}
+
+func (c sessionConn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
+	if err := c.ready(); err != nil {
+		return nil, nil, nil, err
+	}
+	return c.Conn.ChildrenW(path)
+}
+
+func (c sessionConn) Delete(path string, version int32) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	return c.Conn.Delete(path, version)
+}
+
+func (c sessionConn) Exists(path string) (bool, *zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return false, nil, err
+	}
+	return c.Conn.Exists(path)
+}
+
+func (c sessionConn) Multi(ops ...interface{}) ([]zk.MultiResponse, error) {
+	if err := c.ready(); err != nil {
+		return nil, err
+	}
+	return c.Conn.Multi(ops...)
+}

@@ -200,11 +200,18 @@ func (c *Cluster) waitZNodesGone(ctx context.Context, paths []string, timeout ti
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
+	// It polls rather than watches: go-zookeeper re-sets its watches when
+	// it reconnects (as when a ZooKeeper node restarts) while its receive
+	// loop may already write the zxid that the re-setting reads, a data
+	// race that -race reports in the caller's test (go-zookeeper/zk
+	// PR #35). A connection without watches never re-sets any.
+	done, quit := make(chan error, 1), make(chan struct{})
 	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
 		for _, path := range paths {
 			for {
-				ok, _, ch, err := conn.ExistsW(path)
+				ok, _, err := conn.Exists(path)
 				if err != nil {
 					done <- err
 					return
@@ -212,8 +219,10 @@ func (c *Cluster) waitZNodesGone(ctx context.Context, paths []string, timeout ti
 				if !ok {
 					break
 				}
-				if ev := <-ch; ev.Err != nil {
-					done <- ev.Err
+				select {
+				case <-tick.C:
+				case <-quit:
+					done <- errors.New("stopped")
 					return
 				}
 			}
@@ -229,6 +238,7 @@ func (c *Cluster) waitZNodesGone(ctx context.Context, paths []string, timeout ti
 	case <-ctx.Done():
 		err = context.Cause(ctx)
 	}
-	conn.Close() // ends the goroutine's request or watch
+	close(quit)
+	conn.Close() // ends the goroutine's request
 	return err
 }
