@@ -177,6 +177,9 @@ func (cm *consumerManager) Shutdown(ctx context.Context) error {
 func (cm *consumerManager) hurryUp() {
 	cm.hurryOnce.Do(func() {
 		cm.hurriedAt.Store(time.Now().UnixNano())
+		if cm.offsets != nil {
+			cm.offsets.noLookup.Store(true)
+		}
 		close(cm.hurry)
 	})
 }
@@ -184,10 +187,11 @@ func (cm *consumerManager) hurryUp() {
 // After a Shutdown's context is done, the rest of the shutdown is bounded
 // step by step, so that Shutdown returns within the context's deadline +
 // 5 s: the partitions' final commits and releases end within hurryStop of
-// it, the last commit rounds within hurryKafka, the deregistration within
+// it (the commits within hurryCommit), the last commit rounds within hurryKafka, the deregistration within
 // hurryZookeeper; closing the ZooKeeper connections takes the rest (about
 // a second).
 const (
+	hurryCommit    = 1500 * time.Millisecond
 	hurryStop      = 2 * time.Second
 	hurryKafka     = 3 * time.Second
 	hurryZookeeper = 4 * time.Second

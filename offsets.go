@@ -8,6 +8,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -38,6 +39,12 @@ type offsetStore struct {
 
 	brokerMu    sync.Mutex
 	coordinator *sarama.Broker // nil until looked up, and after a failure
+	// noLookup is set when a Shutdown's context ended: a coordinator that
+	// is not known is not looked up any more. A lookup retries every
+	// broker Metadata.Retry.Max times, each up to three Net.ReadTimeout
+	// against a hung broker (a dial, ApiVersions twice, FindCoordinator),
+	// and nothing can interrupt it.
+	noLookup atomic.Bool
 
 	mu    sync.Mutex
 	parts map[topicPartition]*storedOffset
@@ -52,6 +59,10 @@ type storedOffset struct {
 	// there is nothing to commit. Closed then.
 	closed chan struct{}
 }
+
+// errNoLookup is what broker returns when the coordinator is not known
+// and noLookup is set.
+var errNoLookup = errors.New("the group's coordinator is not known, and the shutdown's deadline has passed")
 
 // errAlreadyManaged is returned by reserve for a partition whose earlier
 // partition manager's final commit is still pending.
@@ -338,10 +349,17 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 
 // broker returns the group's coordinator, looking it up when not known.
 func (s *offsetStore) broker() (*sarama.Broker, error) {
-	s.brokerMu.Lock()
+	if s.noLookup.Load() && !s.brokerMu.TryLock() {
+		return nil, errNoLookup // a lookup is under way, and may last
+	} else if !s.noLookup.Load() {
+		s.brokerMu.Lock()
+	}
 	defer s.brokerMu.Unlock()
 	if s.coordinator != nil {
 		return s.coordinator, nil
+	}
+	if s.noLookup.Load() {
+		return nil, errNoLookup
 	}
 	if err := s.client.RefreshCoordinator(s.group); err != nil {
 		return nil, err

@@ -277,7 +277,7 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 
 	// A Shutdown's context that ends moves the deadline closer (bound).
 	hurry := cm.hurry
-	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryStop)))
+	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryCommit)))
 	defer timeout.Stop()
 	for attempt := 0; ; {
 		select {
@@ -286,7 +286,7 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 		case <-cm.commit():
 		case <-hurry:
 			hurry = nil
-			timeout.Reset(time.Until(cm.bound(deadline, hurryStop)))
+			timeout.Reset(time.Until(cm.bound(deadline, hurryCommit)))
 			continue
 		case <-timeout.C:
 			return pm.commitTimeout()
@@ -303,7 +303,7 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 		case <-retry.C:
 		case <-hurry:
 			hurry = nil
-			timeout.Reset(time.Until(cm.bound(deadline, hurryStop)))
+			timeout.Reset(time.Until(cm.bound(deadline, hurryCommit)))
 			goto wait
 		case <-timeout.C:
 			retry.Stop()
