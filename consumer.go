@@ -32,13 +32,15 @@ type Consumer interface {
 	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
 	// commit and the release of the claim. The Kafka connections close
 	// within 5 s more: after that Close closes sarama's clients under its
-	// last commit rounds, which cuts their retries short, though a dial or request
-	// already in flight to a hung broker still takes up to Net.DialTimeout
-	// or Net.ReadTimeout. ZooKeeper requests fail, rather than wait, while
-	// no server answers (about a second per server). So with the defaults,
-	// Close returns within MaxProcessingTime + 10 s + 30 s at worst, and
-	// within MaxProcessingTime + 10 s when the brokers refuse connections
-	// or are reachable.
+	// last commit rounds, which cuts their retries short, though a dial or
+	// request already in flight to a hung broker still takes up to
+	// Net.DialTimeout or Net.ReadTimeout. A ZooKeeper request fails at once
+	// while the session is disconnected, waits at most the session timeout
+	// otherwise, and is not sent at all while the instance is fenced (see
+	// Messages): what was not released or deregistered goes with the
+	// session. So Close returns within MaxProcessingTime + session timeout
+	// + 10 s whether ZooKeeper is reachable, down, frozen or cut off, plus
+	// Net.ReadTimeout (30 s by default) when a broker hangs.
 	//
 	// Close returns nil when all of that completed. Otherwise it returns
 	// what did not (several errors joined; test them with errors.Is):
@@ -55,18 +57,20 @@ type Consumer interface {
 	// connections: it returns nil, or what Close would have returned, when
 	// every partition stopped before ctx was done.
 	// When ctx is done first, the partitions stop waiting for acks at
-	// once: each commits what was acked, releases its claim, and the
-	// consumer is closed as by Close; the messages not acked are consumed
-	// again by the next owner of their partition. Then Shutdown returns
-	// ctx.Err(), joined with whatever else did not complete (test it with
+	// once: each commits what was acked (giving up 1.5 s after ctx is
+	// done), releases its claim (2 s), the last commit rounds end within
+	// 3 s and the ZooKeeper requests within 4 s, and the consumer is
+	// closed as by Close; no coordinator is looked up any more, since a
+	// lookup against a hung broker cannot be cut short. So Shutdown
+	// returns within ctx's deadline + 5 s, whatever hangs. The messages
+	// not acked are consumed again by the next owner of their partition.
+	// Then Shutdown returns ctx.Err(), joined with whatever else did not
+	// complete (test it with
 	// errors.Is(err, context.DeadlineExceeded)).
 	//
-	// The final commits, the releases and the closing of the connections
-	// still run after ctx is done: with Kafka and ZooKeeper reachable they
-	// take milliseconds; at worst 5 s for the commits, 5 s for the offset
-	// manager to close, plus the network timeouts described on Close. So
-	// give ctx a deadline a few seconds short of the one you must meet (see
-	// the README on Kubernetes' grace period).
+	// With Kafka and ZooKeeper reachable, what runs after ctx is done
+	// takes milliseconds. Give ctx a deadline 5 s short of the one you
+	// must meet (see the README on Kubernetes' grace period).
 	//
 	// Shutdown may be called after Interrupt, and while Close or another
 	// Shutdown runs: each waits for the same shutdown, and an expired ctx
@@ -76,6 +80,20 @@ type Consumer interface {
 
 	// Messages returns the channel of messages to process; Ack each of them
 	// when it is processed. The channel is closed at the end of Close.
+	//
+	// One owner at a time: an instance hands out nothing from the earliest
+	// moment at which its ZooKeeper session could have expired on the
+	// server, since another instance takes its partitions at that expiry.
+	// That moment is 0.8 × the negotiated session timeout after the send
+	// of the last request that ZooKeeper answered (the instance sends one
+	// every sixth of the timeout). Then the instance is fenced: every
+	// partition stops handing out, the messages still unread in this
+	// channel are taken back (handed out again later), and nothing is
+	// committed; acks are kept. When the same session answers again the
+	// partitions go on where they were, and the acks are committed; when
+	// the session expired, the partitions stop without committing (their
+	// next owners consume again what was acked since the last commit), and
+	// the instance registers again and gets a share back.
 	Messages() <-chan *sarama.ConsumerMessage
 
 	// Errors returns the channel of errors that the consumer met and worked

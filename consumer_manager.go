@@ -121,6 +121,12 @@ type consumerManager struct {
 	// again. fencedAt is when it was raised last; guard goroutine only.
 	fence    fence
 	fencedAt time.Time
+	// fenceBy is the fence's deadline, as the time since fenceBase (a
+	// monotonic clock reading, set by Join): the guard moves it with every
+	// answered heartbeat, and the hand-out path checks it (see
+	// pastFenceDeadline); 0 until the guard runs.
+	fenceBy   atomic.Int64
+	fenceBase time.Time
 	// negotiated is the session timeout that ZooKeeper negotiated, in ms;
 	// 0 until known (connectResponseConn records it).
 	negotiated *atomic.Int64
@@ -135,7 +141,7 @@ type consumerManager struct {
 	// zkConn, which ends every request.
 	zkCalls sync.WaitGroup
 	// parked receives a token, without blocking the sender, when a
-	// partition manager stops handing out (raiseFence waits on it).
+	// partition manager stops handing out (takeBackAll waits on it).
 	parked chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped

@@ -170,19 +170,28 @@ func (cm *consumerManager) stopGuard() {
 
 // guard is the guard goroutine: it heartbeats on the session (one request
 // in flight at a time, heartbeatsPerTimeout per session timeout), raises
-// the fence when the session may have expired, and lifts it when the same
-// session answers again, or after it handled the loss of the session.
+// the fence when the session may have expired, takes back what sits
+// unread in Messages once the fence is up (whoever raised it: enter does
+// too, when it finds the deadline passed before the guard did, as after
+// the process was frozen), and lifts the fence when the session answers
+// again and the new deadline is ahead.
 func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 	defer close(cm.guardDone)
 	var (
 		result   chan error // the heartbeat in flight, or nil
 		sent     time.Time  // when it was sent
 		next     = time.NewTimer(0)
-		deadline = time.NewTimer(time.Until(lastAnswered.Add(cm.fenceAfter())))
+		deadline = time.NewTimer(0)
+		drained  bool // what sat unread was taken back since the fence went up
 	)
 	defer next.Stop()
 	defer deadline.Stop()
+	cm.answered(lastAnswered, deadline)
 	for {
+		raised, _ := cm.fence.channels()
+		if drained {
+			raised = nil
+		}
 		select {
 		case <-cm.guardStop:
 			return
@@ -205,25 +214,58 @@ func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 			}(result)
 		case err := <-result:
 			result = nil
+			id := cm.zkConn.SessionID()
 			switch {
-			case err == nil && cm.zkConn.SessionID() == session:
+			case err == nil && (id == session || session == 0):
+				session = id // 0: the first answer of a new session
 				lastAnswered = sent
-				deadline.Reset(time.Until(lastAnswered.Add(cm.fenceAfter())))
-				if cm.fence.lift() {
-					cm.logf(slog.LevelWarn, "The ZooKeeper session answered again: partitions resume (fenced for %s).", time.Since(cm.fencedAt).Round(time.Millisecond))
+				if cm.answered(sent, deadline) {
+					drained = false
 				}
-			case err == nil || errors.Is(err, zk.ErrSessionExpired):
-				// A new session, or none: the claims went with the old one.
-				cm.sessionExpired()
-				session = cm.zkConn.SessionID()
-				lastAnswered = sent
-				deadline.Reset(time.Until(lastAnswered.Add(cm.fenceAfter())))
+			case err == nil:
+				// Answered by a new session: the old one expired.
+				cm.sessionExpired(lastAnswered)
+				session, lastAnswered, drained = id, sent, true
+				if cm.answered(sent, deadline) {
+					drained = false
+				}
+			case errors.Is(err, zk.ErrSessionExpired):
+				cm.sessionExpired(lastAnswered)
+				session, drained = 0, true // until a new session answers
 			}
 			next.Reset(cm.sessionTimeout() / heartbeatsPerTimeout)
 		case <-deadline.C:
-			cm.raiseFence(lastAnswered)
+			if cm.fence.raise() {
+				cm.logFence(lastAnswered)
+			}
+		case <-raised:
+			if !cm.takeBackAll() {
+				return
+			}
+			drained = true
 		}
 	}
+}
+
+// answered records that a request sent at sent was answered by the
+// session: the fence's deadline moves to sent + fenceAfter, and the fence
+// is lifted when that is ahead. It reports whether it lifted the fence.
+func (cm *consumerManager) answered(sent time.Time, deadline *time.Timer) bool {
+	by := sent.Add(cm.fenceAfter())
+	cm.fenceBy.Store(int64(by.Sub(cm.fenceBase)))
+	deadline.Reset(time.Until(by))
+	if !time.Now().Before(by) || !cm.fence.lift() {
+		return false
+	}
+	cm.logf(slog.LevelWarn, "The ZooKeeper session answered again: partitions resume (fenced for %s).", time.Since(cm.fencedAt).Round(time.Millisecond))
+	return true
+}
+
+// pastFenceDeadline reports whether the fence's deadline has passed,
+// whether or not the guard raised the fence yet (the hand-out path asks).
+func (cm *consumerManager) pastFenceDeadline() bool {
+	by := cm.fenceBy.Load()
+	return by > 0 && time.Since(cm.fenceBase) > time.Duration(by)
 }
 
 // fenceAfter is how long after the send time of the last answered request
@@ -232,26 +274,26 @@ func (cm *consumerManager) fenceAfter() time.Duration {
 	return time.Duration(float64(cm.sessionTimeout()) * fenceFraction)
 }
 
-// raiseFence fences the instance: the partitions stop handing out, and
-// what sits unread in Messages is taken back. It returns once no
-// partition hands out any more.
-func (cm *consumerManager) raiseFence(lastAnswered time.Time) {
-	if !cm.fence.raise() {
-		return
-	}
+// logFence tells that the fence went up.
+func (cm *consumerManager) logFence(lastAnswered time.Time) {
 	cm.fencedAt = time.Now()
 	cm.logf(slog.LevelWarn, "No answer from ZooKeeper since %s ago: the session may expire (timeout %s); handing out and committing nothing until it answers again.",
 		time.Since(lastAnswered).Round(time.Millisecond), cm.sessionTimeout())
+}
+
+// takeBackAll takes back what sits unread in Messages until no partition
+// hands out any more. It reports false when the guard is stopped first.
+func (cm *consumerManager) takeBackAll() bool {
 	for {
 		cm.takeBackUnread()
 		if cm.allParked() {
 			cm.takeBackUnread()
-			return
+			return true
 		}
 		select {
 		case <-cm.parked:
 		case <-cm.guardStop:
-			return
+			return false
 		}
 	}
 }
@@ -286,12 +328,19 @@ func (cm *consumerManager) allParked() bool {
 }
 
 // sessionExpired handles the end of the session that held the claims:
-// every partition manager of it loses its claim for good (it stops without
-// a final commit: another instance may own the partition now), and the
-// fence is lifted for the partition managers of the next session. The
-// manager goroutine learns of it from its watch on the instances, and
-// registers again.
-func (cm *consumerManager) sessionExpired() {
+// the fence goes up (if it was not), what sits unread is taken back, and
+// every partition manager of the old session loses its claim for good (it
+// stops without a final commit: another instance may own the partition
+// now). The manager goroutine learns of it from its watch on the
+// instances, and registers again; the fence is lifted when the new
+// session answers.
+func (cm *consumerManager) sessionExpired(lastAnswered time.Time) {
+	if cm.fence.raise() {
+		cm.logFence(lastAnswered)
+	}
+	if !cm.takeBackAll() {
+		return
+	}
 	lost := 0
 	for _, pm := range *cm.pms.Load() {
 		if pm.lose() {
@@ -299,7 +348,6 @@ func (cm *consumerManager) sessionExpired() {
 		}
 	}
 	cm.logf(slog.LevelWarn, "The ZooKeeper session expired: %d partitions are lost, with what was acked since the last commit; registering again.", lost)
-	cm.fence.lift()
 }
 
 // connectResponseConn records the session timeout from the first answer of

@@ -199,8 +199,14 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 // enters after the fence's raise took messages back.
 func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, before int64) {
 	pm.mu.Lock()
-	if pm.lost || pm.parent.fence.on.Load() {
+	if pm.lost || pm.parent.fence.on.Load() || pm.parent.pastFenceDeadline() {
 		pm.mu.Unlock()
+		if !pm.lost && pm.parent.pastFenceDeadline() {
+			// The guard has not seen the deadline yet (it ran late, or
+			// the process was frozen): raise the fence here; the guard
+			// takes back what sits unread.
+			pm.parent.fence.raise()
+		}
 		return -1, 0
 	}
 	for n < len(batch) && pm.pending.push(batch[n].Offset) {
@@ -241,7 +247,7 @@ func (pm *partitionManager) reportPause(paused bool) {
 // it did not send (before is lastHandedOut before the batch) and reports
 // false. The fence is checked only when the channel is full, not per
 // message: a batch that enter took before the fence went up may still go
-// into the channel, whence raiseFence takes it back (it drains until no
+// into the channel, whence the guard takes it back (takeBackAll) (it drains until no
 // partition hands out); the fence goes up well before the session can
 // have expired (fenceFraction).
 func (h *handOut) send(n int, before int64) bool {

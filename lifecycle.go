@@ -91,6 +91,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		negotiated:     negotiated,
 		zkStateChanged: states,
 		parked:         make(chan struct{}, 1),
+		fenceBase:      time.Now(),
 	}
 	cm.pms.Store(&partitionManagers{})
 	cm.watches.log = logger

@@ -94,7 +94,7 @@ type partitionManager struct {
 	// paused is set while MaxPendingAcks messages are pending, so that
 	// nothing more is handed out.
 	paused bool
-	// handingOut is set while consume runs (see raiseFence).
+	// handingOut is set while consume runs (see takeBackAll).
 	handingOut bool
 	// lost is set when the claim went with an expired ZooKeeper session,
 	// for good: the partition manager hands out nothing more, and stops
