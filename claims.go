@@ -8,6 +8,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"path"
 	"sync"
@@ -136,11 +137,13 @@ func (pm *partitionManager) claim() bool {
 			return true
 		}
 		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
-			owner, released, err := pm.parent.watchOwner(pm.tp)
+			owner, released, watchErr := pm.parent.watchOwner(pm.tp)
 			switch {
-			case err == nil && released == nil:
+			case watchErr != nil:
+				err = fmt.Errorf("partition claimed by another instance, and its owner could not be watched: %w", watchErr)
+			case released == nil:
 				continue // released in the meantime
-			case err == nil:
+			default:
 				pm.logf(slog.LevelDebug, "Partition is still owned by %s; waiting for it to be released.", owner)
 				if waitedSince.IsZero() {
 					waitedSince = time.Now()

@@ -6,6 +6,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -252,4 +253,45 @@ func TestIntegrationClaimBatchFallsBack(t *testing.T) {
 			t.Errorf("partition %d still owned by %q after Close", p, owner)
 		}
 	}
+}
+
+// TestIntegrationFailedOwnerWatchIsReported: while another instance owns a
+// partition, the claim watches the owner node; when that watch fails, the
+// retry's log line must name the watch's error. It named "claimed by
+// another instance" (the claim's error, shadowed).
+func TestIntegrationFailedOwnerWatchIsReported(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	group := uniqueName("it.watch")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	owners := fmt.Sprintf("%s/consumers/%s/owners/test.4", chroot, group)
+	for _, node := range []string{chroot + "/consumers", chroot + "/consumers/" + group, chroot + "/consumers/" + group + "/owners", owners} {
+		if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("create %s: %s", node, err)
+		}
+	}
+	if _, err := conn.Create(owners+"/1", []byte("another-instance"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	injected := errors.New("injected failure of the owner watch")
+	var failed atomic.Bool
+	config := testConfig()
+	logger, rec := newRecordingLogger()
+	config.Logger = logger
+	config.hooks = &testHooks{watchOwner: func(string, int32) error {
+		if failed.CompareAndSwap(false, true) {
+			return injected
+		}
+		return nil
+	}}
+	c := joinWithCleanup(t, group, TopicSubscription("test.4"), config)
+	waitFor(t, 30*time.Second, "the watch to fail", failed.Load)
+	waitFor(t, 10*time.Second, "a log line naming the watch's error", func() bool {
+		_, ok := rec.find(slog.LevelWarn, injected.Error(), nil)
+		return ok
+	})
+	if err := conn.Delete(owners+"/1", -1); err != nil {
+		t.Fatal(err)
+	}
+	waitAllClaimed(t, c, 4, 30*time.Second, "the consumer, once partition 1 was released")
 }

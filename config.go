@@ -231,4 +231,7 @@ func (c *Config) saramaConfig() *sarama.Config {
 type testHooks struct {
 	// releasePartition runs before each release of a partition's claim.
 	releasePartition func(topic string, partition int32) error
+	// watchOwner runs before each watch on the owner node of a partition
+	// claimed by another instance; its error fails the watch.
+	watchOwner func(topic string, partition int32) error
 }

@@ -95,6 +95,11 @@ func (cm *consumerManager) claimNode(tp topicPartition) error {
 // watchOwner returns the ID in tp's owner node and a watch on the node;
 // "" and no watch when the partition has no owner.
 func (cm *consumerManager) watchOwner(tp topicPartition) (string, <-chan zk.Event, error) {
+	if h := cm.config.hooks; h != nil && h.watchOwner != nil {
+		if err := h.watchOwner(tp.topic, tp.partition); err != nil {
+			return "", nil, err
+		}
+	}
 	data, _, watch, err := cm.zkConn.GetW(cm.ownerNode(tp))
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", nil, nil
