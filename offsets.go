@@ -227,6 +227,16 @@ func (s *offsetStore) drop(tp topicPartition) {
 	s.mu.Unlock()
 }
 
+// dropClosing takes tp out of the store, without a commit, if its entry is
+// the closing one whose channel is closed; done when committed.
+func (s *offsetStore) dropClosing(tp topicPartition, closed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp]; p != nil && p.closed != nil && (<-chan struct{})(p.closed) == closed {
+		delete(s.parts, tp)
+	}
+}
+
 // dirty reports whether the offset to commit differs from the committed one.
 func (p *storedOffset) dirty() bool {
 	return p.next >= 0 && p.next != p.committed
@@ -303,6 +313,14 @@ func (s *offsetStore) commitRound() {
 			release = true // not an error: the next round asks the new coordinator
 		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress):
 			// The coordinator is loading the group: the next round commits.
+		case errors.Is(kerr, sarama.ErrUnknownTopicOrPartition) && b.part.closed != nil && s.parts[b.tp] == b.part:
+			// The topic is gone: the final commit of its stopped
+			// partition never succeeds, and must not land on a topic of
+			// the same name created later. It leaves the store; the
+			// partition's stop goes on as if it was committed.
+			failed = append(failed, failure{b.tp, kerr})
+			delete(s.parts, b.tp)
+			close(b.part.closed)
 		default:
 			failed = append(failed, failure{b.tp, kerr})
 			// Unless the offset itself is refused, the next round asks

@@ -487,3 +487,79 @@ func TestIntegrationLogShrinksBelowPosition(t *testing.T) {
 	}
 	checkDeregistered(t, group, c)
 }
+
+// recreateTopic creates topic again with one partition once its deletion
+// completed, and returns a fresh client that sees the new topic.
+func recreateTopic(t *testing.T, admin sarama.ClusterAdmin, topic string) sarama.Client {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the topic to be created again", func() bool {
+		err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
+		var topicErr *sarama.TopicError
+		if errors.As(err, &topicErr) && (topicErr.Err == sarama.ErrTopicAlreadyExists || topicErr.Err == sarama.ErrInvalidTopic) {
+			return false // its deletion is still being completed
+		}
+		if err != nil {
+			t.Fatalf("create topic %s again: %s", topic, err)
+		}
+		return true
+	})
+	client := newTestClient(t)
+	waitFor(t, 30*time.Second, "the new topic's partition to have a leader", func() bool {
+		if err := client.RefreshMetadata(topic); err != nil {
+			return false
+		}
+		_, err := client.Leader(topic, 0)
+		return err == nil
+	})
+	return client
+}
+
+// TestIntegrationFinalCommitDoesNotOutliveClaim: a partition whose final
+// commit cannot be made (its topic was deleted: UNKNOWN_TOPIC_OR_PARTITION)
+// stops, and its offset must leave the offset store with its claim. It
+// stayed, retried in every round: an error a round, a new partition
+// manager of the same partition that waited (the store refused it), and,
+// once the topic was created again, the old offset committed onto the new
+// topic, where the new partition manager started: it skipped the new
+// topic's first messages.
+func TestIntegrationFinalCommitDoesNotOutliveClaim(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	debugLogs(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("it-outlive")
+	createTopic(t, admin, topic, 1)
+	group := uniqueName("it.outlive")
+	config := testConfig()
+	config.MaxProcessingTime = 200 * time.Millisecond
+	config.Consumer.Offsets.AutoCommit.Interval = time.Hour // commits only when a partition stops
+	c := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	errs := logErrors(c)
+	col := collect(c, nil)
+	produce(t, client, topic, "old", 20)
+	waitFor(t, 30*time.Second, "the 20 messages to be acked", func() bool {
+		stats := c.Stats()
+		return len(stats) == 1 && stats[0].Acked == 20
+	})
+
+	if err := admin.DeleteTopic(topic); err != nil {
+		t.Fatalf("delete topic %s: %s", topic, err)
+	}
+	waitFor(t, 30*time.Second, "the partition to stop", func() bool { return len(c.Stats()) == 0 })
+	fresh := recreateTopic(t, admin, topic)
+	values := produce(t, fresh, topic, "new", 30)
+	got := waitReceived(col, values, 20*time.Second)
+	col.close(t)
+	<-errs.done
+	t.Logf("Errors: %s", errs.summary())
+	if got != len(values) {
+		t.Errorf("received %d of the %d messages of the new topic", got, len(values))
+	}
+	if committed := committedOffsets(t, fresh, group, topic); committed[0] != 30 {
+		t.Errorf("committed offset of the new topic: %d, want 30", committed[0])
+	}
+	if n := errs.count(sarama.ErrUnknownTopicOrPartition); n > 3 {
+		t.Errorf("%d commit errors for the deleted topic; want the final commit's attempts only", n)
+	}
+}

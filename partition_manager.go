@@ -24,6 +24,9 @@ import (
 // covers a coordinator that moves (a broker restart).
 const stopGrace = 5 * time.Second
 
+// releaseShare is the part of stopGrace kept for the release of the claim.
+const releaseShare = time.Second
+
 // topicPartition identifies a partition. It is the key of the maps on the
 // Ack path, so that a lookup neither formats nor allocates.
 type topicPartition struct {
@@ -202,7 +205,9 @@ func (pm *partitionManager) stop() error {
 		if pm.isLost() {
 			pm.dropOffsets()
 		} else {
-			pm.commitErr = pm.closeOffsets(deadline)
+			// The last second is the release's, which must be tried
+			// even when the commit took its time.
+			pm.commitErr = pm.closeOffsets(deadline.Add(-releaseShare))
 		}
 	}
 	err := errors.Join(pm.commitErr, pm.release(deadline))
@@ -289,7 +294,7 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 			timeout.Reset(time.Until(cm.bound(deadline, hurryCommit)))
 			continue
 		case <-timeout.C:
-			return pm.commitTimeout()
+			return pm.commitTimeout(committed)
 		}
 		// The round is over, and its commit failed: ask again after a
 		// delay.
@@ -307,13 +312,24 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 			goto wait
 		case <-timeout.C:
 			retry.Stop()
-			return pm.commitTimeout()
+			return pm.commitTimeout(committed)
 		}
 	}
 }
 
-func (pm *partitionManager) commitTimeout() error {
-	err := pm.errorf("%w: the final offset commit was not confirmed within MaxProcessingTime (%s) + %s; the consumer goes on trying in its commit rounds, and the next owner may consume acked messages again",
+// commitTimeout gives up the final commit: the partition leaves the offset
+// store before its claim is released, so that no later round commits it
+// after its next owner did (that would move the offset back, or onto a
+// topic of the same name created later). A round in flight may still
+// commit it; committed tells when that happened already.
+func (pm *partitionManager) commitTimeout(committed <-chan struct{}) error {
+	pm.parent.offsets.dropClosing(pm.tp, committed)
+	select {
+	case <-committed:
+		return nil // the last round made it after all
+	default:
+	}
+	err := pm.errorf("%w: the final offset commit was not confirmed in time (MaxProcessingTime %s + %s); the next owner consumes again what was acked since the last commit",
 		ErrCommitTimeout, pm.parent.config.MaxProcessingTime, stopGrace)
 	pm.logf(slog.LevelError, "%s.", err)
 	return err
