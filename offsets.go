@@ -243,35 +243,82 @@ func (p *storedOffset) dirty() bool {
 }
 
 // commitRound commits the offsets that moved since the last round, in one
-// request to the coordinator, and reports those that failed. Only the
-// committer goroutine (and closeKafka after it) runs rounds.
+// request to the coordinator per maxCommitBytes (see commitChunks), and
+// reports those that failed. Only the committer goroutine (and closeKafka
+// after it) runs rounds.
 func (s *offsetStore) commitRound() {
+	s.mu.Lock()
+	var dirty []topicPartition
+	for tp, p := range s.parts {
+		if p.dirty() {
+			dirty = append(dirty, tp)
+		}
+	}
+	s.mu.Unlock()
+	if len(dirty) == 0 {
+		return
+	}
+	broker, err := s.broker()
+	if err != nil {
+		for _, tp := range dirty {
+			s.report(tp, err)
+		}
+		return
+	}
+	for _, chunk := range s.commitChunks(dirty) {
+		if !s.commitChunk(broker, chunk) {
+			return // the broker failed: the next round looks it up again
+		}
+	}
+}
+
+// maxCommitBytes bounds the records that the coordinator writes to the
+// offsets topic for one OffsetCommit request: its batch must fit the
+// topic's max.message.bytes (offsets.load.buffer.size and the default
+// message.max.bytes are about 1 MB); past that the request fails with
+// INVALID_COMMIT_OFFSET_SIZE, every round.
+const maxCommitBytes = 512 << 10
+
+// commitRecordBytes is the size of the record the coordinator writes for
+// a committed offset of tp, apart from the group's and topic's names: the
+// key's and value's fields and the record's framing, with room to spare.
+const commitRecordBytes = 64
+
+// commitChunks splits tps into the partitions of one request each, so that
+// each request's records stay below maxCommitBytes.
+func (s *offsetStore) commitChunks(tps []topicPartition) [][]topicPartition {
+	var chunks [][]topicPartition
+	start, size := 0, 0
+	for i, tp := range tps {
+		n := len(s.group) + len(tp.topic) + commitRecordBytes
+		if size+n > maxCommitBytes && i > start {
+			chunks = append(chunks, tps[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(chunks, tps[start:])
+}
+
+// commitChunk commits the offsets of tps in one request to broker and
+// handles the answer. It reports false when the request failed as a
+// whole (the broker is closed then).
+func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []topicPartition) bool {
 	type sent struct {
 		tp     topicPartition
 		part   *storedOffset
 		offset int64
 	}
 	s.mu.Lock()
-	var batch []sent
-	for tp, p := range s.parts {
-		if p.dirty() {
+	batch := make([]sent, 0, len(tps))
+	for _, tp := range tps {
+		if p := s.parts[tp]; p != nil && p.dirty() {
 			batch = append(batch, sent{tp, p, p.next})
 		}
 	}
 	s.mu.Unlock()
 	if len(batch) == 0 {
-		return
-	}
-	failAll := func(err error) {
-		for _, b := range batch {
-			s.report(b.tp, err)
-		}
-	}
-
-	broker, err := s.broker()
-	if err != nil {
-		failAll(err)
-		return
+		return true
 	}
 	req := s.commitRequest()
 	timestamp := int64(0)
@@ -284,10 +331,12 @@ func (s *offsetStore) commitRound() {
 	}
 	resp, err := broker.CommitOffset(req)
 	if err != nil {
-		failAll(err)
+		for _, b := range batch {
+			s.report(b.tp, err)
+		}
 		s.releaseBroker(broker)
 		_ = broker.Close() // the client opens it again on its next use
-		return
+		return false
 	}
 
 	type failure struct {
@@ -335,6 +384,7 @@ func (s *offsetStore) commitRound() {
 	for _, f := range failed {
 		s.report(f.tp, f.err)
 	}
+	return true
 }
 
 // commitRequest returns an empty OffsetCommit request of the version

@@ -6,7 +6,9 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -561,5 +563,52 @@ func TestIntegrationFinalCommitDoesNotOutliveClaim(t *testing.T) {
 	}
 	if n := errs.count(sarama.ErrUnknownTopicOrPartition); n > 3 {
 		t.Errorf("%d commit errors for the deleted topic; want the final commit's attempts only", n)
+	}
+}
+
+// TestCommitRequestsSplitBySize: a round's OffsetCommit is split so that
+// the batch of records that the coordinator writes for one request to the
+// offsets topic (whose size limit is 1 MB by default) stays below
+// maxCommitBytes. One request for every dirty partition failed every
+// round with INVALID_COMMIT_OFFSET_SIZE past about 7,000-13,000
+// partitions.
+func TestCommitRequestsSplitBySize(t *testing.T) {
+	t.Parallel()
+	store := testOffsets()
+	store.group = strings.Repeat("g", 100)
+	var tps []topicPartition
+	for i := range 40 {
+		topic := fmt.Sprintf("%s.%03d", strings.Repeat("t", 120), i)
+		for p := range int32(500) { // 20,000 partitions in all
+			tps = append(tps, topicPartition{topic: topic, partition: p})
+		}
+	}
+	chunks := store.commitChunks(tps)
+	if len(chunks) < 2 {
+		t.Fatalf("%d partitions of %d-byte topics in %d request(s); want them split", len(tps), len(tps[0].topic), len(chunks))
+	}
+	seen := make(map[topicPartition]bool)
+	for i, chunk := range chunks {
+		// What the coordinator writes per partition: a record of the key
+		// (version, group, topic, partition) and the value (version,
+		// offset, leader epoch, metadata, commit timestamp), with the
+		// record's own framing: about 50 bytes more than the two names.
+		written := 0
+		for _, tp := range chunk {
+			written += len(store.group) + len(tp.topic) + 50
+			if seen[tp] {
+				t.Fatalf("%s/%d in two requests", tp.topic, tp.partition)
+			}
+			seen[tp] = true
+		}
+		if written > maxCommitBytes {
+			t.Errorf("request %d: %d bytes of records; want at most %d", i, written, maxCommitBytes)
+		}
+	}
+	if len(seen) != len(tps) {
+		t.Fatalf("%d of %d partitions in the requests", len(seen), len(tps))
+	}
+	if chunks := store.commitChunks(tps[:100]); len(chunks) != 1 {
+		t.Errorf("100 partitions in %d requests; want 1", len(chunks))
 	}
 }
