@@ -231,6 +231,9 @@ func (c *Config) saramaConfig() *sarama.Config {
 type testHooks struct {
 	// releasePartition runs before each release of a partition's claim.
 	releasePartition func(topic string, partition int32) error
+	// commitRound runs before each commit round; its error fails the
+	// round's commits.
+	commitRound func() error
 	// watchOwner runs before each watch on the owner node of a partition
 	// claimed by another instance; its error fails the watch.
 	watchOwner func(topic string, partition int32) error

@@ -209,6 +209,9 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
+	if h := cm.config.hooks; h != nil {
+		cm.offsets.failRound = h.commitRound
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -45,6 +45,9 @@ type offsetStore struct {
 	// against a hung broker (a dial, ApiVersions twice, FindCoordinator),
 	// and nothing can interrupt it.
 	noLookup atomic.Bool
+	// failRound, when set (a test hook), runs first in each commit round;
+	// its error fails the round.
+	failRound func() error
 
 	mu    sync.Mutex
 	parts map[topicPartition]*storedOffset
@@ -187,6 +190,15 @@ func (s *offsetStore) reset(tp topicPartition, next int64) {
 	s.mu.Unlock()
 }
 
+// isCommitted reports whether the coordinator has offset as tp's committed
+// offset, as far as the store knows.
+func (s *offsetStore) isCommitted(tp topicPartition, offset int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.parts[tp]
+	return p != nil && p.committed == offset
+}
+
 // next returns the offset to commit of tp, -1 for none.
 func (s *offsetStore) next(tp topicPartition) int64 {
 	s.mu.Lock()
@@ -258,7 +270,14 @@ func (s *offsetStore) commitRound() {
 	if len(dirty) == 0 {
 		return
 	}
-	broker, err := s.broker()
+	var err error
+	if s.failRound != nil {
+		err = s.failRound()
+	}
+	var broker *sarama.Broker
+	if err == nil {
+		broker, err = s.broker()
+	}
 	if err != nil {
 		for _, tp := range dirty {
 			s.report(tp, err)

@@ -612,3 +612,49 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 		t.Errorf("100 partitions in %d requests; want 1", len(chunks))
 	}
 }
+
+// TestIntegrationNewestStartWaitsForItsCommit: with Offsets.Initial =
+// OffsetNewest, a partition without a committed offset must hand out
+// nothing until its start is committed (else a stop before the first ack
+// leaves nothing committed, and the next owner starts later, skipping what
+// was handed out). It waited for a commit round, not for the round's
+// success: with the rounds failing, it handed out at once.
+func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("it-newest-wait")
+	createTopic(t, admin, topic, 2)
+	group := uniqueName("it.newest.wait")
+	var failing atomic.Bool
+	failing.Store(true)
+	config := testConfig()
+	config.Offsets.Initial = sarama.OffsetNewest
+	config.hooks = &testHooks{commitRound: func() error {
+		if failing.Load() {
+			return errors.New("injected failure of the commit round")
+		}
+		return nil
+	}}
+	c := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	var firstAt atomic.Int64 // when the first message was received
+	col := collect(c, func(*sarama.ConsumerMessage) bool {
+		firstAt.CompareAndSwap(0, time.Now().UnixNano())
+		return true
+	})
+	waitFor(t, 30*time.Second, "both partitions to resolve their start", func() bool {
+		stats := c.Stats()
+		return len(stats) == 2 && stats[0].Committed >= 0 && stats[1].Committed >= 0
+	})
+	values := produce(t, client, topic, "v", 10)
+	// While the rounds fail, nothing may be handed out. The window is the
+	// test's: long enough for a hand-out to show (milliseconds).
+	<-time.After(time.Second)
+	if at := firstAt.Load(); at != 0 {
+		t.Errorf("a message was handed out while no commit round succeeded (the start is not committed)")
+	}
+	failing.Store(false)
+	waitFor(t, 30*time.Second, "the messages once commits succeed", func() bool { return col.has(values) })
+	col.close(t)
+}

@@ -190,7 +190,8 @@ func (pm *partitionManager) nextToHandOut() int64 {
 // consumer does: else a partition that stops before its first ack commits
 // nothing, and with OffsetNewest its next owner starts at the then-newest
 // offset, skipping what was produced in between. With OffsetNewest it
-// waits for that commit; with OffsetOldest a missing commit loses nothing.
+// waits until that commit succeeded; with OffsetOldest a missing commit
+// loses nothing.
 //
 // When from is above the new start, the log no longer holds the consumed
 // position: the topic was deleted and created again, or an unclean leader
@@ -237,10 +238,17 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 		pm.logf(slog.LevelDebug, "No committed offset; starting at %d (Offsets.Initial %d).", start, cm.config.Offsets.Initial)
 	}
 	if cm.config.Offsets.Initial == sarama.OffsetNewest {
-		select {
-		case <-cm.commit():
-		case <-pm.t.Dying():
-			return nil, tomb.ErrDying
+		// Until the start is committed: a round that failed is asked
+		// for again after a delay.
+		for attempt := 0; !cm.offsets.isCommitted(pm.tp, start); attempt++ {
+			if attempt > 0 && !sleepOrDie(&pm.t, attempt-1) {
+				return nil, tomb.ErrDying
+			}
+			select {
+			case <-cm.commit():
+			case <-pm.t.Dying():
+				return nil, tomb.ErrDying
+			}
 		}
 	}
 	pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
