@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -319,8 +320,10 @@ type grayResult struct {
 // A (through a proxy to ZooKeeper) and B (direct) share 8 partitions of a
 // topic produced to at 100 messages/s; cut(proxy) cuts A off for cutFor,
 // then the proxy heals; once the group is stable again the producer
-// stops, and then A is cut off again and closed.
-func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration) grayResult {
+// stops, and then A is cut off again and closed. With blockManager, A's
+// OnRebalance blocks from its second call (B joining) until the heal, so
+// that A's manager goroutine is busy all through the cut.
+func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration, blockManager bool) grayResult {
 	needFaults(t)
 	needCluster(t)
 	debugLogs(t)
@@ -340,7 +343,21 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 		return c
 	}
 	logA, logB := &deliveryLog{done: make(chan struct{})}, &deliveryLog{done: make(chan struct{})}
-	a, err := Join(group, TopicSubscription(topic), throughProxy, config(logA))
+	configA := config(logA)
+	unblock := make(chan struct{})
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
+	if blockManager {
+		var calls atomic.Int32
+		configA.OnRebalance = func(r Rebalance) {
+			logA.onRebalance(r)
+			if calls.Add(1) >= 2 {
+				<-unblock
+			}
+		}
+	}
+	a, err := Join(group, TopicSubscription(topic), throughProxy, configA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,6 +400,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 	}
 	healedAt := time.Now()
 	proxy.Pass()
+	release()
 	waitFor(t, time.Minute, "A and B to hold 4 partitions each again", func() bool {
 		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
 	})
@@ -482,14 +500,24 @@ func checkGray(t *testing.T, res grayResult) {
 // the other instance, which takes them at the expiry, is the only one that
 // hands them out; after the heal it registers again.
 func TestFaultZooKeeperCutOffHeld(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second)
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false)
 	checkGray(t, res)
 }
 
 // TestFaultZooKeeperCutOffReset: the same with every connection to
 // ZooKeeper reset at once, and every new one.
 func TestFaultZooKeeperCutOffReset(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second)
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second, false)
+	checkGray(t, res)
+}
+
+// TestFaultZooKeeperCutOffManagerBusy: the same cut (held) while the
+// manager goroutine is busy, here in a blocked OnRebalance: the fence does
+// not depend on it. Before the fencing, a lost registration was acted on
+// only by the manager goroutine, and the kept partitions went on handing
+// out while it waited for stopping partitions or ran OnRebalance.
+func TestFaultZooKeeperCutOffManagerBusy(t *testing.T) {
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, true)
 	checkGray(t, res)
 }
 
