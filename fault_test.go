@@ -389,3 +389,44 @@ func TestFaultCloseIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFaultOffsetFetchAfterTimeout: an OffsetFetch that times out (the
+// broker hangs) must not leave the offset store on the dead connection.
+// sarama's broker answers every later request on a connection whose read
+// failed with the same error until it is closed; the store released the
+// coordinator but did not close it, and the client handed the same broker
+// back: every later fetch failed, and partitions could not start.
+func TestFaultOffsetFetchAfterTimeout(t *testing.T) {
+	needFaults(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	topic := uniqueName("fetch-timeout")
+	if err := cluster.CreateTopic(topic, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Net.ReadTimeout = time.Second
+	client, err := sarama.NewClient(cluster.KafkaPeers(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	s := newOffsetStore(client, uniqueName("fetch-timeout"), func(topicPartition, error) {})
+	tps := []topicPartition{{topic: topic, partition: 0}}
+	if _, err := s.fetch(tps); err != nil {
+		t.Fatalf("first fetch: %v", err)
+	}
+
+	resume := freeze(t, cluster.BrokerPID(0))
+	if _, err := s.fetch(tps); err == nil {
+		t.Fatal("fetch from a frozen broker succeeded")
+	}
+	resume()
+	var last error
+	if !poll(20*time.Second, func() bool {
+		_, last = s.fetch(tps)
+		return last == nil
+	}) {
+		t.Fatalf("fetch after the broker resumed still fails: %v", last)
+	}
+}

@@ -99,7 +99,10 @@ func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, err
 	req.RequireStable = s.conf.Consumer.IsolationLevel == sarama.ReadCommitted && req.Version >= 7
 	resp, err := broker.FetchOffset(req)
 	if err != nil {
+		// sarama's broker fails every later request on a connection whose
+		// read failed: close it, as a failed commit does.
 		s.releaseBroker(broker)
+		_ = broker.Close()
 		return nil, err
 	}
 	offsets := make(map[topicPartition]int64, len(tps))
