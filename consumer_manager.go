@@ -78,8 +78,9 @@ type consumerManager struct {
 	ackCache [ackCacheSize]atomic.Pointer[partitionManager]
 
 	// closers counts the goroutines that finish closing the partition
-	// consumers of stopped partitions (closeInBackground); closeKafka waits
-	// for them.
+	// consumers of stopped partitions (closeInBackground), and those of
+	// the Kafka requests of starting partitions (partitionManager.call,
+	// consumePartition, offsetBatch.get); closeKafka waits for them.
 	closers sync.WaitGroup
 
 	// The marker goroutine (markLoop), started by Join and stopped by

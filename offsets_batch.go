@@ -24,20 +24,23 @@ import (
 // moved) is left to the partition manager's own request.
 type offsetBatch struct {
 	resolve func() map[topicPartition]int64
+	// running counts the goroutine that resolves; its owner (closeKafka,
+	// through the consumer manager's closers) waits for it.
+	running *sync.WaitGroup
 
 	claimed atomic.Bool   // a partition manager is resolving
 	done    chan struct{} // closed when offsets is set
 	offsets map[topicPartition]int64
 }
 
-func newOffsetBatch(resolve func() map[topicPartition]int64) *offsetBatch {
-	return &offsetBatch{resolve: resolve, done: make(chan struct{})}
+func newOffsetBatch(running *sync.WaitGroup, resolve func() map[topicPartition]int64) *offsetBatch {
+	return &offsetBatch{resolve: resolve, running: running, done: make(chan struct{})}
 }
 
 // newInitialOffsets resolves Offsets.Initial (sarama.OffsetOldest or
 // OffsetNewest) of tps with one ListOffsets request per partition leader.
-func newInitialOffsets(client sarama.Client, initial int64, tps []topicPartition) *offsetBatch {
-	return newOffsetBatch(func() map[topicPartition]int64 { return listOffsets(client, initial, tps) })
+func newInitialOffsets(running *sync.WaitGroup, client sarama.Client, initial int64, tps []topicPartition) *offsetBatch {
+	return newOffsetBatch(running, func() map[topicPartition]int64 { return listOffsets(client, initial, tps) })
 }
 
 // newCommittedOffsets fetches the committed offsets (-1 for none) of those
@@ -47,8 +50,8 @@ func newInitialOffsets(client sarama.Client, initial int64, tps []topicPartition
 // instance's own, of an earlier partition manager whose final commit
 // is still pending (closing), may not, so such a partition is left out. A
 // partition claimed alone is left out too: its claim may follow the read.
-func newCommittedOffsets(store *offsetStore, claims *claimBatch, tps []topicPartition) *offsetBatch {
-	return newOffsetBatch(func() map[topicPartition]int64 {
+func newCommittedOffsets(running *sync.WaitGroup, store *offsetStore, claims *claimBatch, tps []topicPartition) *offsetBatch {
+	return newOffsetBatch(running, func() map[topicPartition]int64 {
 		var claimed []topicPartition
 		for _, tp := range tps {
 			if ok, _ := claims.claimed(tp); ok && !store.closing(tp) {
@@ -64,12 +67,17 @@ func newCommittedOffsets(store *offsetStore, claims *claimBatch, tps []topicPart
 }
 
 // get returns the offset of tp, resolving those of every partition first
-// if no other caller does; ok is false when it is not known (then ask
-// alone) or when dying closed first.
+// if no other caller does (on a goroutine of its own, so that a caller
+// that dies need not wait for a hung broker); ok is false when it is not
+// known (then ask alone) or when dying closed first.
 func (b *offsetBatch) get(tp topicPartition, dying <-chan struct{}) (offset int64, ok bool) {
 	if b.claimed.CompareAndSwap(false, true) {
-		b.offsets = b.resolve()
-		close(b.done)
+		b.running.Add(1)
+		go func() { // owned by closeKafka, which waits for running
+			defer b.running.Done()
+			b.offsets = b.resolve()
+			close(b.done)
+		}()
 	}
 	select {
 	case <-b.done:

@@ -54,8 +54,15 @@ func (pm *partitionManager) readCommitted() (int64, error) {
 			return offset, nil
 		}
 	}
-	offsets, err := pm.parent.offsets.fetch([]topicPartition{pm.tp})
-	return offsets[pm.tp], err
+	var offsets map[topicPartition]int64
+	err := pm.call(func() (err error) {
+		offsets, err = pm.parent.offsets.fetch([]topicPartition{pm.tp})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return offsets[pm.tp], nil
 }
 
 // consumeUntilKilled runs partition consumers and hands their messages
@@ -166,7 +173,7 @@ func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer,
 			return offset, pc, err
 		}
 	}
-	pc, err := pm.parent.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+	pc, err := pm.consumePartition(offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		if pc, err = pm.startAtInitial(offset); err == nil {
 			offset = pm.nextToHandOut()
@@ -207,7 +214,10 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 	}
 	var err error
 	if !batched {
-		start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+		err = pm.call(func() (err error) {
+			start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, err
@@ -251,11 +261,63 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 			}
 		}
 	}
-	pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, start)
+	pc, err := pm.consumePartition(start)
 	if batched && errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		// Retention moved the log start since the batch resolved it.
 		pm.initial = nil
 		return pm.startAtInitial(from)
 	}
 	return pc, err
+}
+
+// call runs f, a Kafka request of the starting partition, on a goroutine
+// of its own, and returns its error, or tomb.ErrDying when the partition
+// manager is killed first: sarama's requests cannot be interrupted, and
+// against a hung broker a coordinator lookup lasts several Net.ReadTimeout.
+// The goroutine is counted in the consumer manager's closers: closeKafka
+// waits for it, after it closed the clients under it if need be. f must
+// only write what its caller reads after a nil or f's error.
+func (pm *partitionManager) call(f func() error) error {
+	done := make(chan error, 1)
+	pm.parent.closers.Add(1)
+	go func() { // owned by closeKafka, which waits for closers
+		defer pm.parent.closers.Done()
+		done <- f()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-pm.t.Dying():
+		return tomb.ErrDying
+	}
+}
+
+// consumePartition is ConsumePartition of the partition at offset, as call
+// runs it: a partition consumer that starts after the partition manager
+// was killed is closed.
+func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionConsumer, error) {
+	type started struct {
+		pc  sarama.PartitionConsumer
+		err error
+	}
+	cm, dying := pm.parent, pm.t.Dying()
+	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
+	cm.closers.Add(1)
+	go func() { // owned by closeKafka, which waits for closers
+		defer cm.closers.Done()
+		pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+		select {
+		case done <- started{pc, err}:
+		case <-dying:
+			if pc != nil {
+				cm.closeInBackground(pc)
+			}
+		}
+	}()
+	select {
+	case s := <-done:
+		return s.pc, s.err
+	case <-dying:
+		return nil, tomb.ErrDying
+	}
 }

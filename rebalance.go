@@ -271,9 +271,9 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 				consumed = append(consumed, pm.tp)
 			}
 		}
-		initial := newInitialOffsets(cm.client, cm.config.Offsets.Initial, consumed)
+		initial := newInitialOffsets(&cm.closers, cm.client, cm.config.Offsets.Initial, consumed)
 		claims := newClaimBatch(cm, all)
-		committed := newCommittedOffsets(cm.offsets, claims, consumed)
+		committed := newCommittedOffsets(&cm.closers, cm.offsets, claims, consumed)
 		for _, pm := range started {
 			pm.initial, pm.claims, pm.committed = initial, claims, committed
 		}
