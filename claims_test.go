@@ -214,12 +214,7 @@ func TestIntegrationClaimBatchFallsBack(t *testing.T) {
 	verifyNoClusterLeaks(t)
 	group := uniqueName("it.claims")
 	conn, chroot := testZookeeper(t, zookeeperPeers)
-	owners := fmt.Sprintf("%s/consumers/%s/owners/test.4", chroot, group)
-	for _, node := range []string{chroot + "/consumers", chroot + "/consumers/" + group, chroot + "/consumers/" + group + "/owners", owners} {
-		if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatalf("create %s: %s", node, err)
-		}
-	}
+	owners := createOwnersNode(t, conn, chroot, group, "test.4")
 	held := owners + "/2"
 	if _, err := conn.Create(held, []byte("another-instance"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create %s: %s", held, err)
@@ -264,12 +259,7 @@ func TestIntegrationFailedOwnerWatchIsReported(t *testing.T) {
 	verifyNoClusterLeaks(t)
 	group := uniqueName("it.watch")
 	conn, chroot := testZookeeper(t, zookeeperPeers)
-	owners := fmt.Sprintf("%s/consumers/%s/owners/test.4", chroot, group)
-	for _, node := range []string{chroot + "/consumers", chroot + "/consumers/" + group, chroot + "/consumers/" + group + "/owners", owners} {
-		if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatalf("create %s: %s", node, err)
-		}
-	}
+	owners := createOwnersNode(t, conn, chroot, group, "test.4")
 	if _, err := conn.Create(owners+"/1", []byte("another-instance"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
@@ -294,4 +284,17 @@ func TestIntegrationFailedOwnerWatchIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAllClaimed(t, c, 4, 30*time.Second, "the consumer, once partition 1 was released")
+}
+
+// createOwnersNode creates the node of the owners of topic's partitions in
+// group, and its parents, and returns its path.
+func createOwnersNode(t *testing.T, conn *zk.Conn, chroot, group, topic string) string {
+	t.Helper()
+	owners := fmt.Sprintf("%s/consumers/%s/owners/%s", chroot, group, topic)
+	for _, node := range []string{chroot + "/consumers", chroot + "/consumers/" + group, chroot + "/consumers/" + group + "/owners", owners} {
+		if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("create %s: %s", node, err)
+		}
+	}
+	return owners
 }

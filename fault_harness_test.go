@@ -632,3 +632,24 @@ func brokerIndex(t *testing.T, cluster *testcluster.Cluster, addr string) int {
 	t.Fatalf("broker %s is not in %v", addr, peers)
 	return -1
 }
+
+// startSmallFaultCluster starts a fault cluster of one ZooKeeper node and
+// one broker with a topic of 2 partitions (its name from prefix), and
+// returns them with a producer's client, closed at the end of the test.
+func startSmallFaultCluster(t *testing.T, prefix string) (*testcluster.Cluster, string, sarama.Client) {
+	t.Helper()
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	topic := uniqueName(prefix)
+	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	producerConfig := sarama.NewConfig()
+	producerConfig.Producer.Return.Successes = true
+	producerConfig.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	client, err := sarama.NewClient(cluster.KafkaPeers(), producerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return cluster, topic, client
+}

@@ -296,19 +296,8 @@ func TestFaultCloseIsBounded(t *testing.T) {
 	needFaults(t)
 	verifyNoClusterLeaks(t)
 	debugLogs(t)
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
-	topic := uniqueName("rv-bounded")
-	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
-		t.Fatal(err)
-	}
-	producerConfig := sarama.NewConfig()
-	producerConfig.Producer.Return.Successes = true
-	producerConfig.Producer.Partitioner = sarama.NewRoundRobinPartitioner
-	client, err := sarama.NewClient(cluster.KafkaPeers(), producerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	cluster, topic, client := startSmallFaultCluster(t, "rv-bounded")
+	var err error
 
 	config := testConfig()
 	config.MaxProcessingTime = time.Second
@@ -321,20 +310,7 @@ func TestFaultCloseIsBounded(t *testing.T) {
 	// time it took and its error.
 	closeWithin := func(c Consumer, what string, want error) {
 		t.Helper()
-		start := time.Now()
-		closed := make(chan error, 1)
-		go func() { closed <- c.Close() }()
-		select {
-		case err = <-closed:
-		case <-time.After(bound + time.Minute):
-			t.Fatalf("Close with %s did not return within %s", what, bound+time.Minute)
-		}
-		took := time.Since(start)
-		t.Logf("Close with %s took %s (bound %s): %v", what, took.Round(time.Millisecond), bound, err)
-		if took > bound {
-			t.Errorf("Close with %s took %s; want at most %s", what, took.Round(time.Millisecond), bound)
-		}
-		if !errors.Is(err, want) {
+		if err := stopWithin(t, "Close with "+what, bound, c.Close); !errors.Is(err, want) {
 			t.Errorf("Close with %s = %v; want %v", what, err, want)
 		}
 	}

@@ -564,19 +564,8 @@ func TestFaultStopBoundedWhenFrozen(t *testing.T) {
 	needFaults(t)
 	verifyNoClusterLeaks(t)
 	debugLogs(t)
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
-	topic := uniqueName("frozen")
-	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
-		t.Fatal(err)
-	}
-	producerConfig := sarama.NewConfig()
-	producerConfig.Producer.Return.Successes = true
-	producerConfig.Producer.Partitioner = sarama.NewRoundRobinPartitioner
-	client, err := sarama.NewClient(cluster.KafkaPeers(), producerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	cluster, topic, client := startSmallFaultCluster(t, "frozen")
+	var err error
 	config := testConfig()
 	config.Zookeeper.Timeout = 6 * time.Second
 	config.MaxProcessingTime = 3 * time.Second

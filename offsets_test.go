@@ -452,26 +452,8 @@ func TestIntegrationLogShrinksBelowPosition(t *testing.T) {
 		_, ok := topics[topic]
 		return !ok
 	})
-	waitFor(t, 30*time.Second, "the topic to be created again", func() bool {
-		err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
-		var topicErr *sarama.TopicError
-		if errors.As(err, &topicErr) && topicErr.Err == sarama.ErrTopicAlreadyExists {
-			return false // its deletion is still being completed
-		}
-		if err != nil {
-			t.Fatalf("create topic %s again: %s", topic, err)
-		}
-		return true
-	})
 	// A fresh client: the first one cached the old topic's metadata.
-	producerClient := newTestClient(t)
-	waitFor(t, 30*time.Second, "the new topic's partition to have a leader", func() bool {
-		if err := producerClient.RefreshMetadata(topic); err != nil {
-			return false
-		}
-		_, err := producerClient.Leader(topic, 0)
-		return err == nil
-	})
+	producerClient := recreateTopic(t, admin, topic)
 	fresh := produce(t, producerClient, topic, "fresh", 5)
 
 	got := waitReceived(col, fresh, 30*time.Second)
