@@ -263,3 +263,27 @@ func (m *seedMarks) markOffset(offset int64) {
 	}
 	m.mu.Unlock()
 }
+
+// TestLostPartitionCommitsNothing: once a partition's claim is lost with
+// an expired session, nothing of it may be committed: another instance
+// may own it and have committed further. Its entry stayed in the offset
+// store until the manager goroutine stopped it, and the acks made while
+// the instance was fenced marked it dirty: the first round after the new
+// session lifted the fence committed it, behind the new owner's commits
+// (TestFaultZooKeeperCutOffManagerBusy saw 201 -> 59).
+func TestLostPartitionCommitsNothing(t *testing.T) {
+	t.Parallel()
+	cm, pm, _, handOut := testManager(t, nil)
+	handOut(0, 1, 2, 3)
+	cm.Ack(message(0))
+	cm.Ack(message(1))
+	pm.lose()
+	cm.Ack(message(2)) // an ack of a message handed out before the fence
+	pm.markAcked()
+	if n := cm.offsets.uncommitted(); n != 0 {
+		t.Fatalf("%d partitions to commit after the claim was lost; want none", n)
+	}
+	if err := cm.offsets.reserve(pm.tp); err != nil {
+		t.Fatalf("reserve for the partition's next manager: %v", err)
+	}
+}

@@ -93,14 +93,23 @@ func (cm *consumerManager) releasePartition(tp topicPartition) error {
 }
 
 // lose records that the claim went with a lost ZooKeeper session, for
-// good (see partitionManager.lost). It reports whether the partition
-// manager believed it held it.
+// good (see partitionManager.lost), and takes the partition out of the
+// offset store at once: another instance may own it and have committed
+// further, and the acks of what was handed out before the fence would
+// otherwise be committed behind its commits once the fence is lifted for
+// the next session. It reports whether the partition manager believed it
+// held the claim.
 func (pm *partitionManager) lose() bool {
 	pm.mu.Lock()
 	held := pm.claimed
 	pm.claimed, pm.lost = false, true
+	managed := pm.managed
+	pm.managed = false // marks stop, under the lock they take
 	wake := pm.waiting
 	pm.mu.Unlock()
+	if managed {
+		pm.parent.offsets.drop(pm.tp)
+	}
 	if wake {
 		pm.notify() // a stop waiting for acks need not wait any more
 	}

@@ -203,7 +203,8 @@ func (pm *partitionManager) stop() error {
 	if managed {
 		pm.waitForAcks(acksDue)
 		if pm.isLost() {
-			pm.dropOffsets()
+			// lose took the partition out of the offset store.
+			pm.logf(slog.LevelWarn, "Claim lost with the ZooKeeper session: nothing committed; the next owner consumes again what was acked since the last commit.")
 		} else {
 			// The last second is the release's, which must be tried
 			// even when the commit took its time.
@@ -220,16 +221,6 @@ func (pm *partitionManager) isLost() bool {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	return pm.lost
-}
-
-// dropOffsets takes the partition out of the offset store without a
-// commit.
-func (pm *partitionManager) dropOffsets() {
-	pm.mu.Lock()
-	pm.managed = false
-	pm.mu.Unlock()
-	pm.parent.offsets.drop(pm.tp)
-	pm.logf(slog.LevelWarn, "Claim lost with the ZooKeeper session: nothing committed; the next owner consumes again what was acked since the last commit.")
 }
 
 // waitForAcks waits until no handed-out message is pending, until due, or
