@@ -44,7 +44,7 @@ ZOOKEEPER_VERSION ?=
 export KAFKA_VERSION ZOOKEEPER_VERSION
 
 .PHONY: all jars cluster-up cluster-down cluster-status test test-run test-kraft test-short \
-	test-matrix fmt-check vet lint bench demo
+	test-matrix fmt-check vet lint bench demo soak
 
 all: test
 
@@ -111,6 +111,7 @@ fmt-check:
 vet:
 	@$(call each-module,$(GO) vet ./...)
 	@cd bench && $(GO) vet ./...
+	@cd soak && $(GO) vet ./...
 
 lint:
 	@$(call each-module,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...)
@@ -120,6 +121,16 @@ lint:
 bench:
 	@if [ -f bench/Makefile ]; then $(MAKE) -C bench; \
 	else echo "make bench: no bench/Makefile yet"; fi
+
+# The chaos soak (soak/, README "Guarantees and failure modes"): a cluster of
+# 3 ZooKeeper nodes and 3 brokers of its own, consumer processes, a fault
+# every few seconds for SOAK_DURATION, picked with SOAK_SEED (default: a new
+# seed, printed); then the independent checker (internal/soakcheck). The
+# report, timeline and events go to .soak/; it fails on any violation.
+SOAK_DURATION ?= 10m
+SOAK_SEED ?=
+soak:
+	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) $(GO) run . -out ../.soak
 
 demo:
 	@if [ -f examples/Makefile ]; then $(MAKE) -C examples demo; \

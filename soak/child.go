@@ -1,0 +1,195 @@
+package main
+
+// The consumer instance of the soak, a process of its own (this binary
+// started again with childEnv set), so that kill -9, SIGSTOP and SIGCONT
+// hit a real process. It joins the group, acks what it is handed in a
+// random order (it holds up to holdMessages and acks a random one of them),
+// and writes each event as one line of JSON with one write, so that a
+// kill -9 loses nothing written.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/soakcheck"
+)
+
+// childEnv names the child's settings: instance name, ZooKeeper connection
+// string, event file, seed, separated by spaces.
+const childEnv = "KAFKACONSUMER_SOAK_CHILD"
+
+// holdMessages is how many handed-out messages a child holds before it
+// acks one of them, chosen at random.
+const holdMessages = 16
+
+// eventLog appends events to a file, one write per line.
+type eventLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	inst string
+}
+
+func (l *eventLog) write(kind string, topic string, partition int32, offset int64, value string) {
+	l.writeAt(time.Now().UnixNano(), kind, topic, partition, offset, value)
+}
+
+// writeAt writes an event stamped at (Unix nanoseconds).
+func (l *eventLog) writeAt(at int64, kind string, topic string, partition int32, offset int64, value string) {
+	line, _ := json.Marshal(soakcheck.Event{Kind: kind, Time: at, Instance: l.inst,
+		Topic: topic, Partition: partition, Offset: offset, Value: value})
+	line = append(line, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.f.Write(line)
+}
+
+func childMain(settings string) int {
+	var inst, zookeeper, path string
+	var seed int64
+	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed); err != nil {
+		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
+		return 2
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak child:", err)
+		return 2
+	}
+	defer f.Close()
+	log := &eventLog{f: f, inst: inst}
+
+	config := kafkaconsumer.NewConfig()
+	// The instance's ID, for the driver's check that the group is stable
+	// (see soak.stable): the consumer's logger carries it.
+	config.Logger = slog.New(idHandler{found: func(id string) {
+		_ = os.WriteFile(idPath(path), []byte(id), 0o644)
+	}})
+	config.Version = sarama.V2_8_0_0
+	config.Zookeeper.Timeout = sessionTimeout
+	config.MaxProcessingTime = 2 * time.Second
+	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
+	config.DiscoveryInterval = time.Second
+	// The partitions held: from the first of OnRebalance's assignment and
+	// Stats' claim (a partition may hand out before OnRebalance reports it,
+	// which comes after the stops of the same rebalance), to the
+	// revocation, which OnRebalance reports once it stopped handing out.
+	var heldMu sync.Mutex
+	holding := make(map[kafkaconsumer.TopicPartition]bool)
+	hold := func(tp kafkaconsumer.TopicPartition) {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		if !holding[tp] {
+			holding[tp] = true
+			log.write(soakcheck.Assigned, tp.Topic, tp.Partition, 0, "")
+		}
+	}
+	config.OnRebalance = func(r kafkaconsumer.Rebalance) {
+		heldMu.Lock()
+		for _, tp := range r.Revoked {
+			delete(holding, tp)
+			log.write(soakcheck.Revoked, tp.Topic, tp.Partition, 0, "")
+		}
+		heldMu.Unlock()
+		for _, tp := range r.Assigned {
+			hold(tp)
+		}
+	}
+	// held records the hold of tp before its first delivery, from Stats.
+	var consumer kafkaconsumer.Consumer
+	held := func(tp kafkaconsumer.TopicPartition) {
+		heldMu.Lock()
+		known := holding[tp]
+		heldMu.Unlock()
+		if known {
+			return
+		}
+		for _, s := range consumer.Stats() {
+			if s.TopicPartition == tp && s.Claimed {
+				hold(tp)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	consumer, err = kafkaconsumer.JoinContext(ctx, groupName, kafkaconsumer.WhitelistSubscription(regexp.MustCompile(topicPattern)), zookeeper, config)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak child: join:", err)
+		return 1
+	}
+	go func() {
+		for err := range consumer.Errors() {
+			fmt.Fprintln(os.Stderr, "soak child:", err)
+		}
+	}()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-signals
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := consumer.Shutdown(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "soak child: shutdown:", err)
+		}
+	}()
+
+	rng := rand.New(rand.NewSource(seed))
+	var pending []*sarama.ConsumerMessage
+	ack := func(i int) {
+		msg := pending[i]
+		pending[i] = pending[len(pending)-1]
+		pending = pending[:len(pending)-1]
+		log.write(soakcheck.Acked, msg.Topic, msg.Partition, msg.Offset, string(msg.Value))
+		consumer.Ack(msg)
+	}
+	tick := time.NewTicker(50 * time.Millisecond) // acks what is held when nothing comes
+	defer tick.Stop()
+	for {
+		select {
+		case msg, ok := <-consumer.Messages():
+			if !ok {
+				return 0
+			}
+			held(kafkaconsumer.TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
+			log.write(soakcheck.Delivered, msg.Topic, msg.Partition, msg.Offset, string(msg.Value))
+			pending = append(pending, msg)
+			if len(pending) >= holdMessages {
+				ack(rng.Intn(len(pending)))
+			}
+		case <-tick.C:
+			for len(pending) > 0 {
+				ack(rng.Intn(len(pending)))
+			}
+		}
+	}
+}
+
+// idPath is where an instance whose event log is at path writes its ID.
+func idPath(path string) string { return strings.TrimSuffix(path, ".log.jsonl") + ".id" }
+
+// idHandler is a slog handler that writes nothing: it finds the instance
+// attribute that the consumer gives its logger, which is its ID.
+type idHandler struct{ found func(string) }
+
+func (idHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (idHandler) Handle(context.Context, slog.Record) error { return nil }
+func (h idHandler) WithGroup(string) slog.Handler           { return h }
+func (h idHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	for _, a := range attrs {
+		if a.Key == "instance" {
+			h.found(a.Value.String())
+		}
+	}
+	return h
+}

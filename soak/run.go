@@ -1,0 +1,475 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/soakcheck"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+type settings struct {
+	duration  time.Duration
+	seed      int64
+	dir       string
+	instances int
+	rate      int
+}
+
+// soak is one run.
+type soak struct {
+	s       settings
+	rng     *rand.Rand
+	cluster *testcluster.Cluster
+	client  sarama.Client
+	zk      *zk.Conn // direct, for the owners
+	log     *eventLog
+	insts   []*instance
+
+	mu     sync.Mutex // guards topics
+	topics []string
+
+	faults     map[string]int           // injected, by kind
+	recoveries map[string]time.Duration // slowest time to stable, by kind
+	unstable   []string                 // faults after which the group was not stable in time
+}
+
+// instance is one consumer process and its proxies to ZooKeeper.
+type instance struct {
+	name    string
+	proxies []*testcluster.Proxy
+	path    string // its event log
+	seed    int64
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd ended
+	stopped bool          // SIGSTOPped
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("soak %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func run(s settings) (bool, error) {
+	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), faults: make(map[string]int), recoveries: make(map[string]time.Duration)}
+	kafka, zookeeper := testcluster.VersionsFromEnv()
+	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+		Logf: func(format string, args ...any) { logf("cluster: "+format, args...) }})
+	if err != nil {
+		return false, err
+	}
+	defer cluster.Close()
+	so.cluster = cluster
+	if err := cluster.CreateTopic("soak.0", 12, 3); err != nil {
+		return false, err
+	}
+	so.topics = []string{"soak.0"}
+	config := sarama.NewConfig()
+	config.Version = sarama.V2_8_0_0
+	config.Producer.Return.Successes = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Idempotent = true
+	config.Net.MaxOpenRequests = 1
+	config.Producer.Retry.Max = 20
+	if so.client, err = sarama.NewClient(cluster.KafkaPeers(), config); err != nil {
+		return false, err
+	}
+	defer so.client.Close()
+	if so.zk, _, err = zk.Connect(strings.Split(cluster.ZookeeperPeers(), ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{})); err != nil {
+		return false, err
+	}
+	defer so.zk.Close()
+
+	for _, name := range []string{"events.jsonl", "report.md", "timeline.png"} {
+		_ = os.Remove(filepath.Join(s.dir, name))
+	}
+	old, _ := filepath.Glob(filepath.Join(s.dir, "*.log.jsonl"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	if so.log, err = openEventLog(filepath.Join(s.dir, "driver.log.jsonl"), "driver"); err != nil {
+		return false, err
+	}
+	defer so.log.f.Close()
+
+	nodes := strings.Split(cluster.ZookeeperPeers(), ",")
+	for i := range s.instances {
+		in := &instance{name: fmt.Sprintf("i%d", i), path: filepath.Join(s.dir, fmt.Sprintf("i%d.log.jsonl", i)), seed: s.seed + int64(i)}
+		for _, node := range nodes {
+			p, err := testcluster.NewProxy(node)
+			if err != nil {
+				return false, err
+			}
+			defer p.Close()
+			in.proxies = append(in.proxies, p)
+		}
+		if err := so.start(in); err != nil {
+			return false, err
+		}
+		so.insts = append(so.insts, in)
+	}
+	defer so.killAll()
+
+	stopProducer, producerDone := make(chan struct{}), make(chan error, 1)
+	go func() { producerDone <- so.produce(stopProducer) }()
+	stopSampler, samplerDone := make(chan struct{}), make(chan struct{})
+	go so.sample(stopSampler, samplerDone)
+
+	if _, ok := so.waitStable(90 * time.Second); !ok {
+		return false, errors.New("the group did not become stable before the faults")
+	}
+	logf("stable; injecting faults for %s", s.duration)
+	so.nemesis(time.Now().Add(s.duration))
+
+	close(stopProducer)
+	if err := <-producerDone; err != nil {
+		logf("producer: %s", err)
+	}
+	logf("faults over; waiting for the group to consume everything")
+	caughtUp := so.waitCaughtUp(2 * time.Minute)
+	so.stopAll()
+	close(stopSampler)
+	<-samplerDone
+
+	events, err := so.readBack()
+	if err != nil {
+		return false, err
+	}
+	report := soakcheck.Check(events, 10)
+	if err := so.writeReport(events, report, caughtUp); err != nil {
+		return false, err
+	}
+	fmt.Print(so.summary(report, caughtUp))
+	return report.OK() && caughtUp && len(so.unstable) == 0, nil
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// openEventLog opens an event log for appending.
+func openEventLog(path, inst string) (*eventLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &eventLog{f: f, inst: inst}, nil
+}
+
+// start starts an instance's process.
+func (so *soak) start(in *instance) error {
+	addrs := make([]string, len(in.proxies))
+	for i, p := range in.proxies {
+		addrs[i] = p.Addr()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(idPath(in.path)) // the new process writes its own
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d", childEnv, in.name, strings.Join(addrs, ","), in.path, in.seed))
+	stderr, err := os.OpenFile(filepath.Join(so.s.dir, in.name+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		stderr.Close()
+		return err
+	}
+	in.cmd, in.exited, in.stopped = cmd, make(chan struct{}), false
+	go func(exited chan struct{}) { // owned by run: stopAll and killAll wait for it
+		_ = cmd.Wait()
+		stderr.Close()
+		close(exited)
+	}(in.exited)
+	return nil
+}
+
+func (in *instance) alive() bool {
+	select {
+	case <-in.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stopAll stops every instance gracefully (SIGTERM: Shutdown), and kills
+// those that did not exit within 30 s.
+func (so *soak) stopAll() {
+	for _, in := range so.insts {
+		if in.alive() {
+			if in.stopped {
+				_ = in.cmd.Process.Signal(syscall.SIGCONT)
+			}
+			_ = in.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, in := range so.insts {
+		select {
+		case <-in.exited:
+		case <-time.After(30 * time.Second):
+			logf("%s did not exit within 30 s of SIGTERM; killing it", in.name)
+			_ = in.cmd.Process.Kill()
+			<-in.exited
+		}
+	}
+}
+
+// killAll kills what is left (a run that failed half-way).
+func (so *soak) killAll() {
+	for _, in := range so.insts {
+		if in.cmd != nil && in.alive() {
+			_ = in.cmd.Process.Kill()
+			<-in.exited
+		}
+	}
+}
+
+// produce produces unique values to the soak topics at the rate until
+// stop is closed.
+func (so *soak) produce(stop <-chan struct{}) error {
+	producer, err := sarama.NewSyncProducerFromClient(so.client)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	const batch = 10
+	tick := time.NewTicker(time.Second * batch / time.Duration(so.s.rate))
+	defer tick.Stop()
+	for seq := 0; ; {
+		select {
+		case <-stop:
+			return nil
+		case <-tick.C:
+		}
+		so.mu.Lock()
+		topics := append([]string(nil), so.topics...)
+		so.mu.Unlock()
+		msgs := make([]*sarama.ProducerMessage, batch)
+		for i := range msgs {
+			msgs[i] = &sarama.ProducerMessage{Topic: topics[seq%len(topics)], Value: sarama.StringEncoder(fmt.Sprintf("m%d", seq))}
+			seq++
+		}
+		if err := producer.SendMessages(msgs); err != nil {
+			logf("produce: %s (the values of the batch may or may not be in Kafka; the check reads Kafka)", err)
+		}
+	}
+}
+
+// partitions returns every partition of the soak topics.
+func (so *soak) partitions() map[string][]int32 {
+	so.mu.Lock()
+	topics := append([]string(nil), so.topics...)
+	so.mu.Unlock()
+	result := make(map[string][]int32, len(topics))
+	for _, t := range topics {
+		ps, err := so.client.Partitions(t)
+		if err == nil {
+			result[t] = ps
+		}
+	}
+	return result
+}
+
+// sample writes the group's committed offsets every 500 ms until stop is
+// closed (and once more then).
+func (so *soak) sample(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	admin, err := sarama.NewClusterAdminFromClient(so.client)
+	if err != nil {
+		logf("sampler: %s", err)
+		return
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for last := false; !last; {
+		select {
+		case <-stop:
+			last = true
+		case <-tick.C:
+		}
+		parts := so.partitions()
+		resp, err := admin.ListConsumerGroupOffsets(groupName, parts)
+		if err != nil {
+			continue
+		}
+		// Stamped when the answer came: what it reads was committed, and
+		// so acked, before then.
+		at := time.Now().UnixNano()
+		for t, ps := range parts {
+			for _, p := range ps {
+				if b := resp.GetBlock(t, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
+					so.log.writeAt(at, soakcheck.Committed, t, p, b.Offset, "")
+				}
+			}
+		}
+	}
+}
+
+// waitStable waits until every partition of the soak topics is owned by a
+// registered instance, every live instance is registered, and it returns
+// how long that took.
+func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < timeout {
+		if so.stable() {
+			return time.Since(start), true
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	return time.Since(start), false
+}
+
+func (so *soak) stable() bool {
+	ids, _, err := so.zk.Children("/consumers/" + groupName + "/ids")
+	if err != nil {
+		return false
+	}
+	// The registrations must be those of the running processes, no more:
+	// a killed or frozen one's goes when its session expires.
+	registered := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		registered[id] = true
+	}
+	live := 0
+	for _, in := range so.insts {
+		if !in.alive() || in.stopped {
+			continue
+		}
+		id, err := os.ReadFile(idPath(in.path))
+		if err != nil || !registered[string(id)] {
+			return false
+		}
+		live++
+	}
+	if len(ids) != live {
+		return false
+	}
+	for t, ps := range so.partitions() {
+		for _, p := range ps {
+			owner, _, err := so.zk.Get(fmt.Sprintf("/consumers/%s/owners/%s/%d", groupName, t, p))
+			if err != nil || !registered[string(owner)] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// waitCaughtUp waits until the group's committed offsets reach the end of
+// every partition.
+func (so *soak) waitCaughtUp(timeout time.Duration) bool {
+	admin, err := sarama.NewClusterAdminFromClient(so.client)
+	if err != nil {
+		return false
+	}
+	start := time.Now()
+	for time.Since(start) < timeout {
+		parts := so.partitions()
+		resp, err := admin.ListConsumerGroupOffsets(groupName, parts)
+		done := err == nil
+		for t, ps := range parts {
+			for _, p := range ps {
+				end, err := so.client.GetOffset(t, p, sarama.OffsetNewest)
+				b := resp.GetBlock(t, p)
+				if err != nil || b == nil || b.Offset < end {
+					done = false
+				}
+			}
+		}
+		if done {
+			return true
+		}
+		time.Sleep(500 * time.Millisecond) // polling interval
+	}
+	return false
+}
+
+// readBack reads every soak topic's log from Kafka (the produced values,
+// whatever the producer was told), and the events the processes wrote.
+func (so *soak) readBack() ([]soakcheck.Event, error) {
+	if err := so.client.RefreshMetadata(); err != nil {
+		return nil, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(so.client)
+	if err != nil {
+		return nil, err
+	}
+	defer consumer.Close()
+	var events []soakcheck.Event
+	for t, ps := range so.partitions() {
+		for _, p := range ps {
+			end, err := so.client.GetOffset(t, p, sarama.OffsetNewest)
+			if err != nil {
+				return nil, err
+			}
+			start, err := so.client.GetOffset(t, p, sarama.OffsetOldest)
+			if err != nil {
+				return nil, err
+			}
+			if start >= end {
+				continue
+			}
+			pc, err := consumer.ConsumePartition(t, p, start)
+			if err != nil {
+				return nil, err
+			}
+			for msg := range pc.Messages() {
+				events = append(events, soakcheck.Event{Kind: soakcheck.Produced, Time: msg.Timestamp.UnixNano(), Topic: t, Partition: p, Offset: msg.Offset, Value: string(msg.Value)})
+				if msg.Offset >= end-1 {
+					break
+				}
+			}
+			pc.AsyncClose()
+			for range pc.Messages() {
+			}
+		}
+	}
+	logs, err := filepath.Glob(filepath.Join(so.s.dir, "*.log.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(logs)
+	all, err := os.Create(filepath.Join(so.s.dir, "events.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer all.Close()
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		evs, bad, err := soakcheck.ReadEvents(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		if bad > 0 {
+			logf("%s: %d lines torn (a process killed while writing)", filepath.Base(path), bad)
+		}
+		events = append(events, evs...)
+	}
+	enc := json.NewEncoder(all)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
