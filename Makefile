@@ -19,6 +19,8 @@
 #                      ZooKeeper for the groups only; Kafka 4 runs only so:
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.1.1
 #   make cluster-down  stop it and remove .cluster/
+#   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
+#                      .soak/): see the target below
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
 #                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)

@@ -4,6 +4,7 @@ package kafkaconsumer
 // misuse; BenchmarkAck.
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -285,5 +286,36 @@ func TestLostPartitionCommitsNothing(t *testing.T) {
 	}
 	if err := cm.offsets.reserve(pm.tp); err != nil {
 		t.Fatalf("reserve for the partition's next manager: %v", err)
+	}
+}
+
+// TestNoCommitPastFenceDeadline: once the fence's deadline has passed, no
+// commit goes out, even before the guard goroutine raised the fence. A
+// process frozen past its session timeout (SIGSTOP, a long GC pause) runs
+// its committer's timer and its guard's together when it wakes: the soak
+// saw the committer commit first, behind the partition's new owner
+// (soak.5/2: 1162, then 1107).
+func TestNoCommitPastFenceDeadline(t *testing.T) {
+	t.Parallel()
+	cm, pm, _, handOut := testManager(t, nil)
+	handOut(0, 1, 2)
+	cm.Ack(message(0))
+	pm.markAcked()
+	if cm.offsets.uncommitted() != 1 {
+		t.Fatal("nothing to commit")
+	}
+	ran := false
+	cm.offsets.failRound = func() error {
+		ran = true
+		return errors.New("the round ran")
+	}
+	cm.fenceBase = time.Now().Add(-time.Minute)
+	cm.fenceBy.Store(int64(time.Second)) // the deadline passed 59 s ago
+	cm.commitRound()
+	if ran {
+		t.Fatal("a commit round ran past the fence's deadline")
+	}
+	if !cm.fence.on.Load() {
+		t.Fatal("the fence is not up after its deadline")
 	}
 }

@@ -60,7 +60,7 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 	for i, tp := range orphans {
 		if running[tp] == nil {
 			err := errFenced
-			if !cm.fence.on.Load() {
+			if !cm.fenced() {
 				err = cm.zkCall(cm.zkTimeout(), func() error { return cm.releasePartition(tp) })
 			}
 			switch {
@@ -202,7 +202,7 @@ func (pm *partitionManager) release(deadline time.Time) error {
 	}
 	for attempt := 0; ; attempt++ {
 		var err error
-		if pm.parent.fence.on.Load() {
+		if pm.parent.fenced() {
 			// A release now would wait for a session that may be gone:
 			// leave it to the sweep of orphan claims.
 			err = errFenced

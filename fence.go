@@ -261,6 +261,21 @@ func (cm *consumerManager) answered(sent time.Time, deadline *time.Timer) bool {
 	return true
 }
 
+// fenced reports whether the instance must not act as the owner of its
+// partitions: the fence is up, or its deadline passed before the guard
+// raised it (it may not have run yet, as after the process was frozen:
+// then the fence goes up here).
+func (cm *consumerManager) fenced() bool {
+	if cm.fence.on.Load() {
+		return true
+	}
+	if cm.pastFenceDeadline() {
+		cm.fence.raise()
+		return true
+	}
+	return false
+}
+
 // pastFenceDeadline reports whether the fence's deadline has passed,
 // whether or not the guard raised the fence yet (the hand-out path asks).
 func (cm *consumerManager) pastFenceDeadline() bool {

@@ -304,7 +304,7 @@ func (cm *consumerManager) closeConnections() []error {
 	cm.stopGuard()
 	if cm.registered {
 		err := errFenced
-		if !cm.fence.on.Load() {
+		if !cm.fenced() {
 			// Bounded: a ZooKeeper that does not answer must not hold
 			// Close up. The registration goes with the session, at once
 			// when the close below reaches the server, else when it

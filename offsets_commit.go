@@ -119,7 +119,7 @@ func (cm *consumerManager) commitLoop() {
 // commitRound runs one commit round of the offset store, and reports it
 // to Metrics.
 func (cm *consumerManager) commitRound() {
-	if cm.fence.on.Load() {
+	if cm.fenced() {
 		return // the partitions may be another instance's: see fence.go
 	}
 	began := time.Now()

@@ -34,6 +34,18 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 	for _, f := range faults {
 		fmt.Fprintf(&b, "| %s | %d | %s |\n", f.kind, so.faults[f.kind], so.recoveries[f.kind].Round(100*time.Millisecond))
 	}
+	if len(r.DuplicatesByCause) > 0 {
+		causes := make([]string, 0, len(r.DuplicatesByCause))
+		for c := range r.DuplicatesByCause {
+			causes = append(causes, c)
+		}
+		sort.Strings(causes)
+		fmt.Fprintf(&b, "\nDuplicates by the last fault before them:")
+		for _, c := range causes {
+			fmt.Fprintf(&b, " %s %d;", c, r.DuplicatesByCause[c])
+		}
+		b.WriteString("\n")
+	}
 	if !caughtUp {
 		fmt.Fprintf(&b, "\nThe group did not consume everything within 2 minutes of the last fault.\n")
 	}

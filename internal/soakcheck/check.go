@@ -81,12 +81,15 @@ type Report struct {
 	Produced, Delivered, Acked int
 	Lost                       int // produced values never handed out
 	Duplicates                 int // deliveries of a value beyond its first
-	DoubleOwned                int // deliveries while another instance also handed out the partition
-	MovedBack                  int // committed offsets that decreased
-	PastUnacked                int // committed offsets past an unacked message
-	PollSkips                  int
-	NotHeld                    int // deliveries outside the instance's hold of the partition
-	Violations                 []Violation
+	// DuplicatesByCause counts the duplicates by the last fault injected
+	// before each (its Value), or "no fault" when none was.
+	DuplicatesByCause map[string]int
+	DoubleOwned       int // deliveries while another instance also handed out the partition
+	MovedBack         int // committed offsets that decreased
+	PastUnacked       int // committed offsets past an unacked message
+	PollSkips         int
+	NotHeld           int // deliveries outside the instance's hold of the partition
+	Violations        []Violation
 }
 
 // OK reports whether no invariant was broken.
@@ -200,12 +203,21 @@ func (c *checker) index(events []Event) {
 	}
 }
 
-// checkLost counts produced values never handed out, and duplicates.
+// checkLost counts produced values never handed out, and duplicates, by
+// cause.
 func (c *checker) checkLost(events []Event) {
 	times := make(map[string]int)
+	c.report.DuplicatesByCause = make(map[string]int)
+	cause := "no fault"
 	for _, e := range events {
-		if e.Kind == Delivered {
+		switch e.Kind {
+		case Fault:
+			cause = e.Value
+		case Delivered:
 			times[e.Value]++
+			if times[e.Value] > 1 {
+				c.report.DuplicatesByCause[cause]++
+			}
 		}
 	}
 	for p, values := range c.valueAt {

@@ -159,11 +159,12 @@ func TestNotHeld(t *testing.T) {
 
 func TestDuplicatesAreCounted(t *testing.T) {
 	l := produced(3).consume("a", 0, 10, 0, 2)
+	l.add(Fault, "", 13, 0, "kill")
 	l.add(Revoked, "a", 13, 0, "")
 	l.consume("b", 14, 15, 1, 2) // @1 and @2 again, after the move
 	r := checkOnly(t, l, "", nil)
-	if r.Duplicates != 2 {
-		t.Fatalf("Duplicates = %d, want 2", r.Duplicates)
+	if r.Duplicates != 2 || r.DuplicatesByCause["kill"] != 2 {
+		t.Fatalf("Duplicates = %d, by cause %v; want 2, all after the kill", r.Duplicates, r.DuplicatesByCause)
 	}
 }
 
