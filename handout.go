@@ -155,8 +155,8 @@ func (h *handOut) receive() bool {
 }
 
 // next returns the next message, waiting for one and forwarding errors
-// meanwhile. It reports false when killed or when the partition consumer
-// stopped.
+// meanwhile. It reports false when killed, fenced, or when the partition
+// consumer stopped.
 func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 	select {
 	case <-h.dying:
