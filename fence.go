@@ -235,10 +235,11 @@ func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 			}
 			next.Reset(cm.sessionTimeout() / heartbeatsPerTimeout)
 		case <-deadline.C:
-			if cm.fence.raise() {
-				cm.logFence(lastAnswered)
-			}
+			cm.fence.raise() // the case below takes back what sits unread
 		case <-raised:
+			// Raised here, by the hand-out path, or by a commit that found
+			// the deadline passed first: said once, here.
+			cm.logFence(lastAnswered)
 			if !cm.takeBackAll() {
 				return
 			}

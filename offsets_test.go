@@ -610,11 +610,13 @@ func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
 	createTopic(t, admin, topic, 2)
 	group := uniqueName("it.newest.wait")
 	var failing atomic.Bool
+	var failed atomic.Int32
 	failing.Store(true)
 	config := testConfig()
 	config.Offsets.Initial = sarama.OffsetNewest
 	config.hooks = &testHooks{commitRound: func() error {
 		if failing.Load() {
+			failed.Add(1)
 			return errors.New("injected failure of the commit round")
 		}
 		return nil
@@ -630,9 +632,10 @@ func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
 		return len(stats) == 2 && stats[0].Committed >= 0 && stats[1].Committed >= 0
 	})
 	values := produce(t, client, topic, "v", 10)
-	// While the rounds fail, nothing may be handed out. The window is the
-	// test's: long enough for a hand-out to show (milliseconds).
-	<-time.After(time.Second)
+	// While the rounds fail, nothing may be handed out: let a few more
+	// rounds fail after the messages are in the partitions.
+	after := failed.Load()
+	waitFor(t, 30*time.Second, "three more failed commit rounds", func() bool { return failed.Load() >= after+3 })
 	if at := firstAt.Load(); at != 0 {
 		t.Errorf("a message was handed out while no commit round succeeded (the start is not committed)")
 	}
