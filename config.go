@@ -41,6 +41,11 @@ type Config struct {
 	// and the offset commits. NewConfig starts from sarama.NewConfig() and
 	// sets Consumer.Return.Errors, so partition and commit errors reach
 	// Errors(). Consumer.Offsets.Initial is taken from Offsets.Initial.
+	// The consumer dials its Kafka connections itself, so that Close can
+	// cut them under requests to a broker that hangs: it dials as sarama
+	// would (Net.DialTimeout, Net.KeepAlive, Net.LocalAddr), or through
+	// Net.Proxy.Dialer when Net.Proxy.Enable is set, and sets Net.Proxy on
+	// its own copy (sarama then logs "using proxy" at each dial).
 	*sarama.Config
 
 	// Zookeeper is the configuration of the ZooKeeper connection. Its Chroot

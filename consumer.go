@@ -31,16 +31,17 @@ type Consumer interface {
 	// Close is bounded. The partitions stop, all at once, within
 	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
 	// commit and the release of the claim. The Kafka connections close
-	// within 5 s more: after that Close closes sarama's clients under its
-	// last commit rounds, which cuts their retries short, though a dial or
-	// request already in flight to a hung broker still takes up to
-	// Net.DialTimeout or Net.ReadTimeout. A ZooKeeper request fails at once
-	// while the session is disconnected, waits at most the session timeout
-	// otherwise, and is not sent at all while the instance is fenced (see
-	// Messages): what was not released or deregistered goes with the
-	// session. So Close returns within MaxProcessingTime + session timeout
-	// + 10 s whether ZooKeeper is reachable, down, frozen or cut off, plus
-	// Net.ReadTimeout (30 s by default) when a broker hangs.
+	// within 5 s more: after that Close cuts every Kafka connection of the
+	// consumer under the requests still in flight (a partition still
+	// starting, a coordinator lookup against a hung broker), which then
+	// fail at once; the consumer dials them itself for that (see Config).
+	// A ZooKeeper request fails at once while the session is disconnected,
+	// waits at most the session timeout otherwise, and is not sent at all
+	// while the instance is fenced (see Messages): what was not released or
+	// deregistered goes with the session. So Close returns within
+	// MaxProcessingTime + session timeout + 10 s whether ZooKeeper is
+	// reachable, down, frozen or cut off, and whether a broker answers or
+	// hangs.
 	//
 	// Close returns nil when all of that completed. Otherwise it returns
 	// what did not (several errors joined; test them with errors.Is):

@@ -29,6 +29,7 @@ type partitionManagers map[topicPartition]*partitionManager
 // managers.
 type consumerManager struct {
 	config           *Config      // a copy of the caller's; read only
+	dialer           *kafkaDialer // dials every Kafka connection of config; closeKafka cuts them
 	autoCommit       bool         // the caller's Consumer.Offsets.AutoCommit.Enable
 	log              *slog.Logger // Config.Logger or the package Logger's, with group and instance
 	group            string

@@ -55,10 +55,11 @@ var (
 	// rebalance, and returned by Close, when the final offset commit of a
 	// stopping partition was not confirmed by Kafka within
 	// MaxProcessingTime + 4 s (the last second of the stop's 5 s is the
-	// release's), or, at Close, when the last commit round did not complete
-	// within 5 s more. The commit is not tried again: the partition may be
-	// another instance's by then. Nothing is lost: the next owner starts at
-	// the last confirmed commit and consumes again what was acked after it.
+	// release's). The commit is not tried again, by the partition or by
+	// Close: the partition may be another instance's by then. A request
+	// that a hung broker received may still be applied when it answers
+	// again. Nothing is lost: the next owner starts at the last commit
+	// Kafka applied and consumes again what was acked after it.
 	ErrCommitTimeout = errors.New("kafkaconsumer: final offset commit not confirmed in time")
 
 	// ErrReleaseFailed is sent on Errors() when a partition stops in a

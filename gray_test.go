@@ -673,3 +673,47 @@ func TestSessionConnQueuesNothingWhileDisconnected(t *testing.T) {
 		t.Fatalf("Get after the reconnection: %v", err)
 	}
 }
+
+// TestFaultCloseWhilePartitionsStart: Close is bounded while partitions
+// are still starting against a broker that hangs. The partitions' topic
+// appears in ZooKeeper (its znode written as the controller would) while
+// the only broker is frozen: the consumer claims them and their starts
+// wait on Kafka (the committed-offset read, the coordinator lookup behind
+// it). Close must return within MaxProcessingTime + session timeout +
+// 10 s: Net.ReadTimeout is longer than what is left of that, and the
+// lookup lasts three of them (ApiVersions at connecting, its retry at
+// version 0, FindCoordinator). Before, closing the clients did not end it
+// (a broker being opened cannot be closed) and Close took 30.7 s.
+func TestFaultCloseWhilePartitionsStart(t *testing.T) {
+	needFaults(t)
+	verifyNoClusterLeaks(t)
+	debugLogs(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	config := testConfig()
+	config.MaxProcessingTime = time.Second
+	config.Zookeeper.Timeout = 6 * time.Second
+	config.Net.ReadTimeout = 10 * time.Second
+	config.Net.DialTimeout = 3 * time.Second
+	config.Net.WriteTimeout = 3 * time.Second
+
+	topic := uniqueName("starting")
+	c, err := Join(uniqueName("starting"), TopicSubscription(topic), cluster.ZookeeperPeers(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _ := testZookeeper(t, cluster.ZookeeperPeers())
+	ids, _, err := conn.Children("/brokers/ids")
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("broker ids %v: %v", ids, err)
+	}
+
+	resume := freeze(t, cluster.BrokerPID(0))
+	assignment := fmt.Sprintf(`{"version":1,"partitions":{"0":[%[1]s],"1":[%[1]s]}}`, ids[0])
+	if _, err := conn.Create("/brokers/topics/"+topic, []byte(assignment), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the partitions to be claimed", func() bool { return claimedCount(c) == 2 })
+	bound := config.MaxProcessingTime + config.Zookeeper.Timeout + 10*time.Second
+	stopWithin(t, "Close with partitions starting against a frozen broker", bound, c.Close)
+	resume()
+}

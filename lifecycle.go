@@ -67,6 +67,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	}
 	cfg := *config
 	cfg.Config = config.saramaConfig()
+	dialer := useKafkaDialer(cfg.Config)
 	cfg.Zookeeper = &kzConfig
 
 	negotiated, states := new(atomic.Int64), make(chan struct{}, 1)
@@ -77,6 +78,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 
 	cm := &consumerManager{
 		config:       &cfg,
+		dialer:       dialer,
 		log:          logger,
 		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
 		group:        group,
@@ -335,9 +337,11 @@ func (cm *consumerManager) closeConnections() []error {
 // either succeeded or was given up with the partition's claim (see
 // commitTimeout). With Kafka unreachable, a commit round in flight
 // retries the coordinator for long (per broker Net.DialTimeout, times
-// Metadata.Retry.Max), and a fetch in flight to a hung broker takes up to
-// Net.ReadTimeout: after closeGrace the clients are closed under them, so
-// that their retries fail at once. A partition whose final commit did
+// Metadata.Retry.Max), a fetch in flight to a hung broker takes up to
+// Net.ReadTimeout, and a coordinator lookup of a starting partition up to
+// three: after closeGrace the consumer's Kafka connections are cut under
+// them (see kafkaDialer) and the clients closed, so that they and their
+// retries fail at once. A partition whose final commit did
 // not complete said so itself (ErrCommitTimeout).
 func (cm *consumerManager) closeKafka() {
 	closed := make(chan struct{})
@@ -359,12 +363,14 @@ wait:
 	select {
 	case <-closed:
 		cm.closeClients(true)
+		cm.dialer.cutAll() // none is left open
 	case <-hurry: // a Shutdown's context ended: the deadline moves closer
 		hurry = nil
 		timeout.Reset(time.Until(cm.bound(deadline, hurryKafka)))
 		goto wait
 	case <-timeout.C:
-		cm.logf(slog.LevelWarn, "Kafka requests still in flight after %s; closing the Kafka clients under them.", closeGrace)
+		cm.logf(slog.LevelWarn, "Kafka requests still in flight after %s; closing the Kafka connections under them.", closeGrace)
+		cm.dialer.cutAll()     // first: a broker being opened cannot be closed
 		cm.closeClients(false) // their errors are those of the requests it fails
 		<-closed
 	}

@@ -43,7 +43,7 @@ type offsetStore struct {
 	// is not known is not looked up any more. A lookup retries every
 	// broker Metadata.Retry.Max times, each up to three Net.ReadTimeout
 	// against a hung broker (a dial, ApiVersions twice, FindCoordinator),
-	// and nothing can interrupt it.
+	// and only cutting the connections under it (closeKafka) ends it.
 	noLookup atomic.Bool
 	// failRound, when set (a test hook), runs first in each commit round;
 	// its error fails the round.

@@ -275,7 +275,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 // manager is killed first: sarama's requests cannot be interrupted, and
 // against a hung broker a coordinator lookup lasts several Net.ReadTimeout.
 // The goroutine is counted in the consumer manager's closers: closeKafka
-// waits for it, after it closed the clients under it if need be. f must
+// waits for it, after it cut the connections under it if need be. f must
 // only write what its caller reads after a nil or f's error.
 func (pm *partitionManager) call(f func() error) error {
 	done := make(chan error, 1)

@@ -6,6 +6,9 @@ package kafkaconsumer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,4 +181,76 @@ func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
 	col2.close(t)
 	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
 	checkDeregistered(t, group, first, second)
+}
+
+// TestIntegrationCloseErrorAgreesWithCommit: when Close says that a final
+// commit was not confirmed (ErrCommitTimeout), it does not make that
+// commit afterwards. While Close runs, a hook fails every commit round as
+// long as a claim of the group remains in ZooKeeper: the partitions' final
+// commits fail until they give up and release their claims; a round after
+// that succeeds. Before, Close ran commit rounds of its own after the
+// partitions stopped, back to back: it committed the given-up offsets
+// then, behind the partitions' reports and after their claims had gone to
+// whoever took them next.
+func TestIntegrationCloseErrorAgreesWithCommit(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("it-agrees")
+	createTopic(t, admin, topic, 2)
+	group := uniqueName("it.agrees")
+	values := produce(t, client, topic, "v", 20)
+
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	owners := fmt.Sprintf("%s/consumers/%s/owners/%s", chroot, group, topic)
+	var closing, failed, after atomic.Bool
+	config := testConfig()
+	config.MaxProcessingTime = time.Second
+	config.hooks = &testHooks{commitRound: func() error {
+		if !closing.Load() {
+			return nil
+		}
+		if claims, _, err := conn.Children(owners); err != nil || len(claims) > 0 {
+			failed.Store(true)
+			return errors.New("injected failure of the commit round")
+		}
+		after.Store(true)
+		return nil
+	}}
+	c, err := Join(group, TopicSubscription(topic), zookeeperPeers, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(c, nil)
+	var before map[int32]int64
+	waitFor(t, 30*time.Second, "every message acked and committed", func() bool {
+		before = committedOffsets(t, client, group, topic)
+		return col.has(values) && before[0]+before[1] == int64(len(values))
+	})
+
+	closing.Store(true) // from here the rounds fail while claims remain
+	values = produce(t, client, topic, "w", 20)
+	waitFor(t, 30*time.Second, "the new messages acked", func() bool {
+		for _, v := range values {
+			if !col.wasAcked(v) {
+				return false
+			}
+		}
+		return true
+	})
+	err = c.Close()
+	<-col.done
+	if !failed.Load() {
+		t.Fatal("no commit round failed")
+	}
+	if !errors.Is(err, ErrCommitTimeout) {
+		t.Fatalf("Close = %v; want ErrCommitTimeout (every round of the final commits failed)", err)
+	}
+	now := committedOffsets(t, client, group, topic)
+	t.Logf("committed before Close %v, after %v", before, now)
+	if !maps.Equal(now, before) {
+		t.Errorf("Close said the final commits were not confirmed, but committed them after the claims were released (a round ran then: %v)",
+			after.Load())
+	}
 }
