@@ -115,6 +115,23 @@ type Config struct {
 	// (256 KiB with the default). Default 16384.
 	MaxPendingAcks int
 
+	// BatchSize, when positive, sets the consumer to batches: it hands out
+	// *Batch values on Batches, each up to BatchSize messages of one
+	// partition in offset order, instead of single messages on Messages.
+	// Acks stay per message (Ack, or AckBatch for all of a batch).
+	// A partition hands out a batch as soon as it holds BatchSize messages
+	// or BatchLinger has passed since its first message, whichever comes
+	// first; with BatchLinger 0, a batch is what the partition has fetched
+	// and ready, up to BatchSize. It must not exceed MaxPendingAcks.
+	// Default 0: single messages on Messages.
+	BatchSize int
+
+	// BatchLinger is how long a partition waits, after the first message of
+	// a batch, for more messages to fill it (see BatchSize). Kafka's
+	// linger.ms, on the consuming side. Default 0: no wait. It needs a
+	// positive BatchSize.
+	BatchLinger time.Duration
+
 	// OnRebalance, when set, is called after each change of the partitions
 	// this instance consumes, with the partitions it stopped and those it
 	// started (their claims may still be pending while a previous owner
@@ -195,6 +212,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: MaxProcessingTime must be positive, got %s", ErrInvalidConfig, c.MaxProcessingTime)
 	case c.MaxPendingAcks <= 0:
 		return fmt.Errorf("%w: MaxPendingAcks must be positive, got %d", ErrInvalidConfig, c.MaxPendingAcks)
+	case c.BatchSize < 0:
+		return fmt.Errorf("%w: BatchSize must not be negative, got %d", ErrInvalidConfig, c.BatchSize)
+	case c.BatchSize > c.MaxPendingAcks:
+		return fmt.Errorf("%w: BatchSize (%d) must not exceed MaxPendingAcks (%d): a partition hands out at most MaxPendingAcks messages not acked",
+			ErrInvalidConfig, c.BatchSize, c.MaxPendingAcks)
+	case c.BatchLinger < 0:
+		return fmt.Errorf("%w: BatchLinger must not be negative, got %s", ErrInvalidConfig, c.BatchLinger)
+	case c.BatchLinger > 0 && c.BatchSize == 0:
+		return fmt.Errorf("%w: BatchLinger is %s but BatchSize is 0 (batches are off); set BatchSize to hand out batches",
+			ErrInvalidConfig, c.BatchLinger)
 	case c.Offsets.Initial != sarama.OffsetOldest && c.Offsets.Initial != sarama.OffsetNewest:
 		return fmt.Errorf("%w: Offsets.Initial must be sarama.OffsetOldest (%d) or sarama.OffsetNewest (%d), got %d",
 			ErrInvalidConfig, sarama.OffsetOldest, sarama.OffsetNewest, c.Offsets.Initial)
@@ -239,6 +266,9 @@ type testHooks struct {
 	// commitRound runs before each commit round; its error fails the
 	// round's commits.
 	commitRound func() error
+	// missingTopic runs when a topic of a static subscription is found
+	// missing, before the watch on the topic list is set.
+	missingTopic func(topic string)
 	// watchOwner runs before each watch on the owner node of a partition
 	// claimed by another instance; its error fails the watch.
 	watchOwner func(topic string, partition int32) error

@@ -95,7 +95,51 @@ type Consumer interface {
 	// the session expired, the partitions stop without committing (their
 	// next owners consume again what was acked since the last commit), and
 	// the instance registers again and gets a share back.
+	//
+	// A consumer set to batches (Config.BatchSize) hands out on Batches
+	// instead: Messages then returns a closed channel, so that a loop over
+	// it ends at once rather than waiting for ever, and logs an error once.
 	Messages() <-chan *sarama.ConsumerMessage
+
+	// Batches returns the channel of batches to process when
+	// Config.BatchSize is set: each *Batch holds up to BatchSize messages
+	// of one partition in offset order (see BatchSize and BatchLinger).
+	// Ack each message (Ack), or all of a batch at once (AckBatch).
+	// Everything Messages' documentation says holds for batches:
+	// MaxProcessingTime, MaxPendingAcks (a batch is cut to the room left),
+	// the fence, Close and Shutdown; a batch still unread in the channel
+	// when Close or the fence takes messages back is taken back whole. Up
+	// to 4 batches wait in the channel. The channel is closed at the end
+	// of Close. A consumer that hands out single messages (BatchSize 0)
+	// returns a closed channel here, and logs an error once.
+	Batches() <-chan *Batch
+
+	// AckBatch acks every message of b, as Ack does each, under one lock
+	// of its partition. Acking nil, an empty batch, or a batch twice does
+	// nothing; some of its messages may have been acked with Ack before.
+	AckBatch(b *Batch)
+
+	// Pause stops a partition of this instance's share: it keeps its
+	// claim, but fetches and hands out nothing until Resume. Messages or
+	// batches of the partition that sit in the channel already (up to
+	// ChannelBufferSize messages, or 4 batches) are still received. Acks
+	// of what was handed out still commit, and the partition still stops
+	// within MaxProcessingTime in a rebalance or Close.
+	// PartitionStats.PausedByUser shows it. A rebalance that keeps the
+	// partition on this instance keeps it paused; a partition that moves
+	// to another instance is not paused there, and one that comes back
+	// (or that this instance runs again after its ZooKeeper session
+	// expired) starts unpaused: the pause is this instance's, not the
+	// group's. Pausing a partition this instance does not run returns an
+	// error wrapping ErrPartitionNotHeld that names it; pausing a paused
+	// partition does nothing.
+	Pause(topic string, partition int32) error
+
+	// Resume lets a partition paused by Pause fetch and hand out again,
+	// from where it stopped. Resuming a partition this instance does not
+	// run returns an error wrapping ErrPartitionNotHeld; resuming one that
+	// is not paused does nothing.
+	Resume(topic string, partition int32) error
 
 	// Errors returns the channel of errors that the consumer met and worked
 	// around (when Config.Consumer.Return.Errors is true, the default):
@@ -155,6 +199,9 @@ type PartitionStats struct {
 	// MaxPendingAcks handed-out messages are not committable yet (the
 	// oldest of them is not acked); see ErrMaxPendingAcks.
 	Paused bool
+	// PausedByUser is true between Consumer.Pause and Consumer.Resume of
+	// the partition: it fetches and hands out nothing.
+	PausedByUser bool
 	// LastHandedOut is the offset of the last message handed out on
 	// Messages, or -1.
 	LastHandedOut int64

@@ -147,11 +147,26 @@ type consumerManager struct {
 	parked chan struct{}
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
+	batches  chan *Batch                  // with BatchSize; closed as messages is
+	// closedMessages and closedBatches are closed channels: what Messages
+	// and Batches return when the consumer hands out the other kind;
+	// misuse logs that once.
+	closedMessages chan *sarama.ConsumerMessage
+	closedBatches  chan *Batch
+	misuse         sync.Once
 	errors   chan error                   // closed by shutdown, after every sender stopped
 }
 
 // Messages implements Consumer.
-func (cm *consumerManager) Messages() <-chan *sarama.ConsumerMessage { return cm.messages }
+func (cm *consumerManager) Messages() <-chan *sarama.ConsumerMessage {
+	if cm.config.BatchSize > 0 {
+		cm.misuse.Do(func() {
+			cm.logf(slog.LevelError, "Messages() called on a consumer set to batches (Config.BatchSize %d): it returns a closed channel; read Batches().", cm.config.BatchSize)
+		})
+		return cm.closedMessages
+	}
+	return cm.messages
+}
 
 // Errors implements Consumer.
 func (cm *consumerManager) Errors() <-chan error { return cm.errors }

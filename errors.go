@@ -62,6 +62,12 @@ var (
 	// Kafka applied and consumes again what was acked after it.
 	ErrCommitTimeout = errors.New("kafkaconsumer: final offset commit not confirmed in time")
 
+	// ErrPartitionNotHeld is returned, wrapped with the partition's name,
+	// by Pause and Resume of a partition that this instance does not run:
+	// not in its share (another instance's, or not subscribed), or the
+	// consumer is closed.
+	ErrPartitionNotHeld = errors.New("kafkaconsumer: partition not held by this instance")
+
 	// ErrReleaseFailed is sent on Errors() when a partition stops in a
 	// rebalance, and returned by Close, when the claim of a stopping
 	// partition could not be released in ZooKeeper in time. The consumer

@@ -203,3 +203,108 @@ func ExampleConsumer_Shutdown() {
 	}
 	workers.Wait()
 }
+
+// rows stands in for a database table that takes many rows in one
+// statement (a multi-row INSERT, COPY, a bulk API).
+type rows struct{}
+
+func (rows) insertMany(values [][]byte) error { return nil }
+
+// A consumer set to batches bulk-writes each batch, then acks all of it
+// with one call. A batch holds up to BatchSize messages of one partition
+// in offset order; BatchLinger lets a partition wait a little to fill it.
+// It needs a running cluster, so it has no output to check.
+func ExampleConsumer_Batches() {
+	config := kafkaconsumer.NewConfig()
+	config.BatchSize = 500
+	config.BatchLinger = 50 * time.Millisecond
+
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt)
+	go func() {
+		<-interrupted
+		consumer.Interrupt() // Batches is closed when the shutdown completes
+	}()
+	go func() {
+		for err := range consumer.Errors() {
+			log.Println("consumer error:", err)
+		}
+	}()
+
+	var table rows
+	for batch := range consumer.Batches() {
+		values := make([][]byte, len(batch.Messages))
+		for i, msg := range batch.Messages {
+			values[i] = msg.Value
+		}
+		if err := table.insertMany(values); err != nil {
+			// Not acked: the batch is consumed again by the partition's
+			// next owner (here: after a restart).
+			log.Printf("insert %d rows of %s/%d: %v", len(values), batch.Topic, batch.Partition, err)
+			continue
+		}
+		consumer.AckBatch(batch)
+	}
+	if err := consumer.Close(); err != nil {
+		log.Fatalln(err)
+	}
+}
+
+// sink stands in for a downstream service that is sometimes busy.
+type sink struct{}
+
+var errBusy = errors.New("busy")
+
+func (sink) write(msgs []*sarama.ConsumerMessage) error { return nil }
+func (sink) ready() <-chan struct{} {
+	ready := make(chan struct{})
+	close(ready)
+	return ready
+}
+
+// Back-pressure with Pause: when the downstream of a partition is busy,
+// the partition is paused (it keeps its claim, and fetches and hands out
+// nothing) while the other partitions go on; it resumes once the batch it
+// held was written. It needs a running cluster, so it has no output to
+// check.
+func ExampleConsumer_Pause() {
+	config := kafkaconsumer.NewConfig()
+	config.BatchSize = 100
+	consumer, err := kafkaconsumer.Join("my-group", kafkaconsumer.TopicSubscription("my-topic"), "localhost:2181", config)
+	if err != nil {
+		log.Fatalln(err)
+	}
+
+	var out sink
+	var retries sync.WaitGroup
+	for batch := range consumer.Batches() {
+		err := out.write(batch.Messages)
+		if !errors.Is(err, errBusy) {
+			consumer.AckBatch(batch) // written (or dropped: log other errors here)
+			continue
+		}
+		if err := consumer.Pause(batch.Topic, batch.Partition); err != nil {
+			log.Println(err) // the partition left this instance: its next owner consumes the batch again
+			continue
+		}
+		retries.Add(1)
+		go func() {
+			defer retries.Done()
+			for errors.Is(out.write(batch.Messages), errBusy) {
+				<-out.ready()
+			}
+			consumer.AckBatch(batch)
+			if err := consumer.Resume(batch.Topic, batch.Partition); err != nil {
+				log.Println(err)
+			}
+		}()
+	}
+	retries.Wait()
+	if err := consumer.Close(); err != nil {
+		log.Fatalln(err)
+	}
+}

@@ -6,6 +6,7 @@ package kafkaconsumer
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"log"
 	"math/rand"
@@ -41,7 +42,10 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 //	C                         closed cleanly (after SIGTERM)
 //
 // With KC_WORKERS > 0 it processes messages in that many workers with random
-// delays up to KC_DELAY, so acks come out of order.
+// delays up to KC_DELAY, so acks come out of order. With KC_BATCH > 0 it
+// reads batches of up to that many messages (linger 10 ms), and acks each
+// batch with AckBatch (without workers). With KC_SHUTDOWN set, SIGTERM
+// calls Shutdown with a context of that duration instead of Interrupt.
 func childMain() int {
 	out, err := os.OpenFile(os.Getenv("KC_OUT"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -61,6 +65,10 @@ func childMain() int {
 	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
 	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
+	if n, _ := strconv.Atoi(os.Getenv("KC_BATCH")); n > 0 {
+		config.BatchSize = n
+		config.BatchLinger = 10 * time.Millisecond
+	}
 	config.OnRebalance = func(r Rebalance) {
 		for _, tp := range r.Revoked {
 			writeLine("R %s %d", tp.Topic, tp.Partition)
@@ -83,9 +91,18 @@ func childMain() int {
 	}
 	writeLine("J %s", consumer.(*consumerManager).instance.ID)
 
+	shutdown := envDuration("KC_SHUTDOWN", 0)
 	go func() {
 		<-signals
-		consumer.Interrupt()
+		if shutdown == 0 {
+			consumer.Interrupt()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shutdown)
+		defer cancel()
+		if err := consumer.Shutdown(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "shutdown:", err)
+		}
 	}()
 	go func() {
 		for err := range consumer.Errors() {
@@ -110,12 +127,27 @@ func childMain() int {
 			}
 		}(int64(i))
 	}
-	for msg := range consumer.Messages() {
+	handle := func(msg *sarama.ConsumerMessage) {
 		writeLine("M %s", msg.Value)
 		if workers > 0 {
 			work <- msg
-		} else {
-			consumer.Ack(msg)
+		}
+	}
+	if config.BatchSize > 0 {
+		for b := range consumer.Batches() {
+			for _, msg := range b.Messages {
+				handle(msg)
+			}
+			if workers == 0 {
+				consumer.AckBatch(b)
+			}
+		}
+	} else {
+		for msg := range consumer.Messages() {
+			handle(msg)
+			if workers == 0 {
+				consumer.Ack(msg)
+			}
 		}
 	}
 	close(work)
@@ -154,6 +186,8 @@ type childOptions struct {
 	maxProcessing time.Duration
 	workers       int
 	delay         time.Duration
+	batch         int           // KC_BATCH: batches of up to this many messages
+	shutdown      time.Duration // KC_SHUTDOWN: SIGTERM calls Shutdown with this deadline
 }
 
 // startChild starts a consumer process; the test's cleanup kills it if it
@@ -172,6 +206,8 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_MAX_PROCESSING="+opts.maxProcessing.String(),
 		"KC_WORKERS="+strconv.Itoa(opts.workers),
 		"KC_DELAY="+opts.delay.String(),
+		"KC_BATCH="+strconv.Itoa(opts.batch),
+		"KC_SHUTDOWN="+opts.shutdown.String(),
 	)
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {

@@ -324,6 +324,10 @@ func (cm *consumerManager) takeBackUnread() {
 			if pm := (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]; pm != nil {
 				pm.unhand(msg.Offset)
 			}
+		case b := <-cm.batches: // taken back whole: unhand forgets what follows its first message
+			if pm := (*cm.pms.Load())[topicPartition{topic: b.Topic, partition: b.Partition}]; pm != nil {
+				pm.unhand(b.Messages[0].Offset)
+			}
 		default:
 			return
 		}

@@ -44,6 +44,9 @@ const (
 // While it runs, the partition manager is handing out (handingOut); the
 // fence's raise waits until no partition manager is.
 func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
+	if pm.parent.config.BatchSize > 0 {
+		return pm.consumeBatches(pc)
+	}
 	pm.setHandingOut(true)
 	defer pm.setHandingOut(false)
 	raised, _ := pm.parent.fence.channels()
@@ -122,6 +125,8 @@ type handOut struct {
 	in     <-chan *sarama.ConsumerMessage // the partition consumer's messages
 	errs   <-chan *sarama.ConsumerError   // its errors; nil once it closed them
 	out    chan<- *sarama.ConsumerMessage // the consumer's Messages channel
+	// batches is the consumer's Batches channel (consumeBatches).
+	batches chan<- *Batch
 	batch  []*sarama.ConsumerMessage      // received, not handed out yet
 	closed bool                           // the partition consumer closed in
 	killed bool                           // the tomb is dying
@@ -193,7 +198,8 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 // enter records the first messages of batch as handed out, as many as
 // MaxPendingAcks leaves room for, under one lock. It returns how many, and
 // lastHandedOut before them. With no room it pauses the partition: an ack
-// wakes the consume loop when there is (waiting). While the instance is
+// wakes the consume loop when there is (waiting). A partition paused by
+// Pause takes none, until Resume wakes the loop. While the instance is
 // fenced, or the claim is lost, it records nothing and returns -1: the
 // check is under the lock that takeBackUnread's unhand takes, so nothing
 // enters after the fence's raise took messages back.
@@ -208,6 +214,11 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 			pm.parent.fence.raise()
 		}
 		return -1, 0
+	}
+	if pm.userPaused { // Pause: Resume wakes the consume loop
+		pm.waiting = true
+		pm.mu.Unlock()
+		return 0, 0
 	}
 	for n < len(batch) && pm.pending.push(batch[n].Offset) {
 		n++

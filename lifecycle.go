@@ -77,18 +77,21 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	}
 
 	cm := &consumerManager{
-		config:       &cfg,
-		dialer:       dialer,
-		log:          logger,
-		autoCommit:   config.Consumer.Offsets.AutoCommit.Enable,
-		group:        group,
-		subscription: subscription,
-		zkConn:       sessionConn{probe},
-		messages:     make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
-		errors:       make(chan error, cfg.ChannelBufferSize),
-		hurry:        make(chan struct{}),
-		firstRound:   make(chan struct{}),
-		claims:       make(chan struct{}, 1),
+		config:         &cfg,
+		dialer:         dialer,
+		log:            logger,
+		autoCommit:     config.Consumer.Offsets.AutoCommit.Enable,
+		group:          group,
+		subscription:   subscription,
+		zkConn:         sessionConn{probe},
+		messages:       make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
+		batches:        make(chan *Batch, batchBuffer),
+		closedMessages: make(chan *sarama.ConsumerMessage),
+		closedBatches:  make(chan *Batch),
+		errors:         make(chan error, cfg.ChannelBufferSize),
+		hurry:          make(chan struct{}),
+		firstRound:     make(chan struct{}),
+		claims:         make(chan struct{}, 1),
 
 		negotiated:     negotiated,
 		zkStateChanged: states,
@@ -96,7 +99,12 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		fenceBase:      time.Now(),
 	}
 	cm.pms.Store(&partitionManagers{})
+	close(cm.closedMessages)
+	close(cm.closedBatches)
 	cm.watches.log = logger
+	if cfg.hooks != nil {
+		cm.watches.missingTopic = cfg.hooks.missingTopic
+	}
 
 	if err := cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
 		cm.closeConnections()
@@ -253,6 +261,8 @@ func (cm *consumerManager) shutdown() {
 			select {
 			case msg := <-cm.messages:
 				cm.withdraw(msg)
+			case b := <-cm.batches:
+				cm.withdrawBatch(b)
 			case <-stop:
 				return
 			}
@@ -271,6 +281,9 @@ func (cm *consumerManager) shutdown() {
 	for len(cm.messages) > 0 {
 		<-cm.messages // no partition manager is left to account for them
 	}
+	for len(cm.batches) > 0 {
+		<-cm.batches
+	}
 	if left := cm.releaseOrphans(); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))
 	}
@@ -279,6 +292,7 @@ func (cm *consumerManager) shutdown() {
 	errs = append(errs, cm.closeConnections()...)
 	cm.stopMetadataPoller() // after the client closed, which ends a request in flight
 	close(cm.messages)
+	close(cm.batches)
 	close(cm.errors)
 	cm.t.Kill(errors.Join(errs...))
 }

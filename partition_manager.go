@@ -71,6 +71,11 @@ type partitionManager struct {
 	// and an ack or withdrawal resolves a pending message.
 	wake chan struct{}
 
+	// pauseMu orders Pause and Resume with each other and with the start
+	// of a partition consumer, so that the partition consumer ends up
+	// paused exactly when userPaused is set. Taken before mu.
+	pauseMu sync.Mutex
+
 	mu sync.Mutex // guards the fields below, shared with Ack's goroutines
 	// pending is the ack bookkeeping of the handed-out messages.
 	pending *pendingAcks
@@ -97,6 +102,9 @@ type partitionManager struct {
 	// paused is set while MaxPendingAcks messages are pending, so that
 	// nothing more is handed out.
 	paused bool
+	// userPaused is set between Pause and Resume: the partition's
+	// consumer is paused (it fetches nothing) and enter takes nothing.
+	userPaused bool
 	// handingOut is set while consume runs (see takeBackAll).
 	handingOut bool
 	// lost is set when the claim went with an expired ZooKeeper session,
@@ -130,6 +138,7 @@ func (pm *partitionManager) stats() PartitionStats {
 		TopicPartition: pm.public(),
 		Claimed:        pm.claimed,
 		Paused:         pm.paused,
+		PausedByUser:   pm.userPaused,
 		LastHandedOut:  pm.lastHandedOut,
 		LastAcked:      pm.lastAcked,
 		HandedOut:      pm.handedOut,

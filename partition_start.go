@@ -137,9 +137,15 @@ func (pm *partitionManager) startConsumer() sarama.PartitionConsumer {
 	for attempt := 0; ; attempt++ {
 		offset, pc, err := pm.tryStartConsumer()
 		if err == nil {
+			pm.pauseMu.Lock()
 			pm.mu.Lock()
 			pm.pc = pc
+			paused := pm.userPaused
 			pm.mu.Unlock()
+			if paused {
+				pc.Pause()
+			}
+			pm.pauseMu.Unlock()
 			pm.logf(slog.LevelDebug, "Consuming from offset %d.", offset)
 			return pc
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -131,30 +132,52 @@ func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 	}
 	sort.Strings(names)
 
-	cache.begin()
-	var (
-		result  kazoo.PartitionList
-		missing bool
-	)
-	for _, name := range names {
-		partitions, err := cache.watchTopic(kz, name)
-		if errors.Is(err, samuelzk.ErrNoNode) {
-			cache.logf(slog.LevelWarn, "Topic %s of the subscription does not exist; skipping it until it is created.", name)
-			missing = true
-			continue
-		} else if err != nil {
-			return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", name, convertError(err))
+	for {
+		cache.begin()
+		var (
+			result  kazoo.PartitionList
+			missing []string
+		)
+		for _, name := range names {
+			partitions, err := cache.watchTopic(kz, name)
+			if errors.Is(err, samuelzk.ErrNoNode) {
+				missing = append(missing, name)
+				if cache.missingTopic != nil {
+					cache.missingTopic(name)
+				}
+				continue
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", name, convertError(err))
+			}
+			result = append(result, partitions...)
 		}
-		result = append(result, partitions...)
-	}
-	if missing {
+		if len(missing) == 0 {
+			return result, cache.end(), nil
+		}
 		// A missing topic has no node to watch: watch the topic list, so
-		// that its creation wakes the manager.
-		if _, err := cache.watchTopics(kz); err != nil {
+		// that its creation wakes the manager. A topic created after its
+		// read and before this watch would not: read again then.
+		topics, err := cache.watchTopics(kz)
+		if err != nil {
 			return nil, nil, fmt.Errorf("watch topic list: %w", convertError(err))
 		}
+		if !anyListed(topics, missing) {
+			for _, name := range missing {
+				cache.logf(slog.LevelWarn, "Topic %s of the subscription does not exist; skipping it until it is created.", name)
+			}
+			return result, cache.end(), nil
+		}
 	}
-	return result, cache.end(), nil
+}
+
+// anyListed reports whether one of names is in topics.
+func anyListed(topics kazoo.TopicList, names []string) bool {
+	for _, topic := range topics {
+		if slices.Contains(names, topic.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // JSON implements Subscription.
@@ -289,6 +312,9 @@ type watchCache struct {
 	log *slog.Logger
 
 	topics map[string]*pendingWatch // topic name -> the watch on its node
+	// missingTopic, when set (a test hook), is called when a topic of a
+	// static subscription is found missing, before the topic list's watch.
+	missingTopic func(topic string)
 	list   *pendingWatch            // the watch on the topic list, or nil
 
 	round uint64          // counts the rounds; a topic watch not used in the last one is dropped

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,4 +277,35 @@ func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 			t.Errorf("internal topic %s is consumed", s.Topic)
 		}
 	}
+}
+
+// TestIntegrationTopicCreatedWhileFoundMissing: a topic of the
+// subscription that is created after the manager found it missing and
+// before it set the watch on the topic list is consumed. The watch is set
+// after the creation, so it does not fire for it: before, the topic was
+// noticed only at the next change of the topic list, which may never
+// come (found by TestFaultCloseWhilePartitionsStart, which creates the
+// topic right after Join).
+func TestIntegrationTopicCreatedWhileFoundMissing(t *testing.T) {
+	needCluster(t)
+	verifyNoClusterLeaks(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("it-created-missing")
+	created := make(chan error, 1)
+	var once sync.Once
+	config := testConfig()
+	config.hooks = &testHooks{missingTopic: func(name string) {
+		once.Do(func() {
+			created <- admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
+		})
+	}}
+	c := joinWithCleanup(t, uniqueName("it.created.missing"), TopicSubscription(topic), config)
+	col := collect(c, nil)
+	if err := receiveWithin(t, (<-chan error)(created), "creation of the missing topic"); err != nil {
+		t.Fatal(err)
+	}
+	values := produce(t, client, topic, "v", 5)
+	waitFor(t, 30*time.Second, "the messages of the topic created meanwhile", func() bool { return col.has(values) })
+	col.close(t)
 }

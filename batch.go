@@ -1,0 +1,215 @@
+package kafkaconsumer
+
+// Batches (Config.BatchSize): the Batch type, the Batches channel, AckBatch,
+// and the hand-out loop of a partition in batches (consumeBatches), beside
+// the per-message one of handout.go.
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Batch is messages of one partition, in offset order, handed out together
+// on Consumer.Batches when Config.BatchSize is set. Each message is acked
+// as one from Messages would be: with Consumer.Ack, in any order, or all at
+// once with Consumer.AckBatch. The consumer does not touch a Batch after
+// handing it out; Messages is the user's to keep.
+type Batch struct {
+	Topic     string
+	Partition int32
+	// Messages holds between 1 and Config.BatchSize messages, in offset
+	// order (consecutive, but for offsets the log no longer holds:
+	// compaction, transaction markers).
+	Messages []*sarama.ConsumerMessage
+
+	pm *partitionManager // the partition manager that handed it out
+}
+
+// batchBuffer is the capacity of the Batches channel: a partition prepares
+// its next batch while these wait, and Close takes them back unread.
+const batchBuffer = 4
+
+// Batches implements Consumer.
+func (cm *consumerManager) Batches() <-chan *Batch {
+	if cm.config.BatchSize == 0 {
+		cm.misuse.Do(func() {
+			cm.logf(slog.LevelError, "Batches() called on a consumer that hands out single messages (Config.BatchSize is 0): it returns a closed channel; read Messages(), or set BatchSize.")
+		})
+		return cm.closedBatches
+	}
+	return cm.batches
+}
+
+// AckBatch implements Consumer.
+func (cm *consumerManager) AckBatch(b *Batch) {
+	if b == nil || len(b.Messages) == 0 {
+		return
+	}
+	pm := b.pm
+	if pm == nil || pm.parent != cm { // not a batch of this consumer's
+		for _, msg := range b.Messages {
+			cm.Ack(msg)
+		}
+		return
+	}
+	if pm.retired.Load() {
+		cm.logf(slog.LevelDebug, "Acked a batch of %s/%d, but this instance does not run that partition any more.", b.Topic, b.Partition)
+		return
+	}
+	pm.mu.Lock()
+	for _, msg := range b.Messages {
+		if known, _ := pm.pending.ack(msg.Offset); known {
+			pm.acked++
+			pm.lastAcked = max(pm.lastAcked, msg.Offset)
+		}
+	}
+	wake := pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		pm.notify()
+	}
+}
+
+// withdrawBatch takes back a batch that was handed out but never received,
+// at Close (see withdraw).
+func (cm *consumerManager) withdrawBatch(b *Batch) {
+	for _, msg := range b.Messages {
+		cm.withdraw(msg)
+	}
+}
+
+// consumeBatches is consume (handout.go) for a consumer set to batches: it
+// hands messages of pc out in batches on the Batches channel. A batch is
+// what receive took (the first message waited for, then what pc has
+// ready), filled up to BatchSize for at most BatchLinger; enter takes as
+// many as MaxPendingAcks leaves room for, and a paused partition (Pause)
+// none. Batches are made only here, one allocation of the slice and one
+// of the Batch each; the per-message path (consume) is left as it was.
+func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeEnd {
+	pm.setHandingOut(true)
+	defer pm.setHandingOut(false)
+	cm := pm.parent
+	raised, _ := cm.fence.channels()
+	h := &handOut{
+		pm:      pm,
+		dying:   pm.t.Dying(),
+		fence:   raised,
+		in:      pc.Messages(),
+		errs:    pc.Errors(),
+		batches: cm.batches,
+		batch:   make([]*sarama.ConsumerMessage, 0, cm.config.BatchSize),
+	}
+	var linger *time.Timer
+	if cm.config.BatchLinger > 0 {
+		linger = time.NewTimer(time.Hour)
+		linger.Stop()
+		defer linger.Stop()
+	}
+	for {
+		switch {
+		case len(h.batch) == 0 && h.closed:
+			return consumeClosed
+		case len(h.batch) == 0:
+			if !h.receive() || !h.fill(linger, cm.config.BatchLinger) {
+				return h.end()
+			}
+		default:
+			h.topUp() // what a cut batch left, with what is ready since
+		}
+		n, before := pm.enter(h.batch)
+		if n < 0 {
+			return consumeFenced
+		}
+		if n == 0 {
+			if !h.waitForRoom() {
+				return h.end()
+			}
+			continue
+		}
+		if !h.sendBatch(n, before) {
+			return h.end()
+		}
+		h.batch = h.batch[:copy(h.batch, h.batch[n:])]
+	}
+}
+
+// topUp adds to the batch what the partition consumer has ready, without
+// waiting, up to the batch's capacity.
+func (h *handOut) topUp() {
+	for !h.closed && len(h.batch) < cap(h.batch) {
+		select {
+		case msg, ok := <-h.in:
+			if !ok {
+				h.closed = true
+				return
+			}
+			h.batch = append(h.batch, msg)
+		default:
+			return
+		}
+	}
+}
+
+// fill waits, while the batch is not full, for more messages until linger
+// has passed (timer is its timer; nil for no wait). It reports false when
+// killed or fenced first.
+func (h *handOut) fill(timer *time.Timer, linger time.Duration) bool {
+	if timer == nil || h.closed || len(h.batch) == cap(h.batch) {
+		return true
+	}
+	timer.Reset(linger)
+	defer timer.Stop()
+	for len(h.batch) < cap(h.batch) {
+		select {
+		case msg, ok := <-h.in:
+			if !ok {
+				h.closed = true
+				return true
+			}
+			h.batch = append(h.batch, msg)
+		case <-timer.C:
+			return true
+		case <-h.dying:
+			h.killed = true
+			return false
+		case <-h.fence:
+			h.fencedOut = true
+			return false
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+	return true
+}
+
+// sendBatch hands out the first n messages of the batch as one Batch,
+// forwarding errors while the Batches channel is full. Killed or fenced
+// first, it takes them back (before is lastHandedOut before them) and
+// reports false.
+func (h *handOut) sendBatch(n int, before int64) bool {
+	msgs := make([]*sarama.ConsumerMessage, n)
+	copy(msgs, h.batch[:n])
+	b := &Batch{Topic: h.pm.tp.topic, Partition: h.pm.tp.partition, Messages: msgs, pm: h.pm}
+	select {
+	case h.batches <- b:
+		return true
+	default:
+	}
+	for {
+		select {
+		case h.batches <- b:
+			return true
+		case <-h.dying:
+			h.killed = true
+		case <-h.fence:
+			h.fencedOut = true
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+			continue
+		}
+		h.pm.takeBack(msgs[0].Offset, before)
+		return false
+	}
+}
