@@ -154,7 +154,7 @@ type consumerManager struct {
 	closedMessages chan *sarama.ConsumerMessage
 	closedBatches  chan *Batch
 	misuse         sync.Once
-	errors   chan error                   // closed by shutdown, after every sender stopped
+	errors         chan error // closed by shutdown, after every sender stopped
 }
 
 // Messages implements Consumer.

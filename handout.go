@@ -119,17 +119,17 @@ func (pm *partitionManager) setHandingOut(on bool) {
 // handOut is the state of one consume loop. Its channels are read once, up
 // front: tomb.v1's Dying takes a mutex on every call.
 type handOut struct {
-	pm     *partitionManager
-	dying  <-chan struct{}                // the partition manager's tomb
-	fence  <-chan struct{}                // closed when the fence goes up
-	in     <-chan *sarama.ConsumerMessage // the partition consumer's messages
-	errs   <-chan *sarama.ConsumerError   // its errors; nil once it closed them
-	out    chan<- *sarama.ConsumerMessage // the consumer's Messages channel
+	pm    *partitionManager
+	dying <-chan struct{}                // the partition manager's tomb
+	fence <-chan struct{}                // closed when the fence goes up
+	in    <-chan *sarama.ConsumerMessage // the partition consumer's messages
+	errs  <-chan *sarama.ConsumerError   // its errors; nil once it closed them
+	out   chan<- *sarama.ConsumerMessage // the consumer's Messages channel
 	// batches is the consumer's Batches channel (consumeBatches).
 	batches chan<- *Batch
-	batch  []*sarama.ConsumerMessage      // received, not handed out yet
-	closed bool                           // the partition consumer closed in
-	killed bool                           // the tomb is dying
+	batch   []*sarama.ConsumerMessage // received, not handed out yet
+	closed  bool                      // the partition consumer closed in
+	killed  bool                      // the tomb is dying
 
 	fencedOut bool // the fence went up
 }

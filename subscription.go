@@ -315,7 +315,7 @@ type watchCache struct {
 	// missingTopic, when set (a test hook), is called when a topic of a
 	// static subscription is found missing, before the topic list's watch.
 	missingTopic func(topic string)
-	list   *pendingWatch            // the watch on the topic list, or nil
+	list         *pendingWatch // the watch on the topic list, or nil
 
 	round uint64          // counts the rounds; a topic watch not used in the last one is dropped
 	used  []*pendingWatch // the watches of the round, in the order of merge's cases
