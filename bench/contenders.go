@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +20,14 @@ const (
 	saramaGroup   = "sarama-group"
 	franzGo       = "franz-go"
 	kafkaConsumer = "kafkaconsumer"
+	// kafkaConsumerBatch is kafkaconsumer set to batches (Config.BatchSize
+	// batchSize), acking each batch with AckBatch; throughput workloads
+	// only.
+	kafkaConsumerBatch = "kafkaconsumer-batch"
 )
+
+// batchSize is the Config.BatchSize of kafkaconsumer-batch.
+const batchSize = 1000
 
 // rawFanIn is a diagnostic contender, run only when named in -contenders:
 // sarama-raw whose partition goroutines forward every message into one
@@ -28,10 +36,14 @@ const (
 const rawFanIn = "sarama-fanin"
 
 // allContenders are the contenders run by default.
-var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer}
+var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerBatch}
 
 // tableOrder is the order of the table rows.
 var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer}
+
+// throughputOrder is the order of the throughput tables' rows: the batch
+// contender runs there only.
+var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch)
 
 // groupContenders are those that coordinate a group (workload 3).
 var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer}
@@ -62,6 +74,8 @@ func startInstance(spec *childSpec, share int, h handler) (instance, error) {
 		return startFranz(spec, h)
 	case kafkaConsumer:
 		return startOurs(spec, h)
+	case kafkaConsumerBatch:
+		return startOursBatches(spec, h)
 	}
 	return nil, fmt.Errorf("unknown contender %q", spec.Contender)
 }
@@ -338,6 +352,35 @@ func startOurs(spec *childSpec, h handler) (instance, error) {
 		for msg := range c.Messages() {
 			c.Ack(msg)
 			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		}
+	}()
+	return o, nil
+}
+
+// startOursBatches starts kafkaconsumer set to batches: each message goes
+// to the handler, and each batch is acked with one AckBatch.
+func startOursBatches(spec *childSpec, h handler) (instance, error) {
+	cfg := kafkaconsumer.NewConfig()
+	cfg.Offsets.Initial = saramaInitial(spec)
+	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
+	cfg.BatchSize = batchSize
+	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	if err != nil {
+		return nil, err
+	}
+	o := &oursInstance{c: c, done: make(chan struct{})}
+	go func() {
+		for err := range c.Errors() {
+			log.Printf("kafkaconsumer: %v", err)
+		}
+	}()
+	go func() {
+		defer close(o.done)
+		for b := range c.Batches() {
+			c.AckBatch(b)
+			for _, msg := range b.Messages {
+				h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+			}
 		}
 	}()
 	return o, nil

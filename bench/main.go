@@ -109,8 +109,8 @@ func main() {
 		}
 	}
 	for _, c := range o.contenders {
-		if !slices.Contains(tableOrder, c) {
-			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(tableOrder, ", "))
+		if !slices.Contains(throughputOrder, c) {
+			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(throughputOrder, ", "))
 		}
 	}
 	if o.runs < 1 {
@@ -316,7 +316,7 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 		Instances:  instances,
 	}
 	byContender := map[string][]childResult{}
-	cs := contendersFor(o, tableOrder)
+	cs := contendersFor(o, throughputOrder)
 	for run := range o.runs {
 		for _, c := range rotate(cs, run) {
 			spec := baseSpec(cl, o, "drain")
