@@ -101,6 +101,11 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		batches: cm.batches,
 		batch:   make([]*sarama.ConsumerMessage, 0, cm.config.BatchSize),
 	}
+	receive, fill, topUp := h.receive, h.fill, h.topUp
+	if f, ok := pc.(*batchFetcher); ok {
+		h.slabs = f.slabs
+		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
+	}
 	var linger *time.Timer
 	if cm.config.BatchLinger > 0 {
 		linger = time.NewTimer(time.Hour)
@@ -109,14 +114,14 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 	}
 	for {
 		switch {
-		case len(h.batch) == 0 && h.closed:
+		case len(h.batch) == 0 && h.closed && len(h.slab) == 0:
 			return consumeClosed
 		case len(h.batch) == 0:
-			if !h.receive() || !h.fill(linger, cm.config.BatchLinger) {
+			if !receive() || !fill(linger, cm.config.BatchLinger) {
 				return h.end()
 			}
 		default:
-			h.topUp() // what a cut batch left, with what is ready since
+			topUp() // what a cut batch left, with what is ready since
 		}
 		n, before := pm.enter(h.batch)
 		if n < 0 {
@@ -133,6 +138,93 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		}
 		h.batch = h.batch[:copy(h.batch, h.batch[n:])]
 	}
+}
+
+// receiveSlab is receive for a batch fetcher: it fills the empty batch
+// from the fetched slabs, waiting for one when none is left. It reports
+// false, with nothing in the batch, when killed, fenced, or when the
+// fetcher stopped.
+func (h *handOut) receiveSlab() bool {
+	for len(h.slab) == 0 {
+		if h.closed {
+			return false
+		}
+		select {
+		case <-h.dying:
+			h.killed = true
+			return false
+		case <-h.fence:
+			h.fencedOut = true
+			return false
+		case slab, ok := <-h.slabs:
+			h.slab, h.closed = slab, !ok
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+	h.batch = h.batch[:0]
+	h.topUpSlabs()
+	return true
+}
+
+// takeSlab moves what fits of the current slab into the batch.
+func (h *handOut) takeSlab() {
+	n := min(len(h.slab), cap(h.batch)-len(h.batch))
+	h.batch = append(h.batch, h.slab[:n]...)
+	h.slab = h.slab[n:]
+}
+
+// topUpSlabs is topUp for a batch fetcher.
+func (h *handOut) topUpSlabs() {
+	for len(h.batch) < cap(h.batch) {
+		if len(h.slab) == 0 {
+			if h.closed {
+				return
+			}
+			select {
+			case slab, ok := <-h.slabs:
+				h.slab, h.closed = slab, !ok
+				continue
+			default:
+				return
+			}
+		}
+		h.takeSlab()
+	}
+}
+
+// fillSlabs is fill for a batch fetcher.
+func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
+	if timer == nil || h.closed || len(h.batch) == cap(h.batch) {
+		return true
+	}
+	timer.Reset(linger)
+	defer timer.Stop()
+	for len(h.batch) < cap(h.batch) {
+		if len(h.slab) > 0 {
+			h.takeSlab()
+			continue
+		}
+		select {
+		case slab, ok := <-h.slabs:
+			if !ok {
+				h.closed = true
+				return true
+			}
+			h.slab = slab
+		case <-timer.C:
+			return true
+		case <-h.dying:
+			h.killed = true
+			return false
+		case <-h.fence:
+			h.fencedOut = true
+			return false
+		case err, ok := <-h.errs:
+			h.forward(err, ok)
+		}
+	}
+	return true
 }
 
 // topUp adds to the batch what the partition consumer has ready, without

@@ -127,9 +127,13 @@ type handOut struct {
 	out   chan<- *sarama.ConsumerMessage // the consumer's Messages channel
 	// batches is the consumer's Batches channel (consumeBatches).
 	batches chan<- *Batch
-	batch   []*sarama.ConsumerMessage // received, not handed out yet
-	closed  bool                      // the partition consumer closed in
-	killed  bool                      // the tomb is dying
+	// slabs are a batch fetcher's responses, instead of in; slab is
+	// what is left of the last one (consumeBatches).
+	slabs  <-chan []*sarama.ConsumerMessage
+	slab   []*sarama.ConsumerMessage
+	batch  []*sarama.ConsumerMessage // received, not handed out yet
+	closed bool                      // the partition consumer closed in
+	killed bool                      // the tomb is dying
 
 	fencedOut bool // the fence went up
 }

@@ -47,6 +47,10 @@ type partitionManager struct {
 	parent *consumerManager
 	tp     topicPartition
 	log    *slog.Logger // the consumer's, with the partition's attributes
+	// legacyRecords is set by run when its batch fetcher met a message
+	// set older than record batches: its partition consumers are
+	// sarama's from then on (see batchFetcher).
+	legacyRecords bool
 	// hold: run claims the partition and keeps the claim until killed,
 	// but consumes nothing. In a group with instances of the original
 	// library, whose white and black lists select Kafka's internal topics,

@@ -85,6 +85,13 @@ func (pm *partitionManager) consumeUntilKilled() {
 		pm.mu.Lock()
 		pm.pc = nil
 		pm.mu.Unlock()
+		if f, ok := pc.(*batchFetcher); ok && end == consumeClosed {
+			<-f.done
+			if f.legacy {
+				pm.legacyRecords = true
+				pm.logf(slog.LevelInfo, "The partition holds messages older than record batches (Kafka 0.11's format): fetching with sarama's partition consumer from here on.")
+			}
+		}
 		if end != consumeClosed {
 			pm.parent.closeInBackground(pc)
 			if end == consumeKilled {
@@ -307,11 +314,22 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		err error
 	}
 	cm, dying := pm.parent, pm.t.Dying()
+	version, batchFetch := batchFetchVersion(cm.config.Config)
+	batchFetch = batchFetch && cm.config.BatchSize > 0 && !pm.legacyRecords
 	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
 	cm.closers.Add(1)
 	go func() { // owned by closeKafka, which waits for closers
 		defer cm.closers.Done()
-		pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+		var pc sarama.PartitionConsumer
+		var err error
+		if batchFetch {
+			var f *batchFetcher
+			if f, err = startBatchFetcher(cm.fetcherOf(pm.tp).client, cm.config.Config, pm.tp, offset, version); err == nil {
+				pc = f
+			}
+		} else {
+			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+		}
 		select {
 		case done <- started{pc, err}:
 		case <-dying:

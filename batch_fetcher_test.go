@@ -1,0 +1,112 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// recordBatch returns a record batch of n records from offset first.
+func recordBatch(first int64, n int) *sarama.Records {
+	rb := &sarama.RecordBatch{FirstOffset: first, LastOffsetDelta: int32(n - 1), FirstTimestamp: time.Unix(100, 0)}
+	for i := range n {
+		rb.Records = append(rb.Records, &sarama.Record{OffsetDelta: int64(i), TimestampDelta: time.Duration(i) * time.Second, Value: []byte{byte(i)}})
+	}
+	return &sarama.Records{RecordBatch: rb}
+}
+
+func testFetcher(offset int64) *batchFetcher {
+	conf := sarama.NewConfig()
+	return &batchFetcher{conf: conf, tp: topicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
+}
+
+func offsets(msgs []*sarama.ConsumerMessage) []int64 {
+	var out []int64
+	for _, m := range msgs {
+		out = append(out, m.Offset)
+	}
+	return out
+}
+
+// TestBatchFetcherParse: the messages of a response from the fetch offset
+// on, in order, with their partition and timestamps; a control batch and
+// a batch that compaction emptied are skipped but moved past.
+func TestBatchFetcherParse(t *testing.T) {
+	f := testFetcher(12)
+	control := recordBatch(15, 1)
+	control.RecordBatch.Control = true
+	compacted := recordBatch(16, 4)
+	compacted.RecordBatch.Records = nil
+	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(10, 5), control, compacted, recordBatch(20, 2)}}
+	msgs, err := f.parse(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := offsets(msgs), []int64{12, 13, 14, 20, 21}; !slices.Equal(got, want) {
+		t.Fatalf("offsets %v; want %v", got, want)
+	}
+	if f.offset != 22 {
+		t.Errorf("next offset %d; want 22", f.offset)
+	}
+	if m := msgs[0]; m.Topic != "t" || m.Partition != 3 || !m.Timestamp.Equal(time.Unix(102, 0)) || m.Value[0] != 2 {
+		t.Errorf("first message %+v; want t/3 offset 12 at 102 s, value 2", m)
+	}
+
+	f = testFetcher(0)
+	empty := recordBatch(0, 3)
+	empty.RecordBatch.Records = nil
+	if msgs, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{empty}}); err != nil || len(msgs) != 0 || f.offset != 3 {
+		t.Errorf("a batch emptied by compaction: %d messages, next %d, %v; want none, 3", len(msgs), f.offset, err)
+	}
+}
+
+// TestBatchFetcherPartial: a response with only part of a batch asks for
+// a larger fetch, up to Fetch.Max; there a message is skipped with
+// ErrMessageTooLarge, as sarama's consumer does.
+func TestBatchFetcherPartial(t *testing.T) {
+	f := testFetcher(5)
+	partial := recordBatch(5, 1)
+	partial.RecordBatch.PartialTrailingRecord = true
+	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{partial}}
+	if msgs, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.conf.Consumer.Fetch.Default || f.offset != 5 {
+		t.Fatalf("partial: %d messages, fetch size %d, next %d, %v; want none, %d, 5", len(msgs), f.fetchSize, f.offset, err, 2*f.conf.Consumer.Fetch.Default)
+	}
+	f.conf.Consumer.Fetch.Max = f.fetchSize
+	if _, err := f.parse(block); !errors.Is(err, sarama.ErrMessageTooLarge) || f.offset != 6 {
+		t.Fatalf("partial at Fetch.Max: next %d, %v; want 6, ErrMessageTooLarge", f.offset, err)
+	}
+	if _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.conf.Consumer.Fetch.Default {
+		t.Errorf("after a whole batch: fetch size %d, %v; want %d", f.fetchSize, err, f.conf.Consumer.Fetch.Default)
+	}
+}
+
+// TestBatchFetcherLegacy: a legacy message set ends the fetcher, so that
+// the partition goes back to sarama's consumer.
+func TestBatchFetcherLegacy(t *testing.T) {
+	f := testFetcher(0)
+	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{{MsgSet: &sarama.MessageSet{}}}}
+	if _, err := f.parse(block); !errors.Is(err, errLegacyRecords) {
+		t.Fatalf("legacy message set: %v; want errLegacyRecords", err)
+	}
+}
+
+// TestBatchFetchVersion: batch fetchers serve Kafka 0.11 and later, read
+// uncommitted only.
+func TestBatchFetchVersion(t *testing.T) {
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V0_10_2_0
+	if _, ok := batchFetchVersion(conf); ok {
+		t.Error("batch fetcher for Kafka 0.10")
+	}
+	conf.Version = sarama.V2_8_0_0
+	if v, ok := batchFetchVersion(conf); !ok || v != 12 {
+		t.Errorf("Kafka 2.8: version %d, %v; want 12", v, ok)
+	}
+	conf.Consumer.IsolationLevel = sarama.ReadCommitted
+	if _, ok := batchFetchVersion(conf); ok {
+		t.Error("batch fetcher for read committed")
+	}
+}
