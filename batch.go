@@ -103,7 +103,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 	}
 	receive, fill, topUp := h.receive, h.fill, h.topUp
 	if f, ok := pc.(*batchFetcher); ok {
-		h.slabs = f.slabs
+		h.slabs, h.fetcher = f.slabs, f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
 	}
 	var linger *time.Timer
@@ -158,6 +158,7 @@ func (h *handOut) receiveSlab() bool {
 			return false
 		case slab, ok := <-h.slabs:
 			h.slab, h.closed = slab, !ok
+			h.fetcher.taken()
 		case err, ok := <-h.errs:
 			h.forward(err, ok)
 		}
@@ -184,6 +185,7 @@ func (h *handOut) topUpSlabs() {
 			select {
 			case slab, ok := <-h.slabs:
 				h.slab, h.closed = slab, !ok
+				h.fetcher.taken()
 				continue
 			default:
 				return
@@ -212,6 +214,7 @@ func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 				return true
 			}
 			h.slab = slab
+			h.fetcher.taken()
 		case <-timer.C:
 			return true
 		case <-h.dying:

@@ -1,16 +1,21 @@
 package kafkaconsumer
 
-// The batch fetcher: with Config.BatchSize, a partition fetches its records
-// itself, and its partition manager receives each fetch response's
-// messages as one slice, instead of one message at a time from sarama's
-// partition consumer, whose goroutine sends every message on a channel of
-// its own. It serves record batches (Kafka 0.11's message format v2) read
-// uncommitted; a partition that meets the older message sets goes back to
-// sarama's partition consumer, and so does a consumer that reads
-// committed (sarama filters the aborted transactions).
+// The batch fetchers: with Config.BatchSize, the partitions fetch their
+// records themselves, and each partition manager receives the messages of
+// a fetch response as one slice (a slab), instead of one message at a
+// time from sarama's partition consumer, whose goroutine sends every
+// message on a channel of its own. As sarama's consumer does, one loop per
+// broker fetches all its partitions in one request (fetchHub, brokerLoop):
+// Kafka answers the requests of a connection one at a time, and a request
+// of a partition with nothing new would hold the others up to
+// Consumer.MaxWaitTime. It serves record batches (Kafka 0.11's message
+// format v2) read uncommitted; a partition that meets an older message set
+// goes back to sarama's partition consumer, and so does a consumer that
+// reads committed (sarama filters the aborted transactions).
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -23,8 +28,8 @@ import (
 // record batches.
 var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming with sarama's partition consumer")
 
-// batchFetchVersion returns the Fetch request version that a batch fetcher
-// sends (the highest that conf.Version allows, as sarama's consumer picks
+// batchFetchVersion returns the Fetch request version that batch fetchers
+// send (the highest that conf.Version allows, as sarama's consumer picks
 // it), and whether batch fetchers serve conf at all: record batches need
 // version 4 (Kafka 0.11), and only read uncommitted is served.
 func batchFetchVersion(conf *sarama.Config) (int16, bool) {
@@ -50,45 +55,243 @@ func batchFetchVersion(conf *sarama.Config) (int16, bool) {
 	return 0, false
 }
 
-// batchFetcher fetches one partition from its leader, in a goroutine of its
-// own (run), and sends the messages of each response on slabs. It
+// fetchHub runs the broker loops of one sarama client: a loop per broker
+// that leads a partition of a batch fetcher. Owned by the consumer
+// manager: closeKafka stops it after the batch fetchers ended.
+type fetchHub struct {
+	client  sarama.Client
+	conf    *sarama.Config
+	version int16
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	loops map[int32]*brokerLoop // by broker ID; a loop removes itself when it has no partition left
+	stop  chan struct{}         // closed by close
+	wg    sync.WaitGroup        // the loops
+}
+
+func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, log *slog.Logger) *fetchHub {
+	return &fetchHub{client: client, conf: conf, version: version, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
+}
+
+// close stops the loops and waits for them (a fetch in flight completes
+// first, or fails when closeKafka cuts the connections).
+func (h *fetchHub) close() {
+	h.mu.Lock()
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// subscribe adds f to the loop of broker, starting the loop if none runs.
+// It reports false when the hub is closed.
+func (h *fetchHub) subscribe(f *batchFetcher, broker *sarama.Broker) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.stop:
+		return false
+	default:
+	}
+	l := h.loops[broker.ID()]
+	if l == nil {
+		l = &brokerLoop{hub: h, broker: broker, wake: make(chan struct{}, 1)}
+		h.loops[broker.ID()] = l
+		h.wg.Add(1)
+		go l.run() // owned by the hub: close stops it and waits
+	}
+	l.added = append(l.added, f)
+	f.loop.Store(l)
+	l.notify()
+	return true
+}
+
+// brokerLoop fetches the partitions that broker leads, for the batch
+// fetchers subscribed to it, in one request at a time, and hands each its
+// messages. A partition is in a request only while it is not paused and
+// its partition manager took its last slab; an error of a partition
+// (moved leader, offset out of range) or of the request unsubscribes the
+// partitions it concerns, which subscribe again after a backoff (see
+// batchFetcher.run).
+type brokerLoop struct {
+	hub    *fetchHub
+	broker *sarama.Broker
+	wake   chan struct{}   // a token, without blocking the sender, when the loop may have a request to send
+	added  []*batchFetcher // guarded by hub.mu: subscribed, not taken by the loop yet
+	subs   []*batchFetcher // the loop's
+}
+
+// notify wakes the loop.
+func (l *brokerLoop) notify() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *brokerLoop) run() {
+	defer l.hub.wg.Done()
+	var ready []*batchFetcher
+	for {
+		l.hub.mu.Lock()
+		l.subs = append(l.subs, l.added...)
+		l.added = nil
+		if len(l.subs) == 0 {
+			delete(l.hub.loops, l.broker.ID())
+			l.hub.mu.Unlock()
+			return
+		}
+		l.hub.mu.Unlock()
+
+		live := l.subs[:0]
+		ready = ready[:0]
+		for _, f := range l.subs {
+			if f.isDying() {
+				f.loop.Store(nil)
+				continue
+			}
+			live = append(live, f)
+			if !f.paused.Load() && len(f.slabs) == 0 {
+				ready = append(ready, f)
+			}
+		}
+		clear(l.subs[len(live):])
+		l.subs = live
+		if len(ready) == 0 {
+			select {
+			case <-l.wake:
+			case <-l.hub.stop:
+				return
+			}
+			continue
+		}
+		select {
+		case <-l.hub.stop:
+			return
+		default:
+		}
+		l.fetch(ready)
+	}
+}
+
+// fetch sends one request for the ready fetchers, and hands each its
+// messages or its error.
+func (l *brokerLoop) fetch(ready []*batchFetcher) {
+	conf := l.hub.conf
+	req := &sarama.FetchRequest{
+		MinBytes:    conf.Consumer.Fetch.Min,
+		MaxWaitTime: int32(conf.Consumer.MaxWaitTime / time.Millisecond),
+		MaxBytes:    conf.Consumer.Fetch.MaxBytes,
+		Version:     l.hub.version,
+		Isolation:   sarama.ReadUncommitted,
+	}
+	if req.Version >= 7 {
+		req.SessionID, req.SessionEpoch = 0, -1 // no fetch session
+	}
+	if req.Version >= 11 {
+		req.RackID = conf.RackID
+	}
+	for _, f := range ready {
+		req.AddBlock(f.tp.topic, f.tp.partition, f.offset, f.fetchSize, -1)
+	}
+	resp, err := l.broker.Fetch(req)
+	if err != nil {
+		// sarama's broker fails every later request on a connection
+		// whose read failed: close it; the client opens it again.
+		_ = l.broker.Close()
+		for _, f := range l.subs {
+			l.drop(f, err)
+		}
+		return
+	}
+	for _, f := range ready {
+		block := resp.GetBlock(f.tp.topic, f.tp.partition)
+		switch {
+		case block == nil:
+			l.drop(f, sarama.ErrIncompleteResponse)
+			continue
+		case !errors.Is(block.Err, sarama.ErrNoError):
+			l.drop(f, block.Err)
+			continue
+		}
+		f.hwm.Store(block.HighWaterMarkOffset)
+		msgs, err := f.parse(block)
+		switch {
+		case errors.Is(err, errLegacyRecords):
+			l.drop(f, err)
+		case err != nil:
+			f.report(err) // ErrMessageTooLarge: skipped
+		case len(msgs) > 0:
+			f.deliver(msgs)
+		}
+	}
+}
+
+// drop unsubscribes f for err: f's goroutine reports it, and subscribes
+// again or ends.
+func (l *brokerLoop) drop(f *batchFetcher, err error) {
+	for i, g := range l.subs {
+		if g == f {
+			l.subs = append(l.subs[:i], l.subs[i+1:]...)
+			break
+		}
+	}
+	f.loop.Store(nil)
+	select {
+	case f.failed <- err:
+	default: // f is failing already
+	}
+}
+
+// batchFetcher is one partition of a fetchHub. Its goroutine (run)
+// subscribes it to the loop of the partition's leader, and again after an
+// error; the loop sends the messages of each response on slabs. It
 // implements sarama.PartitionConsumer, so that the partition manager runs
 // it as it runs sarama's: AsyncClose stops it, its Errors channel is
 // closed when run ends, HighWaterMarkOffset, Pause and Resume. Its
-// Messages channel is nil: consumeBatches reads slabs.
+// Messages channel is nil: consumeBatches reads slabs, and calls taken
+// after each.
 type batchFetcher struct {
-	client  sarama.Client
-	conf    *sarama.Config
-	tp      topicPartition
-	version int16
+	hub *fetchHub
+	tp  topicPartition
 
-	slabs chan []*sarama.ConsumerMessage // each response's messages, in offset order; closed when run ends
-	errs  chan *sarama.ConsumerError     // closed when run ends
-	hwm   atomic.Int64
-	// paused is set by Pause: run sends no request until Resume, which
-	// sends a token on wake.
+	// slabs carries each response's messages, in offset order; the
+	// loop sends only when it is empty (capacity 1). Closed by run when
+	// it ends, under mu, after which deliver sends nothing.
+	slabs  chan []*sarama.ConsumerMessage
+	mu     sync.Mutex
+	ended  bool
+	errs   chan *sarama.ConsumerError // closed when run ends
+	failed chan error                 // the loop's drop; capacity 1
+	hwm    atomic.Int64
 	paused atomic.Bool
-	wake   chan struct{}
-	dying  chan struct{} // closed by AsyncClose
+	loop   atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
+	dying  chan struct{}              // closed by AsyncClose
 	once   sync.Once
 	done   chan struct{} // closed when run ends
-	// legacy is set by run, before it ends, when it met a legacy message
-	// set; read after done.
+	// legacy is set by run, before it ends, when the partition holds a
+	// legacy message set; read after done.
 	legacy bool
 
-	offset    int64 // the next offset to fetch; run's
-	fetchSize int32 // run's
+	// offset is the next offset to fetch, and fetchSize the size asked
+	// for; the loop's while subscribed, run's otherwise.
+	offset    int64
+	fetchSize int32
 }
 
-// startBatchFetcher starts a batch fetcher of tp at offset, which must be
-// within the partition's log (else sarama.ErrOffsetOutOfRange), as sarama's
-// ConsumePartition checks it.
-func startBatchFetcher(client sarama.Client, conf *sarama.Config, tp topicPartition, offset int64, version int16) (*batchFetcher, error) {
-	oldest, err := client.GetOffset(tp.topic, tp.partition, sarama.OffsetOldest)
+// startBatchFetcher starts a batch fetcher of tp at offset on hub. offset
+// must be within the partition's log (else sarama.ErrOffsetOutOfRange), as
+// sarama's ConsumePartition checks it.
+func startBatchFetcher(hub *fetchHub, tp topicPartition, offset int64) (*batchFetcher, error) {
+	oldest, err := hub.client.GetOffset(tp.topic, tp.partition, sarama.OffsetOldest)
 	if err != nil {
 		return nil, err
 	}
-	newest, err := client.GetOffset(tp.topic, tp.partition, sarama.OffsetNewest)
+	newest, err := hub.client.GetOffset(tp.topic, tp.partition, sarama.OffsetNewest)
 	if err != nil {
 		return nil, err
 	}
@@ -96,119 +299,110 @@ func startBatchFetcher(client sarama.Client, conf *sarama.Config, tp topicPartit
 		return nil, sarama.ErrOffsetOutOfRange
 	}
 	f := &batchFetcher{
-		client:    client,
-		conf:      conf,
+		hub:       hub,
 		tp:        tp,
-		version:   version,
 		slabs:     make(chan []*sarama.ConsumerMessage, 1),
-		errs:      make(chan *sarama.ConsumerError, conf.ChannelBufferSize),
-		wake:      make(chan struct{}, 1),
+		errs:      make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
+		failed:    make(chan error, 1),
 		dying:     make(chan struct{}),
 		done:      make(chan struct{}),
 		offset:    offset,
-		fetchSize: conf.Consumer.Fetch.Default,
+		fetchSize: hub.conf.Consumer.Fetch.Default,
 	}
 	f.hwm.Store(newest)
 	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
 	return f, nil
 }
 
-// run fetches until AsyncClose, an offset out of range (the partition
-// manager starts again at Offsets.Initial), or a legacy message set.
-// Other errors go to errs, and the fetch is tried again after
-// Consumer.Retry.Backoff, with the partition's metadata refreshed.
+// run subscribes the fetcher to its leader's loop, and again after each
+// error the loop reports, after Consumer.Retry.Backoff and a refresh of
+// the partition's metadata, until AsyncClose, an offset out of range (the
+// partition manager starts again at Offsets.Initial), or a legacy message
+// set.
 func (f *batchFetcher) run() {
 	defer close(f.done)
 	defer close(f.errs)
-	defer close(f.slabs)
+	defer func() {
+		f.mu.Lock()
+		f.ended = true
+		close(f.slabs)
+		f.mu.Unlock()
+	}()
 	for {
-		if f.paused.Load() {
+		broker, err := f.hub.client.Leader(f.tp.topic, f.tp.partition)
+		if err == nil {
+			if !f.hub.subscribe(f, broker) {
+				return
+			}
 			select {
-			case <-f.wake:
-				continue
+			case err = <-f.failed:
 			case <-f.dying:
+				if l := f.loop.Load(); l != nil {
+					l.notify() // it drops dying fetchers
+				}
 				return
 			}
 		}
-		msgs, err := f.fetch()
 		switch {
 		case errors.Is(err, errLegacyRecords):
 			f.legacy = true
 			return
-		case err != nil:
-			if !f.report(err) || errors.Is(err, sarama.ErrOffsetOutOfRange) {
-				return
-			}
-			_ = f.client.RefreshMetadata(f.tp.topic)
-			select {
-			case <-time.After(f.conf.Consumer.Retry.Backoff):
-			case <-f.dying:
-				return
-			}
-			continue
-		case len(msgs) == 0:
-			select {
-			case <-f.dying:
-				return
-			default:
-			}
-			continue
+		case !f.report(err) || errors.Is(err, sarama.ErrOffsetOutOfRange):
+			return
 		}
+		_ = f.hub.client.RefreshMetadata(f.tp.topic)
 		select {
-		case f.slabs <- msgs:
+		case <-time.After(f.hub.conf.Consumer.Retry.Backoff):
 		case <-f.dying:
 			return
 		}
 	}
 }
 
-// report sends err on errs; it reports false when closed first.
-func (f *batchFetcher) report(err error) bool {
+// isDying reports whether AsyncClose was called.
+func (f *batchFetcher) isDying() bool {
 	select {
-	case f.errs <- &sarama.ConsumerError{Topic: f.tp.topic, Partition: f.tp.partition, Err: err}:
-		return true
 	case <-f.dying:
+		return true
+	default:
 		return false
 	}
 }
 
-// fetch sends one Fetch request to the partition's leader and returns the
-// messages of its response from offset on, and moves offset past them.
-func (f *batchFetcher) fetch() ([]*sarama.ConsumerMessage, error) {
-	broker, err := f.client.Leader(f.tp.topic, f.tp.partition)
-	if err != nil {
-		return nil, err
+// deliver sends the messages of a response; the loop calls it only when
+// slabs is empty, so it never blocks.
+func (f *batchFetcher) deliver(msgs []*sarama.ConsumerMessage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
 	}
-	req := &sarama.FetchRequest{
-		MinBytes:    f.conf.Consumer.Fetch.Min,
-		MaxWaitTime: int32(f.conf.Consumer.MaxWaitTime / time.Millisecond),
-		Version:     f.version,
-		Isolation:   sarama.ReadUncommitted,
+	select {
+	case f.slabs <- msgs:
+	default:
 	}
-	req.MaxBytes = f.conf.Consumer.Fetch.MaxBytes
-	if f.version >= 7 {
-		req.SessionID, req.SessionEpoch = 0, -1 // no fetch session
+}
+
+// taken tells the loop that the partition manager took a slab: the
+// partition is ready for the next request.
+func (f *batchFetcher) taken() {
+	if l := f.loop.Load(); l != nil {
+		l.notify()
 	}
-	if f.version >= 11 {
-		req.RackID = f.conf.RackID
+}
+
+// report sends err on errs, without blocking the loop: it is dropped when
+// errs is full. It reports false when closed.
+func (f *batchFetcher) report(err error) bool {
+	if f.isDying() {
+		return false
 	}
-	req.AddBlock(f.tp.topic, f.tp.partition, f.offset, f.fetchSize, -1)
-	resp, err := broker.Fetch(req)
-	if err != nil {
-		// sarama's broker fails every later request on a connection
-		// whose read failed: close it; the client opens it again.
-		_ = broker.Close()
-		return nil, err
+	select {
+	case f.errs <- &sarama.ConsumerError{Topic: f.tp.topic, Partition: f.tp.partition, Err: err}:
+	default:
+		logf(f.hub.log, slog.LevelWarn, "Error of %s/%d dropped (its channel is full): %s.", f.tp.topic, f.tp.partition, err)
 	}
-	block := resp.GetBlock(f.tp.topic, f.tp.partition)
-	if block == nil {
-		return nil, sarama.ErrIncompleteResponse
-	}
-	if !errors.Is(block.Err, sarama.ErrNoError) {
-		return nil, block.Err
-	}
-	f.hwm.Store(block.HighWaterMarkOffset)
-	return f.parse(block)
+	return true
 }
 
 // parse returns the messages of a response block from offset on (a batch
@@ -228,7 +422,8 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 			n += len(rb.Records)
 		}
 	}
-	slab := make([]sarama.ConsumerMessage, 0, n)
+	conf := f.hub.conf
+	slab := make([]sarama.ConsumerMessage, n)
 	msgs := make([]*sarama.ConsumerMessage, 0, n)
 	partial := block.Partial
 	next := f.offset
@@ -246,20 +441,15 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 				if offset < f.offset {
 					continue
 				}
-				timestamp := rb.FirstTimestamp.Add(rec.TimestampDelta)
+				m := &slab[len(msgs)] // written in place: no copy of the struct
+				m.Topic, m.Partition, m.Offset = f.tp.topic, f.tp.partition, offset
+				m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
 				if rb.LogAppendTime {
-					timestamp = rb.MaxTimestamp
+					m.Timestamp = rb.MaxTimestamp
+				} else {
+					m.Timestamp = rb.FirstTimestamp.Add(rec.TimestampDelta)
 				}
-				slab = append(slab, sarama.ConsumerMessage{
-					Topic:     f.tp.topic,
-					Partition: f.tp.partition,
-					Key:       rec.Key,
-					Value:     rec.Value,
-					Offset:    offset,
-					Timestamp: timestamp,
-					Headers:   rec.Headers,
-				})
-				msgs = append(msgs, &slab[len(slab)-1])
+				msgs = append(msgs, m)
 			}
 		}
 		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
@@ -268,14 +458,14 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 	f.offset = next
 	switch {
 	case moved:
-		f.fetchSize = f.conf.Consumer.Fetch.Default
-	case partial && f.conf.Consumer.Fetch.Max > 0 && f.fetchSize >= f.conf.Consumer.Fetch.Max:
+		f.fetchSize = conf.Consumer.Fetch.Default
+	case partial && conf.Consumer.Fetch.Max > 0 && f.fetchSize >= conf.Consumer.Fetch.Max:
 		f.offset++ // a message larger than Fetch.Max: skip it, as sarama does
 		return nil, sarama.ErrMessageTooLarge
 	case partial:
 		f.fetchSize = int32(min(2*int64(f.fetchSize), math.MaxInt32))
-		if f.conf.Consumer.Fetch.Max > 0 {
-			f.fetchSize = min(f.fetchSize, f.conf.Consumer.Fetch.Max)
+		if conf.Consumer.Fetch.Max > 0 {
+			f.fetchSize = min(f.fetchSize, conf.Consumer.Fetch.Max)
 		}
 	}
 	return msgs, nil
@@ -285,7 +475,7 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 func (f *batchFetcher) AsyncClose() { f.once.Do(func() { close(f.dying) }) }
 
 // Close implements sarama.PartitionConsumer: it stops run and waits for
-// it (a fetch in flight completes first), draining its errors.
+// it, draining its errors.
 func (f *batchFetcher) Close() error {
 	f.AsyncClose()
 	for range f.errs {
@@ -303,17 +493,14 @@ func (f *batchFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
 // HighWaterMarkOffset implements sarama.PartitionConsumer.
 func (f *batchFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
 
-// Pause implements sarama.PartitionConsumer: no request after the one in
-// flight.
+// Pause implements sarama.PartitionConsumer: the partition is in no
+// request after the one in flight.
 func (f *batchFetcher) Pause() { f.paused.Store(true) }
 
 // Resume implements sarama.PartitionConsumer.
 func (f *batchFetcher) Resume() {
 	f.paused.Store(false)
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
+	f.taken()
 }
 
 // IsPaused implements sarama.PartitionConsumer.

@@ -20,7 +20,8 @@ func recordBatch(first int64, n int) *sarama.Records {
 
 func testFetcher(offset int64) *batchFetcher {
 	conf := sarama.NewConfig()
-	return &batchFetcher{conf: conf, tp: topicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
+	hub := &fetchHub{conf: conf}
+	return &batchFetcher{hub: hub, tp: topicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
 }
 
 func offsets(msgs []*sarama.ConsumerMessage) []int64 {
@@ -71,15 +72,15 @@ func TestBatchFetcherPartial(t *testing.T) {
 	partial := recordBatch(5, 1)
 	partial.RecordBatch.PartialTrailingRecord = true
 	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{partial}}
-	if msgs, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.conf.Consumer.Fetch.Default || f.offset != 5 {
-		t.Fatalf("partial: %d messages, fetch size %d, next %d, %v; want none, %d, 5", len(msgs), f.fetchSize, f.offset, err, 2*f.conf.Consumer.Fetch.Default)
+	if msgs, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.hub.conf.Consumer.Fetch.Default || f.offset != 5 {
+		t.Fatalf("partial: %d messages, fetch size %d, next %d, %v; want none, %d, 5", len(msgs), f.fetchSize, f.offset, err, 2*f.hub.conf.Consumer.Fetch.Default)
 	}
-	f.conf.Consumer.Fetch.Max = f.fetchSize
+	f.hub.conf.Consumer.Fetch.Max = f.fetchSize
 	if _, err := f.parse(block); !errors.Is(err, sarama.ErrMessageTooLarge) || f.offset != 6 {
 		t.Fatalf("partial at Fetch.Max: next %d, %v; want 6, ErrMessageTooLarge", f.offset, err)
 	}
-	if _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.conf.Consumer.Fetch.Default {
-		t.Errorf("after a whole batch: fetch size %d, %v; want %d", f.fetchSize, err, f.conf.Consumer.Fetch.Default)
+	if _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.hub.conf.Consumer.Fetch.Default {
+		t.Errorf("after a whole batch: fetch size %d, %v; want %d", f.fetchSize, err, f.hub.conf.Consumer.Fetch.Default)
 	}
 }
 

@@ -81,11 +81,21 @@ func TestFaultKilledInstance(t *testing.T) {
 	r.finish()
 }
 
-func TestFaultBrokerFailure(t *testing.T) {
+func TestFaultBrokerFailure(t *testing.T) { runBrokerFailure(t, 0) }
+
+// TestFaultBatchesBrokerFailure is TestFaultBrokerFailure with instances
+// that read batches: the batch fetchers follow the leaders that move.
+func TestFaultBatchesBrokerFailure(t *testing.T) { runBrokerFailure(t, 50) }
+
+// runBrokerFailure kills the leader of a consumed partition, and starts it
+// again, while two instances consume (in batches of up to batch messages
+// when batch > 0): nothing is lost.
+func runBrokerFailure(t *testing.T, batch int) {
 	needFaults(t)
 	verifyNoClusterLeaks(t)
 	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 3})
 	r := newFaultRun(t, cluster.ZookeeperPeers(), cluster.KafkaPeers(), 6, 3)
+	r.opts.batch = batch
 	a, b := r.start(), r.start()
 	r.waitOwnedBy(30*time.Second, a, b)
 	r.produce(300)

@@ -40,6 +40,7 @@ const fetchConnections = 2
 type fetcher struct {
 	client   sarama.Client
 	consumer sarama.Consumer
+	hub      *fetchHub // the batch fetchers' (batch_fetcher.go); nil when they do not serve the configuration
 }
 
 // fetcherOf returns the fetcher that consumes tp: always the same one for

@@ -322,8 +322,9 @@ type grayResult struct {
 // then the proxy heals; once the group is stable again the producer
 // stops, and then A is cut off again and closed. With blockManager, A's
 // OnRebalance blocks from its second call (B joining) until the heal, so
-// that A's manager goroutine is busy all through the cut.
-func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration, blockManager bool) grayResult {
+// that A's manager goroutine is busy all through the cut. With batch > 0
+// both read batches of up to that many messages.
+func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration, blockManager bool, batch int) grayResult {
 	needFaults(t)
 	needCluster(t)
 	debugLogs(t)
@@ -340,7 +341,15 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 		c.Zookeeper.Timeout = 6 * time.Second
 		c.MaxProcessingTime = 2 * time.Second
 		c.OnRebalance = log.onRebalance
+		c.BatchSize = batch
 		return c
+	}
+	record := func(l *deliveryLog, c Consumer) {
+		if batch > 0 {
+			l.recordBatches(c)
+		} else {
+			l.record(c)
+		}
 	}
 	logA, logB := &deliveryLog{done: make(chan struct{})}, &deliveryLog{done: make(chan struct{})}
 	configA := config(logA)
@@ -368,10 +377,10 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 			_ = a.Close()
 		}
 	})
-	logA.record(a)
+	record(logA, a)
 	waitFor(t, 30*time.Second, "A to claim every partition", func() bool { return claimedCount(a) == partitions })
 	b := joinWithCleanup(t, group, TopicSubscription(topic), config(logB))
-	logB.record(b)
+	record(logB, b)
 	waitFor(t, 30*time.Second, "A and B to hold 4 partitions each", func() bool {
 		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
 	})
@@ -500,14 +509,14 @@ func checkGray(t *testing.T, res grayResult) {
 // the other instance, which takes them at the expiry, is the only one that
 // hands them out; after the heal it registers again.
 func TestFaultZooKeeperCutOffHeld(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false)
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false, 0)
 	checkGray(t, res)
 }
 
 // TestFaultZooKeeperCutOffReset: the same with every connection to
 // ZooKeeper reset at once, and every new one.
 func TestFaultZooKeeperCutOffReset(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second, false)
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second, false, 0)
 	checkGray(t, res)
 }
 
@@ -517,7 +526,15 @@ func TestFaultZooKeeperCutOffReset(t *testing.T) {
 // only by the manager goroutine, and the kept partitions went on handing
 // out while it waited for stopping partitions or ran OnRebalance.
 func TestFaultZooKeeperCutOffManagerBusy(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, true)
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, true, 0)
+	checkGray(t, res)
+}
+
+// TestFaultZooKeeperCutOffBatches is TestFaultZooKeeperCutOffHeld with
+// instances that read batches: the fence takes back the batches that sit
+// unread, whole, and the partitions' batch fetchers stop and start again.
+func TestFaultZooKeeperCutOffBatches(t *testing.T) {
+	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false, 20)
 	checkGray(t, res)
 }
 

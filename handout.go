@@ -129,11 +129,12 @@ type handOut struct {
 	batches chan<- *Batch
 	// slabs are a batch fetcher's responses, instead of in; slab is
 	// what is left of the last one (consumeBatches).
-	slabs  <-chan []*sarama.ConsumerMessage
-	slab   []*sarama.ConsumerMessage
-	batch  []*sarama.ConsumerMessage // received, not handed out yet
-	closed bool                      // the partition consumer closed in
-	killed bool                      // the tomb is dying
+	slabs   <-chan []*sarama.ConsumerMessage
+	slab    []*sarama.ConsumerMessage
+	fetcher *batchFetcher             // of slabs: told when a slab is taken
+	batch   []*sarama.ConsumerMessage // received, not handed out yet
+	closed  bool                      // the partition consumer closed in
+	killed  bool                      // the tomb is dying
 
 	fencedOut bool // the fence went up
 }

@@ -209,6 +209,9 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 			return fmt.Errorf("start consumer: %w", err)
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
+		if version, ok := batchFetchVersion(cm.config.Config); ok && cm.config.BatchSize > 0 {
+			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, cm.log)
+		}
 	}
 	cm.client = cm.fetchers[0].client
 	// The offset store has a client of its own: Kafka answers the
@@ -363,6 +366,11 @@ func (cm *consumerManager) closeKafka() {
 		defer close(closed)
 		cm.closeConsumers()
 		cm.closers.Wait()
+		for _, f := range cm.fetchers {
+			if f.hub != nil {
+				f.hub.close() // its batch fetchers ended with their partitions
+			}
+		}
 		if cm.commitStop != nil {
 			close(cm.commitStop)
 			<-cm.commitDone

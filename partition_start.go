@@ -314,8 +314,8 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		err error
 	}
 	cm, dying := pm.parent, pm.t.Dying()
-	version, batchFetch := batchFetchVersion(cm.config.Config)
-	batchFetch = batchFetch && cm.config.BatchSize > 0 && !pm.legacyRecords
+	hub := cm.fetcherOf(pm.tp).hub
+	batchFetch := hub != nil && !pm.legacyRecords
 	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
 	cm.closers.Add(1)
 	go func() { // owned by closeKafka, which waits for closers
@@ -324,7 +324,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		var err error
 		if batchFetch {
 			var f *batchFetcher
-			if f, err = startBatchFetcher(cm.fetcherOf(pm.tp).client, cm.config.Config, pm.tp, offset, version); err == nil {
+			if f, err = startBatchFetcher(hub, pm.tp, offset); err == nil {
 				pc = f
 			}
 		} else {
