@@ -150,15 +150,19 @@ func TestBatchCutAtMaxPendingAcks(t *testing.T) {
 func TestPauseHoldsThePartition(t *testing.T) {
 	verifyNoLeaks(t)
 	pc := newFakePartitionConsumer(16)
-	cm, _ := batchManager(t, batchConfig(4, 0), pc)
+	cm, pm := batchManager(t, batchConfig(4, 0), pc)
 	if err := cm.Pause("t", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := cm.Pause("t", 0); err != nil {
 		t.Fatalf("second Pause: %v", err)
 	}
-	feed(pc, 0, 4) // a batch's worth: the consume loop takes them all
-	waitFor(t, 3*time.Second, "the consume loop to take the messages", func() bool { return len(pc.messages) == 0 })
+	feed(pc, 0, 4)
+	waitFor(t, 3*time.Second, "the consume loop to hold what it took", func() bool {
+		pm.mu.Lock()
+		defer pm.mu.Unlock()
+		return pm.waiting
+	})
 	if s := cm.Stats()[0]; !s.PausedByUser || s.Paused || s.HandedOut != 0 || len(cm.batches) != 0 {
 		t.Fatalf("Stats while paused %+v, %d batches in the channel; want PausedByUser, nothing handed out", s, len(cm.batches))
 	}

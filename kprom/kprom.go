@@ -32,6 +32,7 @@
 //	kafkaconsumer_messages_acked_total             counter   group, topic, partition (Stats)
 //	kafkaconsumer_partition_claimed                gauge     group, topic, partition (Stats)
 //	kafkaconsumer_partition_paused                 gauge     group, topic, partition (Stats)
+//	kafkaconsumer_partition_paused_by_user         gauge     group, topic, partition (Stats)
 //	kafkaconsumer_partition_pending_messages       gauge     group, topic, partition (Stats)
 //	kafkaconsumer_partition_lag_messages           gauge     group, topic, partition (Stats)
 //
@@ -69,7 +70,7 @@ type Metrics struct {
 	commitErrors       *prometheus.CounterVec
 	pauses             *prometheus.CounterVec
 
-	handedOut, acked, claimed, paused, pending, lag *prometheus.Desc
+	handedOut, acked, claimed, paused, pausedByUser, pending, lag *prometheus.Desc
 
 	mu        sync.Mutex                        // guards consumers
 	consumers map[kafkaconsumer.Consumer]string // observed consumers and their groups
@@ -108,6 +109,7 @@ func New() *Metrics {
 		acked:              desc("messages_acked_total", "Messages acked since the instance started running the partition."),
 		claimed:            desc("partition_claimed", "1 while the instance holds the partition's claim in ZooKeeper."),
 		paused:             desc("partition_paused", "1 while the partition is paused at MaxPendingAcks."),
+		pausedByUser:       desc("partition_paused_by_user", "1 while the partition is paused by Consumer.Pause."),
 		pending:            desc("partition_pending_messages", "Messages handed out and not acked yet."),
 		lag:                desc("partition_lag_messages", "Messages not processed yet: the high-water mark minus the offset to commit."),
 		consumers:          make(map[kafkaconsumer.Consumer]string),
@@ -140,7 +142,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range m.vecs() {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pending, m.lag} {
+	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pausedByUser, m.pending, m.lag} {
 		ch <- d
 	}
 }
@@ -183,6 +185,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.acked, prometheus.CounterValue, float64(s.Acked), labels)
 		gauge(m.claimed, prometheus.GaugeValue, boolValue(s.Claimed), labels)
 		gauge(m.paused, prometheus.GaugeValue, boolValue(s.Paused), labels)
+		gauge(m.pausedByUser, prometheus.GaugeValue, boolValue(s.PausedByUser), labels)
 		gauge(m.pending, prometheus.GaugeValue, float64(s.Pending), labels)
 		if s.Lag >= 0 {
 			gauge(m.lag, prometheus.GaugeValue, float64(s.Lag), labels)

@@ -191,6 +191,7 @@ func TestScrapeRunningConsumer(t *testing.T) {
 		{"kafkaconsumer_partition_claimed", 4, 4},
 		{"kafkaconsumer_partition_pending_messages", 0, 4},
 		{"kafkaconsumer_partition_paused", 0, 4},
+		{"kafkaconsumer_partition_paused_by_user", 0, 4},
 		{"kafkaconsumer_rebalances_total", 1, 1},
 		{"kafkaconsumer_partitions_assigned_total", 4, 1},
 		{"kafkaconsumer_rebalance_seconds_count", 1, 1},
