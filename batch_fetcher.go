@@ -135,7 +135,13 @@ func (l *brokerLoop) notify() {
 
 func (l *brokerLoop) run() {
 	defer l.hub.wg.Done()
-	var ready []*batchFetcher
+	var (
+		ready   []*batchFetcher
+		waiting time.Time // since when a partition's last slab is not taken; zero when none
+		timer   = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		l.hub.mu.Lock()
 		l.subs = append(l.subs, l.added...)
@@ -149,18 +155,46 @@ func (l *brokerLoop) run() {
 
 		live := l.subs[:0]
 		ready = ready[:0]
+		busy := false
 		for _, f := range l.subs {
 			if f.isDying() {
 				f.loop.Store(nil)
 				continue
 			}
 			live = append(live, f)
-			if !f.paused.Load() && len(f.slabs) == 0 {
+			switch {
+			case f.paused.Load():
+			case len(f.slabs) == 0:
 				ready = append(ready, f)
+			default:
+				busy = true
 			}
 		}
 		clear(l.subs[len(live):])
 		l.subs = live
+		// A request without a partition whose last slab is not taken yet
+		// would wait up to Consumer.MaxWaitTime for the others alone,
+		// while that one is ready to fetch again: wait for it, up to
+		// Consumer.MaxProcessingTime (sarama's consumer waits so for its
+		// partitions, then leaves the slow ones out of the request).
+		if !busy {
+			waiting = time.Time{}
+		} else if waiting.IsZero() {
+			waiting = time.Now()
+		}
+		if busy {
+			if left := l.hub.conf.Consumer.MaxProcessingTime - time.Since(waiting); left > 0 {
+				timer.Reset(left)
+				select {
+				case <-l.wake:
+				case <-timer.C:
+				case <-l.hub.stop:
+					return
+				}
+				timer.Stop()
+				continue
+			}
+		}
 		if len(ready) == 0 {
 			select {
 			case <-l.wake:
