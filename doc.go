@@ -38,7 +38,11 @@
 //     the Consumer interface: Ack, Stats, and the bounds of Close and
 //     Shutdown.
 //   - Config: MaxProcessingTime, MaxPendingAcks, Config.Logger,
-//     Config.Metrics and the sarama settings that apply.
+//     Config.Metrics and the sarama settings that apply; BatchSize, for
+//     Batches of messages of one partition (the fast path, with AckBatch
+//     to ack a batch in one call).
+//   - Consumer.Pause and Consumer.Resume: hold back a partition whose
+//     downstream is slow, keeping its claim.
 //   - Subscription: a topic, a static list, white and black lists.
 //   - The README: supported Kafka versions, secured clusters, guarantees
 //     and failure modes, upgrading from wvanbergen/kafka.
