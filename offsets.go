@@ -427,12 +427,15 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 			req.Version = step.version
 		}
 	}
-	// Versions 2 to 4 carry the retention; later ones leave it to the broker.
-	if req.Version >= 2 && req.Version < 5 {
-		req.RetentionTime = -1
-		if r := s.conf.Consumer.Offsets.Retention; r > 0 {
-			req.RetentionTime = int64(r / time.Millisecond)
-		}
+	// Versions 2 to 4 carry the retention (-1: the broker's default);
+	// later ones leave it to the broker. Set it whatever the version:
+	// sarama lowers a request to the broker's highest version, so a
+	// version 6 request goes out as version 3 to Kafka 1.1 and as 4 to
+	// Kafka 2.0, which read a retention of 0 as "expire at once" and drop
+	// the offset at their next cleanup (10 minutes).
+	req.RetentionTime = -1
+	if r := s.conf.Consumer.Offsets.Retention; r > 0 {
+		req.RetentionTime = int64(r / time.Millisecond)
 	}
 	return req
 }

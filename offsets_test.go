@@ -643,3 +643,25 @@ func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
 	waitFor(t, 30*time.Second, "the messages once commits succeed", func() bool { return col.has(values) })
 	col.close(t)
 }
+
+// TestCommitRequestCarriesRetention: every OffsetCommit request carries a
+// retention of -1 (the broker's default), or Consumer.Offsets.Retention,
+// whatever Config.Version: sarama lowers the request's version to the
+// broker's highest, and Kafka 1.1 (version 3) and 2.0 (version 4) read
+// the retention field, where 0 expires the offset at their next cleanup.
+// Before, a request built for Kafka 2.1 or later (the default Version is
+// 2.8) had a retention of 0.
+func TestCommitRequestCarriesRetention(t *testing.T) {
+	for _, v := range []sarama.KafkaVersion{sarama.V1_1_0_0, sarama.V2_0_0_0, sarama.V2_8_0_0, sarama.V3_9_0_0} {
+		conf := sarama.NewConfig()
+		conf.Version = v
+		s := &offsetStore{conf: conf, group: "group"}
+		if got := s.commitRequest().RetentionTime; got != -1 {
+			t.Errorf("Version %s: retention %d; want -1 (the broker's default)", v, got)
+		}
+		conf.Consumer.Offsets.Retention = 48 * time.Hour
+		if got := s.commitRequest().RetentionTime; got != (48 * time.Hour).Milliseconds() {
+			t.Errorf("Version %s, Retention 48h: retention %d ms; want %d", v, got, (48 * time.Hour).Milliseconds())
+		}
+	}
+}
