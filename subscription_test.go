@@ -279,14 +279,15 @@ func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 	}
 }
 
-// TestIntegrationTopicCreatedWhileFoundMissing: a topic of the
+// TestSubscriptionTopicCreatedWhileFoundMissing: a topic of the
 // subscription that is created after the manager found it missing and
 // before it set the watch on the topic list is consumed. The watch is set
 // after the creation, so it does not fire for it: before, the topic was
 // noticed only at the next change of the topic list, which may never
 // come (found by TestFaultCloseWhilePartitionsStart, which creates the
-// topic right after Join).
-func TestIntegrationTopicCreatedWhileFoundMissing(t *testing.T) {
+// topic right after Join). ZooKeeper discovery only: not a TestIntegration,
+// which make test-kraft runs with DiscoverFromKafka too.
+func TestSubscriptionTopicCreatedWhileFoundMissing(t *testing.T) {
 	needCluster(t)
 	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
