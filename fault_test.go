@@ -341,7 +341,8 @@ func TestFaultCloseIsBounded(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+	// (collect records a message before it asks whether to ack it.)
+	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) && held.Load() != nil })
 	pid := cluster.BrokerPID(0)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
