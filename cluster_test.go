@@ -115,8 +115,20 @@ func runTests(m *testing.M) int {
 // $KAFKA_VERSION (make cluster-up writes it to .cluster/env; TestMain
 // starts a cluster of that release), else testcluster.DefaultKafkaVersion.
 // The tests set sarama's Config.Version to it, as users should.
+//
+// With KAFKACONSUMER_TEST_SARAMA_VERSION set it is that version instead,
+// or sarama's default for "default": what make test-matrix's
+// SARAMA_VERSION sets, to learn whether a broker works with a Version other
+// than its own.
 func testKafkaVersion() sarama.KafkaVersion {
 	kafka, _ := testcluster.VersionsFromEnv()
+	switch given := os.Getenv("KAFKACONSUMER_TEST_SARAMA_VERSION"); given {
+	case "":
+	case "default":
+		return sarama.NewConfig().Version
+	default:
+		kafka = given
+	}
 	v, err := sarama.ParseKafkaVersion(kafka)
 	if err != nil {
 		panic(fmt.Sprintf("%s=%q: %s", testcluster.KafkaVersionEnv, kafka, err)) // TestMain checked it

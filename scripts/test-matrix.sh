@@ -19,6 +19,10 @@
 #     TestFaultCloseIsBounded): they do not depend on the pair.
 # The unit tests of the package run too (a second or two).
 #
+# SARAMA_VERSION, when set, is the sarama Config.Version the tests use
+# instead of each broker's ("default": sarama's default, 2.8.0), to learn
+# what a user must set.
+#
 # Logs: $MATRIX_DIR (default .matrix)/<kafka>-<zookeeper>.log; the table is
 # also written to $MATRIX_DIR/summary.md. Exit status 1 when a pair failed.
 set -uo pipefail
@@ -44,7 +48,7 @@ for pair in $PAIRS; do
 	began=$(date +%s)
 	# shellcheck disable=SC2086 # MATRIX_FLAGS is a list of flags
 	env -u ZOOKEEPER_PEERS -u KAFKA_PEERS KAFKA_VERSION="$kafka" ZOOKEEPER_VERSION="$zkenv" \
-		KAFKACONSUMER_SKIP_FAULTS=1 \
+		KAFKACONSUMER_SKIP_FAULTS=1 KAFKACONSUMER_TEST_SARAMA_VERSION="${SARAMA_VERSION:-}" \
 		"$GO" test $MATRIX_FLAGS -v -skip "$MATRIX_SKIP" . >"$log" 2>&1
 	rc=$?
 	secs=$(($(date +%s) - began))
@@ -66,7 +70,7 @@ done
 
 summary="$MATRIX_DIR/summary.md"
 {
-	echo "Integration suite, $(date -u +%Y-%m-%d), $("$GO" env GOVERSION), $(uname -sm)"
+	echo "Integration suite, $(date -u +%Y-%m-%d), $("$GO" env GOVERSION), $(uname -sm), sarama Version: ${SARAMA_VERSION:-that of each broker}"
 	echo
 	echo "| Kafka | ZooKeeper | cluster (as run) | passed | failed | time | result |"
 	echo "|---|---|---|---|---|---|---|"

@@ -321,6 +321,12 @@ func Start(opts Options) (*Cluster, error) {
 	if opts.Mode, err = validMode(opts.Mode, opts.KafkaVersion); err != nil {
 		return nil, err
 	}
+	if security != SecurityPlaintext && majorMinor(opts.KafkaVersion) < 207 {
+		// The secured listeners take their keys and certificates as PEM
+		// in the broker's properties (ssl.keystore.key and
+		// ssl.keystore.certificate.chain, KIP-651), which Kafka 2.7 added.
+		return nil, fmt.Errorf("testcluster: Security %q needs Kafka 2.7 or later (PEM key stores in the broker's properties), not %s", security, opts.KafkaVersion)
+	}
 	if opts.Mode == ModeKRaft {
 		if security != SecurityPlaintext || opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired {
 			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext)

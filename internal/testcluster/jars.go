@@ -136,6 +136,10 @@ func EnsureKafkaJars(version string) (string, error) {
 		return dir, nil // a directory the user filled, e.g. a release's libs/
 	}
 	pom := bytes.Replace(pomXML, []byte("<kafka.version>"+DefaultKafkaVersion+"<"), []byte("<kafka.version>"+version+"<"), 1)
+	pom = bytes.Replace(pom, []byte("<artifactId>kafka_2.13</artifactId>"), []byte("<artifactId>kafka_"+kafkaScala(version)+"</artifactId>"), 1)
+	if zk := zookeeperClientFor(version); zk != "" {
+		pom = bytes.Replace(pom, []byte("  </dependencies>"), []byte(zookeeperOverride(zk)+"  </dependencies>"), 1)
+	}
 	check := looksLikeKafkaLibs
 	if majorMinor(version) >= 400 {
 		check = looksLikeKRaftLibs // Kafka 4 brings no ZooKeeper
@@ -288,10 +292,51 @@ func jarsComplete(dir string, check func(string) bool) bool {
 	return check(dir)
 }
 
-// looksLikeKafkaLibs reports whether dir holds a Kafka broker (Scala 2.13
-// build) and a ZooKeeper server jar.
+// looksLikeKafkaLibs reports whether dir holds a Kafka broker (of a Scala
+// 2.12 or 2.13 build) and a ZooKeeper server jar.
 func looksLikeKafkaLibs(dir string) bool {
-	return hasJars(dir, "kafka_2.13-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar")
+	return hasJars(dir, "kafka_2.1[23]-*.jar", "kafka-clients-*.jar", "zookeeper-[0-9]*.jar")
+}
+
+// kafkaScala returns the Scala build of a Kafka release that the test
+// cluster runs: 2.13 from Kafka 2.4 (the first release published for it),
+// 2.12 before (Kafka 1.1 to 2.3 are published for 2.11 and 2.12).
+func kafkaScala(version string) string {
+	if majorMinor(version) < 204 {
+		return "2.12"
+	}
+	return "2.13"
+}
+
+// zookeeperClientFor returns the ZooKeeper release whose jars replace the
+// ones a Kafka release brings, or "" to keep them. Kafka 2.0 to 2.3 bring
+// ZooKeeper 3.4.13 or 3.4.14, whose client cannot connect on Java 14 and
+// later (it parses InetSocketAddress.toString(), whose form Java 14
+// changed: ZOOKEEPER-3779), and this machine has Java 17 only: they get
+// 3.5.9's jars, the client and server of Kafka 2.6 and 2.7, as sarama's
+// functional tests do for old brokers. (Kafka 1.1's 3.4.10 resolves
+// addresses another way and connects.)
+func zookeeperClientFor(kafka string) string {
+	if mm := majorMinor(kafka); mm >= 200 && mm < 204 {
+		return "3.5.9"
+	}
+	return ""
+}
+
+// zookeeperOverride returns the dependencies of a POM that pin the
+// ZooKeeper jars to a release (zookeeperClientFor), without the log4j
+// and its slf4j binding that ZooKeeper's POM brings (reload4j is the test
+// cluster's, as Kafka's POM excludes them from its own ZooKeeper).
+func zookeeperOverride(version string) string {
+	const exclusions = "      <exclusions>\n" +
+		"        <exclusion><groupId>log4j</groupId><artifactId>log4j</artifactId></exclusion>\n" +
+		"        <exclusion><groupId>org.slf4j</groupId><artifactId>slf4j-log4j12</artifactId></exclusion>\n" +
+		"      </exclusions>\n"
+	dep := func(artifact string) string {
+		return "    <dependency>\n      <groupId>org.apache.zookeeper</groupId>\n      <artifactId>" + artifact +
+			"</artifactId>\n      <version>" + version + "</version>\n" + exclusions + "    </dependency>\n"
+	}
+	return dep("zookeeper") + dep("zookeeper-jute")
 }
 
 // hasJars reports whether dir holds a file matching each pattern.
