@@ -8,7 +8,7 @@
 #   make test-kraft    the integration suite (not the fault
 #                      suite) with Config.Discovery DiscoverFromKafka against
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
-#                      KAFKA_VERSION=4.1.1 for Kafka 4
+#                      KAFKA_VERSION=4.4.0 for Kafka 4
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
 #                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft);
@@ -17,7 +17,7 @@
 #                      KAFKA_SASL_*; MODE=kraft: KAFKA_MODE=kraft). MODE=kraft
 #                      runs KRaft brokers (broker+controller) and a stand-alone
 #                      ZooKeeper for the groups only; Kafka 4 runs only so:
-#                      make cluster-up MODE=kraft KAFKA_VERSION=4.1.1
+#                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
 #   make cluster-down  stop it and remove .cluster/
 #   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
 #                      .soak/): see the target below

@@ -25,12 +25,14 @@ type javaRange struct {
 // release's documentation), widened to what was tested here (README,
 // "Supported versions"):
 //
-//   - Kafka 2.8 documents Java 8 and 11; 2.8.2 was tested here on Java 17
-//     (Debian 12 has no Java 11) and runs.
+//   - Kafka 1.1 to 2.0 document Java 8, 2.1 to 2.8 Java 8 and 11; 1.1.1,
+//     2.0.1, 2.2.2, 2.4.1, 2.6.3 and 2.8.2 were tested here on Java 17
+//     (Debian 12 has no Java 8 or 11) and run (2.0 to 2.3 with ZooKeeper
+//     3.5.9's jars: see zookeeperClientFor).
 //   - Kafka 3.0 to 3.8 document Java 8, 11 and 17 (3.0's page says 8 and
 //     11; its release added 17); 3.9 adds 21 and 23.
 //   - Kafka 4 brokers need Java 17 (4.0 documents 17 and 23 for
-//     brokers); 4.1.1 ran here on Java 17.
+//     brokers); 4.1.1 and 4.4.0 ran here on Java 17.
 //   - ZooKeeper 3.5 and 3.6 document Java 8 and 11; 3.5.10 and 3.6.4 were
 //     tested here on Java 17. 3.7 and later run on 17 and 21.
 func javaRangeFor(kafka, zookeeper string) javaRange {
