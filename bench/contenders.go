@@ -333,37 +333,21 @@ type oursInstance struct {
 	done chan struct{} // closed when Messages is closed and drained
 }
 
-func startOurs(spec *childSpec, h handler) (instance, error) {
-	cfg := kafkaconsumer.NewConfig()
-	cfg.Offsets.Initial = saramaInitial(spec)
-	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
-	if err != nil {
-		return nil, err
-	}
-	o := &oursInstance{c: c, done: make(chan struct{})}
-	go func() {
-		for err := range c.Errors() {
-			log.Printf("kafkaconsumer: %v", err)
-		}
-	}()
-	go func() {
-		defer close(o.done)
-		for msg := range c.Messages() {
-			c.Ack(msg)
-			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
-		}
-	}()
-	return o, nil
-}
+func startOurs(spec *childSpec, h handler) (instance, error) { return startOursWith(spec, h, 0) }
 
 // startOursBatches starts kafkaconsumer set to batches: each message goes
 // to the handler, and each batch is acked with one AckBatch.
 func startOursBatches(spec *childSpec, h handler) (instance, error) {
+	return startOursWith(spec, h, batchSize)
+}
+
+// startOursWith starts kafkaconsumer, set to batches of up to batch
+// messages when batch > 0.
+func startOursWith(spec *childSpec, h handler, batch int) (instance, error) {
 	cfg := kafkaconsumer.NewConfig()
 	cfg.Offsets.Initial = saramaInitial(spec)
 	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
-	cfg.BatchSize = batchSize
+	cfg.BatchSize = batch
 	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
 	if err != nil {
 		return nil, err
@@ -376,6 +360,13 @@ func startOursBatches(spec *childSpec, h handler) (instance, error) {
 	}()
 	go func() {
 		defer close(o.done)
+		if batch == 0 {
+			for msg := range c.Messages() {
+				c.Ack(msg)
+				h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+			}
+			return
+		}
 		for b := range c.Batches() {
 			c.AckBatch(b)
 			for _, msg := range b.Messages {
