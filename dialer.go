@@ -86,13 +86,6 @@ func (d *kafkaDialer) cutAll() {
 	}
 }
 
-// open returns how many connections are open.
-func (d *kafkaDialer) open() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.conns)
-}
-
 // kafkaConn is a connection of a kafkaDialer; closing it forgets it.
 type kafkaConn struct {
 	net.Conn

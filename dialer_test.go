@@ -54,7 +54,7 @@ func TestKafkaDialerCutsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := d.open(); n != 1 {
+	if n := openConns(d); n != 1 {
 		t.Fatalf("%d connections open; want 1", n)
 	}
 
@@ -98,4 +98,11 @@ type countingDialer struct{ dials int }
 func (c *countingDialer) Dial(network, addr string) (net.Conn, error) {
 	c.dials++
 	return nil, errors.New("proxy refused")
+}
+
+// openConns returns how many connections of d are open.
+func openConns(d *kafkaDialer) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
 }
