@@ -343,22 +343,11 @@ func TestFaultCloseIsBounded(t *testing.T) {
 	})
 	// (collect records a message before it asks whether to ack it.)
 	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) && held.Load() != nil })
-	pid := cluster.BrokerPID(0)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	resume := freeze(t, cluster.BrokerPID(0))
 	// An ack after the freeze: the final commit has something to commit,
 	// whatever the rounds before the freeze committed (they may have
 	// committed every ack made before it).
 	c.Ack(held.Load())
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
 	closeWithin(c, "the broker hung", ErrCommitTimeout)
 	resume()
 	<-col.done

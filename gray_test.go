@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -545,10 +546,35 @@ func freeze(t *testing.T, pid int) (resume func()) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before the process's threads have stopped: a request
+	// sent at once could still be answered (seen once in CI).
+	waitFor(t, 10*time.Second, fmt.Sprintf("process %d to stop", pid), func() bool { return stopped(pid) })
 	var once sync.Once
 	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
 	t.Cleanup(resume)
 	return resume
+}
+
+// stopped reports whether every thread of process pid is stopped by a
+// signal (state T in /proc/<pid>/task/<tid>/stat).
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false // a thread that ended meanwhile: look again
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain ") ".
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // stopWithin runs stop (Close or Shutdown of a consumer) and checks that
