@@ -132,6 +132,23 @@ type Config struct {
 	// positive BatchSize.
 	BatchLinger time.Duration
 
+	// CommitLastProcessed commits, for each partition, the offset of the
+	// last message processed (N) instead of the next one to read (N+1),
+	// and reads a committed offset without this package's mark as such
+	// (it starts at that offset + 1): the convention of instances of the
+	// original wvanbergen/kafka library built on sarama v1.9 or older.
+	// Set it on every instance of a group that has such originals, for as
+	// long as it has them: without it, each partition that moves from
+	// this package to one of them skips a message. Each commit of this
+	// package carries its convention in its metadata, so instances with
+	// and without the setting read each other's commits right (it can be
+	// turned on and off one instance at a time), and a partition started
+	// by an instance is committed again in its convention. Kafka's tools
+	// show such a group's offsets one lower; an offset set with them (a
+	// reset) is read as the last processed too. See the README,
+	// "Upgrading from wvanbergen/kafka". Default false.
+	CommitLastProcessed bool
+
 	// OnRebalance, when set, is called after each change of the partitions
 	// this instance consumes, with the partitions it stopped and those it
 	// started (their claims may still be pending while a previous owner

@@ -222,6 +222,7 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
+	cm.offsets.lastProcessed = cm.config.CommitLastProcessed
 	if h := cm.config.hooks; h != nil {
 		cm.offsets.failRound = h.commitRound
 	}

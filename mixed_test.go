@@ -95,7 +95,14 @@ func newMixedGroup(t testing.TB, sub mixedSubscription, topic string) *mixedGrou
 }
 
 func (g *mixedGroup) startOriginal(releaseWait time.Duration) *originalInstance {
-	o := startOriginal(g.t, g.name, g.sub.static, g.sub.pattern, g.sub.whitelist, releaseWait, g.rec)
+	o := startOriginal(g.t, g.name, g.sub.static, g.sub.pattern, g.sub.whitelist, releaseWait, false, g.rec)
+	g.originals[o.id] = true
+	return o
+}
+
+// startOriginal19 starts an original built on sarama v1.9 or older.
+func (g *mixedGroup) startOriginal19() *originalInstance {
+	o := startOriginal(g.t, g.name, g.sub.static, g.sub.pattern, g.sub.whitelist, 0, true, g.rec)
 	g.originals[o.id] = true
 	return o
 }
@@ -103,6 +110,7 @@ func (g *mixedGroup) startOriginal(releaseWait time.Duration) *originalInstance 
 // portInstance is an instance of the port that processes and acks every
 // message it receives, recording it.
 type portInstance struct {
+	name   string // for the record: "port:" and the end of its instance ID
 	c      Consumer
 	done   chan struct{} // closed when Messages is closed
 	closed sync.Once
@@ -110,11 +118,18 @@ type portInstance struct {
 
 func (g *mixedGroup) startPort() *portInstance {
 	g.t.Helper()
-	p := &portInstance{c: join(g.t, g.name, g.sub.port(), nil), done: make(chan struct{})}
+	return g.startPortWith(nil)
+}
+
+// startPortWith starts a port with config (nil for the tests' default).
+func (g *mixedGroup) startPortWith(config *Config) *portInstance {
+	g.t.Helper()
+	p := &portInstance{c: join(g.t, g.name, g.sub.port(), config), done: make(chan struct{})}
+	p.name = "port:" + p.c.(*consumerManager).instance.ID[len(p.c.(*consumerManager).instance.ID)-4:]
 	go func() {
 		defer close(p.done)
 		for msg := range p.c.Messages() {
-			g.rec.record("", msg)
+			g.rec.record(p.name, msg)
 			p.c.Ack(msg)
 		}
 	}()
@@ -314,6 +329,20 @@ func (p *producer) finish() []string {
 	return p.produced
 }
 
+// newMixedTopic creates a topic of 8 partitions named from prefix for a
+// test of mixed groups, deleted at its end, and returns a client.
+func newMixedTopic(t *testing.T, prefix string) (sarama.Client, string) {
+	t.Helper()
+	needCluster(t)
+	skipKafkaDiscovery(t, "the original library finds topics in the cluster's ZooKeeper")
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName(prefix)
+	createTopic(t, admin, topic, 8)
+	t.Cleanup(func() { _ = admin.DeleteTopic(topic) })
+	return client, topic
+}
+
 // TestMixedGroupUpgradeAndRollback replaces the two original instances of
 // a group by ports, one at a time, and goes back the same way, while
 // messages are produced; with a static, a white and a black list. At every
@@ -321,13 +350,7 @@ func (p *producer) finish() []string {
 // gives it to (none unowned, none waited for by a second owner), and in
 // the end every message must have been processed.
 func TestMixedGroupUpgradeAndRollback(t *testing.T) {
-	needCluster(t)
-	skipKafkaDiscovery(t, "the original library finds topics in the cluster's ZooKeeper")
-	client := newTestClient(t)
-	admin := newTestAdmin(t, client)
-	topic := uniqueName("__kcmix")
-	createTopic(t, admin, topic, 8)
-	t.Cleanup(func() { _ = admin.DeleteTopic(topic) })
+	client, topic := newMixedTopic(t, "__kcmix")
 	// __consumer_offsets exists once a group committed: make sure it does.
 	commitOffsets(t, client, uniqueName("mixed-init"), topic, map[int32]int64{0: 0})
 
@@ -366,6 +389,71 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 				t.Errorf("%d duplicates for %d moves away from an original; want at most one each", duplicates, g.fromOriginal)
 			}
 		})
+	}
+}
+
+// TestMixedGroupOnSarama19 replaces the two originals of a group, built
+// on sarama v1.9 or older (they commit the last processed offset and start
+// one after it), by ports with CommitLastProcessed; turns the setting off
+// one instance at a time; turns it on again while nothing is produced (the
+// partitions' last commits are then the ports' without the setting, and
+// must be made again in the originals' convention before an original takes
+// them); and goes back to originals while messages are produced again.
+// Every message must be processed exactly once: each convention is read
+// right, whoever committed.
+func TestMixedGroupOnSarama19(t *testing.T) {
+	client, topic := newMixedTopic(t, "kcmix19")
+
+	g := newMixedGroup(t, mixedSubscription{name: "static19", static: []string{topic}}, topic)
+	last := testConfig()
+	last.CommitLastProcessed = true
+	var (
+		o1, o2, o3, o4 *originalInstance
+		l1, l2, l3, l4 *portInstance // with CommitLastProcessed
+		n1, n2         *portInstance // without
+	)
+	prod := startProducer(t, client, topic)
+	g.step("two originals (sarama 1.9)", func() { o1, o2 = g.startOriginal19(), g.startOriginal19() })
+	g.step("+port (last processed)", func() { l1 = g.startPortWith(last) })
+	g.step("-original", func() { o1.close(t) })
+	g.step("+port (last processed)", func() { l2 = g.startPortWith(last) })
+	g.step("-original (all ports)", func() { o2.close(t) })
+	g.step("setting off: +port (next)", func() { n1 = g.startPort() })
+	g.step("-port (last processed)", func() { g.closePort(l1) })
+	g.step("+port (next)", func() { n2 = g.startPort() })
+	g.step("-port (last processed)", func() { g.closePort(l2) })
+	produced := prod.finish()
+	if !poll(60*time.Second, func() bool {
+		missing, _ := g.rec.check(produced)
+		return missing == 0
+	}) {
+		t.Fatalf("messages never processed: %s", strings.Join(g.rec.missed(produced, 10), ", "))
+	}
+	g.step("idle, setting on: +port (last processed)", func() { l3 = g.startPortWith(last) })
+	g.step("-port (next)", func() { g.closePort(n1) })
+	g.step("+port (last processed)", func() { l4 = g.startPortWith(last) })
+	g.step("-port (next)", func() { g.closePort(n2) })
+	prod = startProducer(t, client, topic)
+	g.step("rollback: +original (sarama 1.9)", func() { o3 = g.startOriginal19() })
+	g.step("-port", func() { g.closePort(l3) })
+	g.step("+original (sarama 1.9)", func() { o4 = g.startOriginal19() })
+	g.step("-port (all originals)", func() { g.closePort(l4) })
+	produced = append(produced, prod.finish()...)
+
+	var missing, duplicates int
+	if !poll(60*time.Second, func() bool {
+		missing, duplicates = g.rec.check(produced)
+		return missing == 0
+	}) {
+		t.Errorf("%d of %d messages were never processed: %s", missing, len(produced), strings.Join(g.rec.missed(produced, 10), ", "))
+	}
+	o3.close(t)
+	o4.close(t)
+	t.Logf("%d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
+		len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
+	if duplicates > 0 {
+		t.Errorf("%d duplicates; want none (each side reads the other's commits in their convention): %s",
+			duplicates, strings.Join(g.rec.duplicated(), "; "))
 	}
 }
 

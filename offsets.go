@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 )
 
 // offsetStore holds the offset to commit of every partition this instance
@@ -48,9 +49,16 @@ type offsetStore struct {
 	// failRound, when set (a test hook), runs first in each commit round;
 	// its error fails the round.
 	failRound func() error
+	// lastProcessed is Config.CommitLastProcessed: commits are made in the
+	// last-processed convention (internal/commitmark). Set before use.
+	lastProcessed bool
 
 	mu    sync.Mutex
 	parts map[topicPartition]*storedOffset
+	// rewrite holds the partitions whose committed offset, as last
+	// fetched, is in the other convention: set makes them dirty, so that
+	// they are committed again in this instance's.
+	rewrite map[topicPartition]bool
 }
 
 // storedOffset is the state of one partition in an offsetStore.
@@ -73,16 +81,18 @@ var errAlreadyManaged = errors.New("the partition's previous offset is not commi
 
 func newOffsetStore(client sarama.Client, group string, report func(topicPartition, error)) *offsetStore {
 	return &offsetStore{
-		client: client,
-		conf:   client.Config(),
-		group:  group,
-		report: report,
-		parts:  make(map[topicPartition]*storedOffset),
+		client:  client,
+		conf:    client.Config(),
+		group:   group,
+		report:  report,
+		parts:   make(map[topicPartition]*storedOffset),
+		rewrite: make(map[topicPartition]bool),
 	}
 }
 
-// fetch returns the committed offsets of tps, -1 for a partition with none,
-// with one OffsetFetch request. A partition whose answer is an error is
+// fetch returns the committed offsets of tps as next offsets to read (see
+// commitmark.Decode), -1 for a partition with none, with one OffsetFetch
+// request. A partition whose answer is an error is
 // left out, and the first such error returned.
 func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, error) {
 	broker, err := s.broker()
@@ -107,6 +117,8 @@ func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, err
 	}
 	offsets := make(map[topicPartition]int64, len(tps))
 	var first error
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, tp := range tps {
 		block := resp.GetBlock(tp.topic, tp.partition)
 		switch {
@@ -116,7 +128,13 @@ func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, err
 		case block == nil:
 			err = sarama.ErrIncompleteResponse
 		case errors.Is(block.Err, sarama.ErrNoError):
-			offsets[tp] = block.Offset
+			next, rewrite := commitmark.Decode(block.Offset, block.Metadata, s.lastProcessed)
+			offsets[tp] = next
+			if rewrite {
+				s.rewrite[tp] = true
+			} else {
+				delete(s.rewrite, tp)
+			}
 			continue
 		default:
 			err = block.Err
@@ -165,12 +183,18 @@ func (s *offsetStore) closing(tp topicPartition) bool {
 }
 
 // set gives the reserved tp its committed offset (-1 for none), which is
-// also the offset to commit until a mark.
+// also the offset to commit until a mark. A committed offset that fetch
+// found in the other convention is left dirty: the next round commits it
+// again.
 func (s *offsetStore) set(tp topicPartition, committed int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil {
 		p.next, p.committed = committed, committed
+		if s.rewrite[tp] {
+			p.committed = -1
+		}
 	}
+	delete(s.rewrite, tp)
 	s.mu.Unlock()
 }
 
@@ -312,7 +336,7 @@ func (s *offsetStore) commitChunks(tps []topicPartition) [][]topicPartition {
 	var chunks [][]topicPartition
 	start, size := 0, 0
 	for i, tp := range tps {
-		n := len(s.group) + len(tp.topic) + commitRecordBytes
+		n := len(s.group) + len(tp.topic) + len(commitmark.NextMark) + commitRecordBytes
 		if size+n > maxCommitBytes && i > start {
 			chunks = append(chunks, tps[start:i])
 			start, size = i, 0
@@ -349,7 +373,8 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []topicPartition) b
 	}
 	for _, b := range batch {
 		// Leader epoch -1: unknown (sarama does not track it).
-		req.AddBlockWithLeaderEpoch(b.tp.topic, b.tp.partition, b.offset, -1, timestamp, "")
+		offset, metadata := commitmark.Encode(b.offset, s.lastProcessed)
+		req.AddBlockWithLeaderEpoch(b.tp.topic, b.tp.partition, offset, -1, timestamp, metadata)
 	}
 	resp, err := broker.CommitOffset(req)
 	if err != nil {

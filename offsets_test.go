@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 )
 
 // TestOffsetStoreBookkeeping: what the store keeps for a partition between
@@ -577,7 +578,7 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 		// record's own framing: about 50 bytes more than the two names.
 		written := 0
 		for _, tp := range chunk {
-			written += len(store.group) + len(tp.topic) + 50
+			written += len(store.group) + len(tp.topic) + len(commitmark.NextMark) + 50
 			if seen[tp] {
 				t.Fatalf("%s/%d in two requests", tp.topic, tp.partition)
 			}
@@ -664,4 +665,82 @@ func TestCommitRequestCarriesRetention(t *testing.T) {
 			t.Errorf("Version %s, Retention 48h: retention %d ms; want %d", v, got, (48 * time.Hour).Milliseconds())
 		}
 	}
+}
+
+// TestIntegrationCommitLastProcessed: an instance with CommitLastProcessed
+// commits the last processed offset, marked, from its very start (a start
+// at offset 0 as -1); an instance without the setting that takes the
+// partition over continues after it, and one with it after that, with
+// nothing handed out twice or skipped.
+func TestIntegrationCommitLastProcessed(t *testing.T) {
+	needCluster(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("last-processed")
+	createTopic(t, admin, topic, 1)
+	t.Cleanup(func() { _ = admin.DeleteTopic(topic) })
+	group := uniqueName("last-processed")
+	last := testConfig()
+	last.CommitLastProcessed = true
+	last.Offsets.Initial = sarama.OffsetNewest
+
+	committed := func() (int64, string) {
+		t.Helper()
+		resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: {0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := resp.GetBlock(topic, 0)
+		if block == nil || !errors.Is(block.Err, sarama.ErrNoError) {
+			t.Fatalf("committed offset of %s/0: %v", topic, block)
+		}
+		return block.Offset, block.Metadata
+	}
+	waitCommit := func(offset int64, metadata string) {
+		t.Helper()
+		var gotOffset int64
+		var gotMetadata string
+		if !poll(10*time.Second, func() bool {
+			gotOffset, gotMetadata = committed()
+			return gotOffset == offset && gotMetadata == metadata
+		}) {
+			t.Fatalf("committed %d %q; want %d %q", gotOffset, gotMetadata, offset, metadata)
+		}
+	}
+	run := func(config *Config, prefix string, n int, before []string) []string {
+		t.Helper()
+		col := collect(join(t, group, TopicSubscription(topic), config), nil)
+		waitConsuming(t, col.consumer, 1, prefix)
+		values := produce(t, client, topic, prefix, n)
+		if got := waitReceived(col, values, 30*time.Second); got != n {
+			t.Errorf("%s: received %d of %d messages", prefix, got, n)
+		}
+		col.close(t)
+		for _, v := range before {
+			if c := col.count(v); c > 0 {
+				t.Errorf("%s: %s, processed before, handed out again", prefix, v)
+			}
+		}
+		for _, v := range values {
+			if c := col.count(v); c > 1 {
+				t.Errorf("%s: %s handed out %d times", prefix, v, c)
+			}
+		}
+		return values
+	}
+
+	// The start (offset 0, Offsets.Initial newest) is committed as -1.
+	col := collect(join(t, group, TopicSubscription(topic), last), nil)
+	waitCommit(-1, commitmark.LastMark)
+	values := produce(t, client, topic, "a", 10)
+	if got := waitReceived(col, values, 30*time.Second); got != 10 {
+		t.Errorf("received %d of 10 messages", got)
+	}
+	col.close(t)
+	waitCommit(9, commitmark.LastMark)
+
+	before := run(testConfig(), "b", 10, values)
+	waitCommit(20, commitmark.NextMark)
+	run(last, "c", 5, before)
+	waitCommit(24, commitmark.LastMark)
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,10 @@ import (
 //     1.10 takes its last message for unprocessed and waits its whole
 //     MaxProcessingTime), commit, release the claim.
 //
+// With sarama19 set it plays an original built on sarama v1.9 or older:
+// it starts at the committed offset + 1 (that sarama's NextOffset), and
+// does not wait on stop (its last message reads as processed).
+//
 // Unlike the original, it claims the partitions of internal topics but
 // does not consume them: their messages are no concern of the tests, and
 // ownership is what the tests check. Its messages are "processed" at
@@ -43,6 +49,7 @@ type originalInstance struct {
 	pattern     *regexp.Regexp // the white or black list's
 	whitelist   bool
 	releaseWait time.Duration
+	sarama19    bool
 
 	kz       *kazoo.Kazoo
 	cg       *kazoo.Consumergroup
@@ -59,14 +66,14 @@ type originalInstance struct {
 
 // startOriginal registers an original instance in group and starts its
 // loop. Exactly one of static and pattern is set.
-func startOriginal(t testing.TB, group string, static []string, pattern *regexp.Regexp, whitelist bool, releaseWait time.Duration, rec *recorder) *originalInstance {
+func startOriginal(t testing.TB, group string, static []string, pattern *regexp.Regexp, whitelist bool, releaseWait time.Duration, sarama19 bool, rec *recorder) *originalInstance {
 	t.Helper()
 	id, err := newInstanceID()
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := &originalInstance{id: id, group: group, static: static, pattern: pattern, whitelist: whitelist,
-		releaseWait: releaseWait, rec: rec, stop: make(chan struct{}), done: make(chan struct{})}
+		releaseWait: releaseWait, sarama19: sarama19, rec: rec, stop: make(chan struct{}), done: make(chan struct{})}
 	o.kz = testKazoo(t)
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
@@ -281,8 +288,11 @@ func (op *originalPartition) run(t testing.TB) {
 	}
 	defer pom.Close() // commits the last mark
 	next, _ := pom.NextOffset()
-	if next < 0 {
+	switch {
+	case next < 0:
 		next = sarama.OffsetOldest
+	case o.sarama19:
+		next++ // the committed offset is the last one processed
 	}
 	pc, err := o.consumer.ConsumePartition(op.tp.topic, op.tp.partition, next)
 	if err != nil {
@@ -294,12 +304,12 @@ func (op *originalPartition) run(t testing.TB) {
 	for {
 		select {
 		case msg := <-pc.Messages():
-			o.rec.record(o.id, msg)
+			o.rec.record("original:"+o.id[len(o.id)-4:], msg)
 			pom.MarkOffset(msg.Offset, "") // the original's convention: the last processed
 			consumed = true
 		case <-op.stop:
 			_ = pc.Close()
-			if consumed && o.releaseWait > 0 {
+			if consumed && o.releaseWait > 0 && !o.sarama19 {
 				time.Sleep(o.releaseWait) // simulates the original's MaxProcessingTime pause, not synchronisation
 			}
 			return
@@ -311,19 +321,51 @@ func (op *originalPartition) run(t testing.TB) {
 // processed.
 type recorder struct {
 	mu    sync.Mutex
-	count map[string]int // "topic/partition/offset" -> times processed
+	count map[string]int      // "topic/partition/offset" -> times processed
+	by    map[string][]string // "topic/partition/offset" -> who processed it
 }
 
-func newRecorder() *recorder { return &recorder{count: make(map[string]int)} }
+func newRecorder() *recorder {
+	return &recorder{count: make(map[string]int), by: make(map[string][]string)}
+}
 
 func messageKey(topic string, partition int32, offset int64) string {
 	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
 }
 
-func (r *recorder) record(_ string, msg *sarama.ConsumerMessage) {
+func (r *recorder) record(who string, msg *sarama.ConsumerMessage) {
+	key := messageKey(msg.Topic, msg.Partition, msg.Offset)
 	r.mu.Lock()
-	r.count[messageKey(msg.Topic, msg.Partition, msg.Offset)]++
+	r.count[key]++
+	r.by[key] = append(r.by[key], who)
 	r.mu.Unlock()
+}
+
+// missed returns the first max of produced that were never processed.
+func (r *recorder) missed(produced []string, max int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var result []string
+	for _, key := range produced {
+		if r.count[key] == 0 && len(result) < max {
+			result = append(result, key)
+		}
+	}
+	return result
+}
+
+// duplicated describes the messages processed more than once, and by whom.
+func (r *recorder) duplicated() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var result []string
+	for key, n := range r.count {
+		if n > 1 {
+			result = append(result, fmt.Sprintf("%s by %s", key, strings.Join(r.by[key], ", ")))
+		}
+	}
+	sort.Strings(result)
+	return result
 }
 
 // check returns how many of the produced messages were not processed, and

@@ -20,6 +20,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/zkbrokers"
 )
 
@@ -120,7 +121,8 @@ type Partition struct {
 	// it is shutting down or its ZooKeeper session is expiring.
 	OwnerRegistered bool `json:"owner_registered"`
 	// Committed is the group's committed offset in Kafka: the next message
-	// the group will read.
+	// the group will read (one more than Kafka holds for a group whose
+	// instances set CommitLastProcessed).
 	Committed *int64 `json:"committed"`
 	// LogEnd is the partition's log-end offset (high-water mark): the
 	// offset of the next message produced.
@@ -352,7 +354,7 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 		return nil, err
 	}
 	if len(desc.Brokers) == 0 {
-		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids", s.zookeeper, s.chroot)
+		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids (for a KRaft cluster, give --bootstrap-server)", s.zookeeper, s.chroot)
 	}
 
 	offsets, err := s.kafkaOffsets(group, desc.Brokers, access, desc.Instances, owners)
@@ -597,9 +599,12 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 		case block == nil:
 		case block.Err != sarama.ErrNoError:
 			p.Error = strings.TrimPrefix(p.Error+"; committed offset: "+block.Err.Error(), "; ")
-		case block.Offset >= 0:
-			offset := block.Offset
-			p.Committed = &offset
+		default:
+			// A group with CommitLastProcessed commits the last processed
+			// offset, marked so: the next one to read is one more.
+			if next, _ := commitmark.Decode(block.Offset, block.Metadata, false); next >= 0 {
+				p.Committed = &next
+			}
 		}
 		if p.Committed != nil && p.LogEnd != nil {
 			lag := max(*p.LogEnd-*p.Committed, 0)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // clusterPeers returns the test cluster's ZooKeeper connection string and
@@ -92,7 +93,13 @@ func createTopic(t *testing.T, brokers []string, partitions int32) string {
 // produce writes n messages to topic, round robin over its partitions.
 func produce(t *testing.T, brokers []string, topic string, n int) {
 	t.Helper()
-	config := sarama.NewConfig()
+	produceWith(t, sarama.NewConfig(), brokers, topic, n)
+}
+
+// produceWith is produce with a client configuration of the caller's (a
+// secured cluster's).
+func produceWith(t *testing.T, config *sarama.Config, brokers []string, topic string, n int) {
+	t.Helper()
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
@@ -107,6 +114,37 @@ func produce(t *testing.T, brokers []string, topic string, n int) {
 	}
 	if err := producer.SendMessages(msgs); err != nil {
 		t.Fatalf("produce: %s", err)
+	}
+}
+
+// startCluster starts a cluster of the test's own, closed at its end.
+func startCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and Kafka JVMs; skipped under -short")
+	}
+	began := time.Now()
+	c, err := testcluster.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	t.Logf("cluster (Kafka %s, %s, %s) started in %s", c.KafkaVersion(), c.Mode(), opts.Security, time.Since(began).Round(100*time.Millisecond))
+	return c
+}
+
+// consumeAll receives n messages from consumer within 60 s and acks them.
+func consumeAll(t *testing.T, consumer kafkaconsumer.Consumer, n int) {
+	t.Helper()
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
+	for received := 0; received < n; received++ {
+		select {
+		case msg := <-consumer.Messages():
+			consumer.Ack(msg)
+		case <-timeout.C:
+			t.Fatalf("received %d of %d messages within 60s", received, n)
+		}
 	}
 }
 
@@ -127,8 +165,17 @@ func describeJSON(zookeeper, group string) (*GroupDescription, error) {
 // messages and acks all but the last of each partition, and checks that
 // the command shows the instance, its partitions, the committed offsets and
 // a lag of one per partition; then, after the last acks and Close, no
-// instance, no owners and no lag.
+// instance, no owners and no lag. The same with CommitLastProcessed (the
+// group's commits are one lower in Kafka, marked so).
 func TestDescribeGroupIntegration(t *testing.T) {
+	for _, lastProcessed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CommitLastProcessed=%t", lastProcessed), func(t *testing.T) {
+			testDescribeGroup(t, lastProcessed)
+		})
+	}
+}
+
+func testDescribeGroup(t *testing.T, lastProcessed bool) {
 	zookeeper, brokers := clusterPeers(t)
 	checkLeaks(t)
 	const partitions, messages = 4, 40
@@ -137,6 +184,7 @@ func TestDescribeGroupIntegration(t *testing.T) {
 	produce(t, brokers, topic, messages)
 
 	config := kafkaconsumer.NewConfig()
+	config.CommitLastProcessed = lastProcessed
 	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	config.MaxProcessingTime = 10 * time.Second
 	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)

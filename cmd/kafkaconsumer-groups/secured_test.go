@@ -18,16 +18,7 @@ import (
 // flags, through ZooKeeper discovery and with --bootstrap-server; without
 // them, or with a wrong password, the command fails and says why.
 func TestDescribeSecuredIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts ZooKeeper and Kafka JVMs; skipped under -short")
-	}
-	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Security: testcluster.SecuritySASLSSL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	t.Logf("sasl_ssl cluster started in %s", time.Since(began).Round(100*time.Millisecond))
+	c := startCluster(t, testcluster.Options{Security: testcluster.SecuritySASLSSL})
 	checkLeaks(t)
 	const topic, messages = "cli-secured", 10
 	if err := c.CreateTopic(topic, 2, 1); err != nil {
@@ -37,17 +28,7 @@ func TestDescribeSecuredIntegration(t *testing.T) {
 	if err := c.SecureConfig(pcfg); err != nil {
 		t.Fatal(err)
 	}
-	pcfg.Producer.Return.Successes = true
-	producer, err := sarama.NewSyncProducer(c.KafkaPeers(), pcfg)
-	if err != nil {
-		t.Fatalf("producer: %s", err)
-	}
-	for i := 0; i < messages; i++ {
-		if _, _, err := producer.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder("m")}); err != nil {
-			t.Fatalf("produce: %s", err)
-		}
-	}
-	producer.Close()
+	produceWith(t, pcfg, c.KafkaPeers(), topic, messages)
 
 	// A group consumes and commits everything, then leaves.
 	group := "cli-secured-group"
@@ -59,17 +40,8 @@ func TestDescribeSecuredIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("join: %s", err)
 	}
-	timeout := time.NewTimer(60 * time.Second)
-	defer timeout.Stop()
-	for received := 0; received < messages; received++ {
-		select {
-		case msg := <-consumer.Messages():
-			consumer.Ack(msg)
-		case <-timeout.C:
-			_ = consumer.Close()
-			t.Fatalf("received %d of %d messages within 60s", received, messages)
-		}
-	}
+	defer func() { _ = consumer.Close() }()
+	consumeAll(t, consumer, messages)
 	if err := consumer.Close(); err != nil {
 		t.Fatalf("close: %s", err)
 	}
