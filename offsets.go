@@ -56,8 +56,8 @@ type offsetStore struct {
 	mu    sync.Mutex
 	parts map[topicPartition]*storedOffset
 	// rewrite holds the partitions whose committed offset, as last
-	// fetched, is in the other convention: set makes them dirty, so that
-	// they are committed again in this instance's.
+	// fetched, is to be committed again in this instance's convention
+	// (see commitmark.Decode): set makes them dirty.
 	rewrite map[topicPartition]bool
 }
 
