@@ -42,7 +42,9 @@ type consumerManager struct {
 	// their registrations, and the claims go through it (session.go);
 	// kazoo-go's (kz) watches the subscription. Closed by
 	// closeConnections.
-	zkConn   sessionConn
+	zkConn sessionConn
+	// zkConns are zkConn's connections, cut by closeConnections.
+	zkConns  *connSet
 	kzGroup  *kazoo.Consumergroup
 	instance *kazoo.ConsumergroupInstance
 	// registered tells whether the instance's registration node is ours to

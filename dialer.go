@@ -1,7 +1,8 @@
 package kafkaconsumer
 
-// The Kafka dialer: every connection of a consumer's sarama clients is
-// dialed here, so that Close can cut them all at once.
+// The dialers: every connection of a consumer's sarama clients, and of its
+// go-zookeeper session, is dialed here, so that Close can cut them all at
+// once.
 
 import (
 	"errors"
@@ -21,14 +22,11 @@ var errDialerClosed = errors.New("kafkaconsumer: the consumer is closing")
 // up to three Net.ReadTimeouts (the ApiVersions request on connecting, its
 // retry at version 0, then FindCoordinator), and closing the client does
 // not end it, because a broker being opened cannot be closed until its
-// opening ends. cut closes every connection under the requests, which
+// opening ends. cutAll closes every connection under the requests, which
 // then fail at once, and fails every later dial.
 type kafkaDialer struct {
 	dial func(network, addr string) (net.Conn, error)
-
-	mu    sync.Mutex
-	conns map[*kafkaConn]struct{}
-	cut   bool
+	*connSet
 }
 
 // useKafkaDialer makes sc dial its connections through a new kafkaDialer,
@@ -36,7 +34,7 @@ type kafkaDialer struct {
 // when one is enabled, else with Net.DialTimeout, Net.KeepAlive and
 // Net.LocalAddr.
 func useKafkaDialer(sc *sarama.Config) *kafkaDialer {
-	d := &kafkaDialer{conns: make(map[*kafkaConn]struct{})}
+	d := &kafkaDialer{connSet: newConnSet()}
 	if sc.Net.Proxy.Enable && sc.Net.Proxy.Dialer != nil {
 		d.dial = sc.Net.Proxy.Dialer.Dial
 	} else {
@@ -48,54 +46,82 @@ func useKafkaDialer(sc *sarama.Config) *kafkaDialer {
 	return d
 }
 
+// cutAll closes every open connection and fails every later dial.
+func (d *kafkaDialer) cutAll() {
+	if d != nil { // nil: a consumer manager of the unit tests
+		d.connSet.cutAll()
+	}
+}
+
 // Dial dials addr, unless the connections were cut.
 func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
-	d.mu.Lock()
-	cut := d.cut
-	d.mu.Unlock()
-	if cut {
+	if d.isCut() {
 		return nil, errDialerClosed
 	}
 	conn, err := d.dial(network, addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &kafkaConn{Conn: conn, d: d}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cut { // cut while dialing
+	return d.track(conn)
+}
+
+// connSet keeps the open connections of a dialer, so that Close can cut
+// them all at once; after that it fails every dial.
+type connSet struct {
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+	cut   bool
+}
+
+func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
+
+// isCut reports whether the connections were cut.
+func (s *connSet) isCut() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut
+}
+
+// track keeps conn, just dialed, and returns it wrapped so that closing it
+// forgets it; if the set was cut while it was dialed, it closes conn and
+// fails.
+func (s *connSet) track(conn net.Conn) (net.Conn, error) {
+	c := &trackedConn{Conn: conn, set: s}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cut {
 		_ = conn.Close()
 		return nil, errDialerClosed
 	}
-	d.conns[c] = struct{}{}
+	s.conns[c] = struct{}{}
 	return c, nil
 }
 
 // cutAll closes every open connection and fails every later dial.
-func (d *kafkaDialer) cutAll() {
-	if d == nil { // a consumer manager of the unit tests
+func (s *connSet) cutAll() {
+	if s == nil { // a consumer manager of the unit tests
 		return
 	}
-	d.mu.Lock()
-	d.cut = true
-	conns := d.conns
-	d.conns = nil
-	d.mu.Unlock()
+	s.mu.Lock()
+	s.cut = true
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
 	for c := range conns {
 		_ = c.Conn.Close()
 	}
 }
 
-// kafkaConn is a connection of a kafkaDialer; closing it forgets it.
-type kafkaConn struct {
+// trackedConn is a connection of a connSet; closing it forgets it.
+type trackedConn struct {
 	net.Conn
-	d *kafkaDialer
+	set *connSet
 }
 
 // Close closes the connection.
-func (c *kafkaConn) Close() error {
-	c.d.mu.Lock()
-	delete(c.d.conns, c)
-	c.d.mu.Unlock()
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.conns, c)
+	c.set.mu.Unlock()
 	return c.Conn.Close()
 }

@@ -409,14 +409,18 @@ func notifyStates(changed chan<- struct{}) zk.EventCallback {
 	}
 }
 
-// recordingDialer returns a go-zookeeper dialer whose connections record
-// the negotiated session timeout in negotiated.
-func recordingDialer(negotiated *atomic.Int64) zk.Dialer {
+// zookeeperDialer returns a go-zookeeper dialer whose connections record
+// the negotiated session timeout in negotiated, and are kept in conns, so
+// that Close can cut them (closeConnections).
+func zookeeperDialer(negotiated *atomic.Int64, conns *connSet) zk.Dialer {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		if conns.isCut() {
+			return nil, errDialerClosed
+		}
 		c, err := net.DialTimeout(network, address, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
+		return conns.track(&connectResponseConn{Conn: c, negotiated: negotiated})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -714,6 +715,57 @@ func TestSessionConnQueuesNothingWhileDisconnected(t *testing.T) {
 	waitFor(t, 10*time.Second, "the session back", func() bool { return conn.State() == zk.StateHasSession })
 	if _, _, err := conn.Get(node); err != nil {
 		t.Fatalf("Get after the reconnection: %v", err)
+	}
+}
+
+// TestFaultCloseSessionLeavesNoConnection: closing a session whose only
+// ZooKeeper node is frozen (SIGSTOP: the kernel accepts connections,
+// nothing answers) leaves no connection behind, and nothing connects again
+// when ZooKeeper resumes. With a plain Close, go-zookeeper's connection
+// attempt stays open, waiting for the frozen server's answer, and once
+// ZooKeeper resumes it completes to send the close: after the consumer's
+// Close returned, and with watches to re-set, that is go-zookeeper's data
+// race (see sessionConn), which -race reported once in CI.
+func TestFaultCloseSessionLeavesNoConnection(t *testing.T) {
+	needFaults(t)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	nodes, chroot, err := parseZookeeper(cluster.ZookeeperPeers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := newConnSet()
+	dials := new(atomic.Int64)
+	dialer := zookeeperDialer(new(atomic.Int64), conns)
+	conn, _, err := zk.Connect(nodes, 2*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}),
+		zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
+			dials.Add(1)
+			return dialer(network, address, timeout)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a session", func() bool { return conn.State() == zk.StateHasSession })
+	if _, _, _, err := conn.ExistsW(chroot + "/" + uniqueName("watched")); err != nil { // a watch to re-set
+		t.Fatal(err)
+	}
+
+	resume := freeze(t, cluster.ZooKeeperPID(0))
+	// go-zookeeper connects again (the kernel accepts the connection) and
+	// waits for the frozen server's answer to its connect request.
+	waitFor(t, 10*time.Second, "a new connection to the frozen server", func() bool { return dials.Load() > 1 })
+	closeSession(conn, conns)
+	open := func() int {
+		conns.mu.Lock()
+		defer conns.mu.Unlock()
+		return len(conns.conns)
+	}
+	waitFor(t, 3*time.Second, "no connection left open", func() bool { return open() == 0 })
+	before := dials.Load()
+	resume()
+	// Nothing connects again: a second of go-zookeeper's reconnection
+	// delay, with room to spare.
+	if poll(3*time.Second, func() bool { return dials.Load() > before }) {
+		t.Fatal("the closed session dialed again")
 	}
 }
 

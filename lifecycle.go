@@ -70,8 +70,8 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	dialer := useKafkaDialer(cfg.Config)
 	cfg.Zookeeper = &kzConfig
 
-	negotiated, states := new(atomic.Int64), make(chan struct{}, 1)
-	probe, err := probeZookeeper(ctx, nodes, &kzConfig, negotiated, states)
+	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig, negotiated, zkConns, states)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +84,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		group:          group,
 		subscription:   subscription,
 		zkConn:         sessionConn{probe},
+		zkConns:        zkConns,
 		messages:       make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
 		batches:        make(chan *Batch, batchBuffer),
 		closedMessages: make(chan *sarama.ConsumerMessage),
@@ -344,7 +345,7 @@ func (cm *consumerManager) closeConnections() []error {
 		}
 	}
 	if cm.zkConn.Conn != nil {
-		cm.zkConn.Close()
+		closeSession(cm.zkConn.Conn, cm.zkConns)
 	}
 	cm.zkCalls.Wait() // the close ended their requests
 	return errs

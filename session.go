@@ -178,6 +178,22 @@ func (cm *consumerManager) watchInstanceNodes() (kazoo.ConsumergroupInstanceList
 	return instances, watch, nil
 }
 
+// closeSession closes conn, a go-zookeeper session whose connections are
+// kept in conns, and leaves nothing of it behind. A session that is not
+// connected sends nothing more: its connection attempts are cut first,
+// else go-zookeeper would connect again as soon as ZooKeeper answers (a
+// frozen server resumed), after Close returned, to send its close; and
+// with watches to re-set, that is go-zookeeper's data race again (see
+// sessionConn). A connected session sends its close, then its connection
+// is cut.
+func closeSession(conn *zk.Conn, conns *connSet) {
+	if conn.State() != zk.StateHasSession {
+		conns.cutAll()
+	}
+	conn.Close()
+	conns.cutAll()
+}
+
 // sessionConn is the instance's ZooKeeper connection with a gate: a request
 // is sent only while the session is connected, and fails at once with
 // zk.ErrNoServer otherwise (its callers retry, or give up at their

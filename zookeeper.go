@@ -112,17 +112,17 @@ const saslRequired = "unknown error: -124"
 // ctx cancelled ends the wait for a session with ctx's error.
 //
 // The session's negotiated timeout is recorded in negotiated (see
-// connectResponseConn), and every change of its state sends a token on
+// connectResponseConn), its connections are kept in conns, and every change of its state sends a token on
 // states without blocking, for the guard goroutine (fence.go).
-func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, negotiated *atomic.Int64, states chan<- struct{}) (*zk.Conn, error) {
+func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, negotiated *atomic.Int64, conns *connSet, states chan<- struct{}) (*zk.Conn, error) {
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false),
-		zk.WithDialer(recordingDialer(negotiated)), zk.WithEventCallback(notifyStates(states)))
+		zk.WithDialer(zookeeperDialer(negotiated, conns)), zk.WithEventCallback(notifyStates(states)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
 	}
 	servers := strings.Join(nodes, ",")
 	if err := waitSession(ctx, events, config.Timeout, servers); err != nil {
-		conn.Close()
+		closeSession(conn, conns)
 		return nil, err
 	}
 	err = withDeadline(conn, config.Timeout, func() error {
@@ -130,7 +130,7 @@ func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, n
 		return err
 	})
 	if err != nil && err.Error() == saslRequired {
-		conn.Close()
+		closeSession(conn, conns)
 		return nil, fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which kazoo-go's ZooKeeper client does not support", ErrZookeeperUnreachable, servers)
 	}
 	// Any other outcome, a timeout included, is left to the rest of Join.
