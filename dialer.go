@@ -55,14 +55,7 @@ func (d *kafkaDialer) cutAll() {
 
 // Dial dials addr, unless the connections were cut.
 func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
-	if d.isCut() {
-		return nil, errDialerClosed
-	}
-	conn, err := d.dial(network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return d.track(conn)
+	return d.open(func() (net.Conn, error) { return d.dial(network, addr) })
 }
 
 // connSet keeps the open connections of a dialer, so that Close can cut
@@ -75,17 +68,20 @@ type connSet struct {
 
 func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
 
-// isCut reports whether the connections were cut.
-func (s *connSet) isCut() bool {
+// open dials a connection with dial, unless the connections were cut,
+// and keeps it: it returns it wrapped so that closing it forgets it. If
+// the set was cut while it was dialed, it closes it and fails.
+func (s *connSet) open(dial func() (net.Conn, error)) (net.Conn, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cut
-}
-
-// track keeps conn, just dialed, and returns it wrapped so that closing it
-// forgets it; if the set was cut while it was dialed, it closes conn and
-// fails.
-func (s *connSet) track(conn net.Conn) (net.Conn, error) {
+	cut := s.cut
+	s.mu.Unlock()
+	if cut {
+		return nil, errDialerClosed
+	}
+	conn, err := dial()
+	if err != nil {
+		return nil, err
+	}
 	c := &trackedConn{Conn: conn, set: s}
 	s.mu.Lock()
 	defer s.mu.Unlock()

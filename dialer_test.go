@@ -54,7 +54,7 @@ func TestKafkaDialerCutsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := openConns(d); n != 1 {
+	if n := openConns(d.connSet); n != 1 {
 		t.Fatalf("%d connections open; want 1", n)
 	}
 
@@ -100,9 +100,9 @@ func (c *countingDialer) Dial(network, addr string) (net.Conn, error) {
 	return nil, errors.New("proxy refused")
 }
 
-// openConns returns how many connections of d are open.
-func openConns(d *kafkaDialer) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.conns)
+// openConns returns how many connections of s are open.
+func openConns(s *connSet) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }

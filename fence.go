@@ -414,13 +414,12 @@ func notifyStates(changed chan<- struct{}) zk.EventCallback {
 // that Close can cut them (closeConnections).
 func zookeeperDialer(negotiated *atomic.Int64, conns *connSet) zk.Dialer {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
-		if conns.isCut() {
-			return nil, errDialerClosed
-		}
-		c, err := net.DialTimeout(network, address, timeout)
-		if err != nil {
-			return nil, err
-		}
-		return conns.track(&connectResponseConn{Conn: c, negotiated: negotiated})
+		return conns.open(func() (net.Conn, error) {
+			c, err := net.DialTimeout(network, address, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
+		})
 	}
 }

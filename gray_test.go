@@ -754,12 +754,7 @@ func TestFaultCloseSessionLeavesNoConnection(t *testing.T) {
 	// waits for the frozen server's answer to its connect request.
 	waitFor(t, 10*time.Second, "a new connection to the frozen server", func() bool { return dials.Load() > 1 })
 	closeSession(conn, conns)
-	open := func() int {
-		conns.mu.Lock()
-		defer conns.mu.Unlock()
-		return len(conns.conns)
-	}
-	waitFor(t, 3*time.Second, "no connection left open", func() bool { return open() == 0 })
+	waitFor(t, 3*time.Second, "no connection left open", func() bool { return openConns(conns) == 0 })
 	before := dials.Load()
 	resume()
 	// Nothing connects again: a second of go-zookeeper's reconnection

@@ -100,7 +100,8 @@ func (g *mixedGroup) startOriginal(releaseWait time.Duration) *originalInstance 
 	return o
 }
 
-// startOriginal19 starts an original built on sarama v1.9 or older.
+// startOriginal19 starts an original built on sarama v1.9 or older,
+// which does not wait on stop.
 func (g *mixedGroup) startOriginal19() *originalInstance {
 	o := startOriginal(g.t, g.name, g.sub.static, g.sub.pattern, g.sub.whitelist, 0, true, g.rec)
 	g.originals[o.id] = true

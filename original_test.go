@@ -35,8 +35,9 @@ import (
 //     MaxProcessingTime), commit, release the claim.
 //
 // With sarama19 set it plays an original built on sarama v1.9 or older:
-// it starts at the committed offset + 1 (that sarama's NextOffset), and
-// does not wait on stop (its last message reads as processed).
+// it starts at the committed offset + 1 (that sarama's NextOffset). Such
+// an original does not wait on stop (its last message reads as
+// processed): start it with releaseWait 0.
 //
 // Unlike the original, it claims the partitions of internal topics but
 // does not consume them: their messages are no concern of the tests, and
@@ -309,7 +310,7 @@ func (op *originalPartition) run(t testing.TB) {
 			consumed = true
 		case <-op.stop:
 			_ = pc.Close()
-			if consumed && o.releaseWait > 0 && !o.sarama19 {
+			if consumed && o.releaseWait > 0 {
 				time.Sleep(o.releaseWait) // simulates the original's MaxProcessingTime pause, not synchronisation
 			}
 			return

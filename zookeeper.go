@@ -112,8 +112,9 @@ const saslRequired = "unknown error: -124"
 // ctx cancelled ends the wait for a session with ctx's error.
 //
 // The session's negotiated timeout is recorded in negotiated (see
-// connectResponseConn), its connections are kept in conns, and every change of its state sends a token on
-// states without blocking, for the guard goroutine (fence.go).
+// connectResponseConn), its connections are kept in conns, and every
+// change of its state sends a token on states without blocking, for the
+// guard goroutine (fence.go).
 func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, negotiated *atomic.Int64, conns *connSet, states chan<- struct{}) (*zk.Conn, error) {
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false),
 		zk.WithDialer(zookeeperDialer(negotiated, conns)), zk.WithEventCallback(notifyStates(states)))
