@@ -1,7 +1,8 @@
 # Make targets for kafkaconsumer. The tests that need Kafka run against a
 # local ZooKeeper-mode cluster of JVMs (internal/testcluster); it needs Java
-# 11+ and, once, Maven to fetch the Kafka jars (`make jars`).
+# 17+ and, once, Maven to fetch the Kafka jars (`make jars`).
 #
+#   make lint          gofmt check, go vet and staticcheck over every module
 #   make test          gofmt check, go vet, then all tests (-race) against a
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
@@ -10,6 +11,8 @@
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
 #                      KAFKA_VERSION=4.4.0 for Kafka 4
 #   make test-short    unit tests only (go test -race -short), no cluster
+#   make bench         the benchmark program (bench/)
+#   make demo          the example group (examples/)
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
 #                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft);
 #                      then `. .cluster/env` exports ZOOKEEPER_PEERS and
@@ -39,7 +42,7 @@ BROKERS ?= 1
 SECURITY ?= plaintext
 MODE ?= zookeeper
 STATICCHECK_VERSION ?= v0.8.2
-TEST_FLAGS ?= -race -count=1 -timeout 25m
+TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 # Read by the testcluster command and by the tests (empty: the defaults).
 KAFKA_VERSION ?=
 ZOOKEEPER_VERSION ?=
@@ -115,8 +118,11 @@ vet:
 	@cd bench && $(GO) vet ./...
 	@cd soak && $(GO) vet ./...
 
-lint:
+# gofmt, go vet and staticcheck over every module: the first step of CI.
+lint: fmt-check vet
 	@$(call each-module,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...)
+	@cd bench && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@cd soak && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # Hooks for the benchmark module (bench/Makefile) and the examples
 # (examples/Makefile, target demo); they say so when there is nothing yet.

@@ -19,8 +19,8 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 	}
 	slot := &cm.ackCache[uint32(msg.Partition)%ackCacheSize]
 	pm := slot.Load()
-	if pm == nil || pm.tp.partition != msg.Partition || pm.tp.topic != msg.Topic || pm.retired.Load() {
-		pm = (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]
+	if pm == nil || pm.tp.Partition != msg.Partition || pm.tp.Topic != msg.Topic || pm.retired.Load() {
+		pm = (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]
 		if pm == nil {
 			cm.logf(slog.LevelDebug, "Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
 			return
@@ -35,15 +35,15 @@ const ackCacheSize = 64
 
 // withdraw takes back a message that was handed out but never received.
 func (cm *consumerManager) withdraw(msg *sarama.ConsumerMessage) {
-	if pm := (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]; pm != nil {
+	if pm := (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]; pm != nil {
 		pm.withdraw(msg.Offset)
 	}
 }
 
 // ack records that the message at offset was processed. It is called from
 // Ack, on any goroutine. The end of the acked prefix reaches the offset
-// store at the next mark (see markAcked), not here: a MarkOffset per ack
-// cost about 7% of the hand-out path (BenchmarkHandOut). An offset this
+// store at the next mark (see markAcked), not here: a mark per ack would
+// slow the hand-out path (BENCHMARKS.md, round 3). An offset this
 // partition manager does not hold (acked twice, or handed out by an
 // earlier owner) is ignored; it reports false.
 func (pm *partitionManager) ack(offset int64) bool {
@@ -70,7 +70,8 @@ func (pm *partitionManager) notify() {
 }
 
 // withdraw takes back a handed-out message that the user never received,
-// at Close: it is not committed, and it is not waited for.
+// at Close (see also withdrawAll): it is not committed, and it is not
+// waited for.
 func (pm *partitionManager) withdraw(offset int64) {
 	pm.mu.Lock()
 	known := pm.pending.withdraw(offset)

@@ -17,7 +17,7 @@ import (
 // testOffsets returns an offset store without a Kafka client: it keeps
 // marks, and nothing commits them. For tests of the ack bookkeeping.
 func testOffsets() *offsetStore {
-	return &offsetStore{parts: make(map[topicPartition]*storedOffset), report: func(topicPartition, error) {}}
+	return &offsetStore{parts: make(map[TopicPartition]*storedOffset), report: func(TopicPartition, error) {}}
 }
 
 // manageOffsets has pm's offsets kept in its consumer's store, from the

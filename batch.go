@@ -34,7 +34,7 @@ const batchBuffer = 4
 // Batches implements Consumer.
 func (cm *consumerManager) Batches() <-chan *Batch {
 	if cm.config.BatchSize == 0 {
-		cm.misuse.Do(func() {
+		cm.wrongChannelLogOnce.Do(func() {
 			cm.logf(slog.LevelError, "Batches() called on a consumer that hands out single messages (Config.BatchSize is 0): it returns a closed channel; read Messages(), or set BatchSize.")
 		})
 		return cm.closedBatches
@@ -280,19 +280,25 @@ func (h *handOut) fill(timer *time.Timer, linger time.Duration) bool {
 }
 
 // sendBatch hands out the first n messages of the batch as one Batch,
-// forwarding errors while the Batches channel is full. Killed or fenced
-// first, it takes them back (before is lastHandedOut before them) and
-// reports false.
+// forwarding errors while the Batches channel is full, and parking while a
+// hand-out hold (handOutHold) is on. Killed or fenced first, it takes them
+// back (before is lastHandedOut before them) and reports false.
 func (h *handOut) sendBatch(n int, before int64) bool {
+	defer h.leaveSend()
+	if !h.enterSend() {
+		h.pm.takeBack(h.batch[0].Offset, before)
+		return false
+	}
 	msgs := make([]*sarama.ConsumerMessage, n)
 	copy(msgs, h.batch[:n])
-	b := &Batch{Topic: h.pm.tp.topic, Partition: h.pm.tp.partition, Messages: msgs, pm: h.pm}
+	b := &Batch{Topic: h.pm.tp.Topic, Partition: h.pm.tp.Partition, Messages: msgs, pm: h.pm}
 	select {
 	case h.batches <- b:
 		return true
 	default:
 	}
 	for {
+		held, _ := h.pm.parent.hold.channels()
 		select {
 		case h.batches <- b:
 			return true
@@ -303,6 +309,10 @@ func (h *handOut) sendBatch(n int, before int64) bool {
 		case err, ok := <-h.errs:
 			h.forward(err, ok)
 			continue
+		case <-held:
+			if h.park() {
+				continue
+			}
 		}
 		h.pm.takeBack(msgs[0].Offset, before)
 		return false

@@ -230,7 +230,7 @@ func (l *brokerLoop) fetch(ready []*batchFetcher) {
 		req.RackID = conf.RackID
 	}
 	for _, f := range ready {
-		req.AddBlock(f.tp.topic, f.tp.partition, f.offset, f.fetchSize, -1)
+		req.AddBlock(f.tp.Topic, f.tp.Partition, f.offset, f.fetchSize, -1)
 	}
 	resp, err := l.broker.Fetch(req)
 	if err != nil {
@@ -243,7 +243,7 @@ func (l *brokerLoop) fetch(ready []*batchFetcher) {
 		return
 	}
 	for _, f := range ready {
-		block := resp.GetBlock(f.tp.topic, f.tp.partition)
+		block := resp.GetBlock(f.tp.Topic, f.tp.Partition)
 		switch {
 		case block == nil:
 			l.drop(f, sarama.ErrIncompleteResponse)
@@ -291,7 +291,7 @@ func (l *brokerLoop) drop(f *batchFetcher, err error) {
 // after each.
 type batchFetcher struct {
 	hub *fetchHub
-	tp  topicPartition
+	tp  TopicPartition
 
 	// slabs carries each response's messages, in offset order; the
 	// loop sends only when it is empty (capacity 1). Closed by run when
@@ -320,12 +320,12 @@ type batchFetcher struct {
 // startBatchFetcher starts a batch fetcher of tp at offset on hub. offset
 // must be within the partition's log (else sarama.ErrOffsetOutOfRange), as
 // sarama's ConsumePartition checks it.
-func startBatchFetcher(hub *fetchHub, tp topicPartition, offset int64) (*batchFetcher, error) {
-	oldest, err := hub.client.GetOffset(tp.topic, tp.partition, sarama.OffsetOldest)
+func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) (*batchFetcher, error) {
+	oldest, err := hub.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetOldest)
 	if err != nil {
 		return nil, err
 	}
-	newest, err := hub.client.GetOffset(tp.topic, tp.partition, sarama.OffsetNewest)
+	newest, err := hub.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetNewest)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +363,7 @@ func (f *batchFetcher) run() {
 		f.mu.Unlock()
 	}()
 	for {
-		broker, err := f.hub.client.Leader(f.tp.topic, f.tp.partition)
+		broker, err := f.hub.client.Leader(f.tp.Topic, f.tp.Partition)
 		if err == nil {
 			if !f.hub.subscribe(f, broker) {
 				return
@@ -384,7 +384,7 @@ func (f *batchFetcher) run() {
 		case !f.report(err) || errors.Is(err, sarama.ErrOffsetOutOfRange):
 			return
 		}
-		_ = f.hub.client.RefreshMetadata(f.tp.topic)
+		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
 		select {
 		case <-time.After(f.hub.conf.Consumer.Retry.Backoff):
 		case <-f.dying:
@@ -432,9 +432,9 @@ func (f *batchFetcher) report(err error) bool {
 		return false
 	}
 	select {
-	case f.errs <- &sarama.ConsumerError{Topic: f.tp.topic, Partition: f.tp.partition, Err: err}:
+	case f.errs <- &sarama.ConsumerError{Topic: f.tp.Topic, Partition: f.tp.Partition, Err: err}:
 	default:
-		logf(f.hub.log, slog.LevelWarn, "Error of %s/%d dropped (its channel is full): %s.", f.tp.topic, f.tp.partition, err)
+		logf(f.hub.log, slog.LevelWarn, "Error of %s/%d dropped (its channel is full): %s.", f.tp.Topic, f.tp.Partition, err)
 	}
 	return true
 }
@@ -476,7 +476,7 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 					continue
 				}
 				m := &slab[len(msgs)] // written in place: no copy of the struct
-				m.Topic, m.Partition, m.Offset = f.tp.topic, f.tp.partition, offset
+				m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
 				m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
 				if rb.LogAppendTime {
 					m.Timestamp = rb.MaxTimestamp

@@ -21,7 +21,7 @@ func recordBatch(first int64, n int) *sarama.Records {
 func testFetcher(offset int64) *batchFetcher {
 	conf := sarama.NewConfig()
 	hub := &fetchHub{conf: conf}
-	return &batchFetcher{hub: hub, tp: topicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
+	return &batchFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
 }
 
 func offsets(msgs []*sarama.ConsumerMessage) []int64 {

@@ -217,7 +217,7 @@ func TestOtherChannelIsClosed(t *testing.T) {
 // rebalance (an instance joins), a kill -9, and a Shutdown.
 func TestFaultBatchesLoseNothing(t *testing.T) {
 	needFaults(t)
-	verifyNoClusterLeaks(t)
+	t.Parallel()
 	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 6, 1)
 	r.opts.batch = 50
 	r.opts.workers = 8
@@ -244,8 +244,7 @@ func TestFaultBatchesLoseNothing(t *testing.T) {
 // wait MaxProcessingTime for their acks, nothing of them is committed, and
 // the next instance consumes them.
 func TestIntegrationBatchesCloseTakesBackUnread(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-batch-unread")

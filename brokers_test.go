@@ -14,16 +14,17 @@ import (
 // which ones exist, without registering; Config.Brokers is used instead of
 // the registrations; Config.Listener picks the PLAINTEXT listener by name.
 func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
+	topic1 := newTopic(t, 1)
+	topic4 := newTopic(t, 4)
 	skipKafkaDiscovery(t, "it tests broker discovery through ZooKeeper's registrations")
-	verifyNoClusterLeaks(t)
 
 	t.Run("TLS wanted, none registered", func(t *testing.T) {
 		group := uniqueName("it.nolistener")
 		config := testConfig()
 		config.Net.TLS.Enable = true
 		began := time.Now()
-		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		c, err := Join(group, TopicSubscription(topic1), zookeeperPeers, config)
 		if err == nil {
 			_ = c.Close()
 			t.Fatal("Join with TLS on a plaintext cluster succeeded")
@@ -41,7 +42,7 @@ func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 		group := uniqueName("it.badlistener")
 		config := testConfig()
 		config.Listener = "EXTERNAL"
-		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		c, err := Join(group, TopicSubscription(topic1), zookeeperPeers, config)
 		if err == nil {
 			_ = c.Close()
 			t.Fatal("Join with an unknown listener succeeded")
@@ -59,7 +60,7 @@ func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 		config.Net.DialTimeout = 500 * time.Millisecond
 		config.Metadata.Retry.Max = 1
 		config.Metadata.Retry.Backoff = 10 * time.Millisecond
-		c, err := Join(group, TopicSubscription("test.1"), zookeeperPeers, config)
+		c, err := Join(group, TopicSubscription(topic1), zookeeperPeers, config)
 		if err == nil {
 			_ = c.Close()
 			t.Fatal("Join with Brokers where nothing listens succeeded: the registered brokers were used")
@@ -77,15 +78,15 @@ func TestIntegrationBrokersOnPlainCluster(t *testing.T) {
 			func(c *Config) { c.Listener = "plaintext" },
 		} {
 			group := uniqueName("it.bootstrap")
-			start := startGroupAt(t, client, group, "test.4")
+			start := startGroupAt(t, client, group, topic4)
 			config := testConfig()
 			change(config)
-			c := join(t, group, TopicSubscription("test.4"), config)
+			c := join(t, group, TopicSubscription(topic4), config)
 			col := collect(c, nil)
-			values := produce(t, client, "test.4", group, 20)
+			values := produce(t, client, topic4, group, 20)
 			waitFor(t, 30*time.Second, "20 messages", func() bool { return col.has(values) })
 			col.close(t)
-			checkCommitted(t, client, group, start, map[string]int{"test.4": 20})
+			checkCommitted(t, client, group, start, map[string]int{topic4: 20})
 			checkDeregistered(t, group, c)
 		}
 	})

@@ -32,11 +32,11 @@ func (cm *consumerManager) loseClaims() {
 
 // addOrphan records a partition whose owner node may hold this instance's
 // ID while no partition manager runs it. Safe from any goroutine.
-func (cm *consumerManager) addOrphan(tp topicPartition) {
+func (cm *consumerManager) addOrphan(tp TopicPartition) {
 	cm.orphanMu.Lock()
 	defer cm.orphanMu.Unlock()
 	if cm.orphans == nil {
-		cm.orphans = make(map[topicPartition]bool)
+		cm.orphans = make(map[TopicPartition]bool)
 	}
 	cm.orphans[tp] = true
 }
@@ -49,9 +49,9 @@ func (cm *consumerManager) addOrphan(tp topicPartition) {
 // long. An orphan that a partition manager runs again is left to it: its
 // claim takes over a node with this instance's ID. It runs on the manager
 // goroutine, which alone changes the partition managers.
-func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
+func (cm *consumerManager) releaseOrphans() (left []TopicPartition) {
 	cm.orphanMu.Lock()
-	orphans := make([]topicPartition, 0, len(cm.orphans))
+	orphans := make([]TopicPartition, 0, len(cm.orphans))
 	for tp := range cm.orphans {
 		orphans = append(orphans, tp)
 	}
@@ -65,11 +65,11 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 			}
 			switch {
 			case err == nil:
-				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.topic, tp.partition)
+				cm.logf(slog.LevelInfo, "Released the claim of %s/%d, left behind.", tp.Topic, tp.Partition)
 			case errors.Is(err, kazoo.ErrPartitionNotClaimed):
 				// gone, or another instance's
 			default:
-				cm.logf(slog.LevelWarn, "Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.topic, tp.partition, convertError(err))
+				cm.logf(slog.LevelWarn, "Failed to release the claim of %s/%d, left behind: %s. Trying again.", tp.Topic, tp.Partition, convertError(err))
 				return append(left, orphans[i:]...)
 			}
 		}
@@ -83,9 +83,9 @@ func (cm *consumerManager) releaseOrphans() (left []topicPartition) {
 // releasePartition deletes the partition's owner node if it holds this
 // instance's ID; kazoo.ErrPartitionNotClaimed when it is gone or another
 // instance's.
-func (cm *consumerManager) releasePartition(tp topicPartition) error {
-	if h := cm.config.hooks; h != nil && h.releasePartition != nil {
-		if err := h.releasePartition(tp.topic, tp.partition); err != nil {
+func (cm *consumerManager) releasePartition(tp TopicPartition) error {
+	if h := cm.hooks; h != nil && h.releasePartition != nil {
+		if err := h.releasePartition(tp.Topic, tp.Partition); err != nil {
 			return err
 		}
 	}
@@ -134,14 +134,19 @@ func (pm *partitionManager) claim() bool {
 		pm.committed = nil // the batch's read may precede this claim
 	}
 	var waitedSince time.Time // when it began to wait for another owner
-	defer func() {
+	reportWait := func() {
 		if !waitedSince.IsZero() {
-			pm.parent.config.metrics().ClaimWaited(pm.parent.group, pm.public(), time.Since(waitedSince))
+			pm.parent.config.metrics().ClaimWaited(pm.parent.group, pm.tp, time.Since(waitedSince))
+			waitedSince = time.Time{}
 		}
-	}()
+	}
+	defer reportWait() // a wait that ends without the claim
 	for attempt := 0; ; attempt++ {
 		err := pm.parent.claimNode(pm.tp)
 		if err == nil {
+			// Reported before the claim shows: JoinContext returns once
+			// every partition shows as claimed, after the report.
+			reportWait()
 			pm.setClaimed()
 			return true
 		}
@@ -208,7 +213,7 @@ func (pm *partitionManager) release(deadline time.Time) error {
 			err = errFenced
 			deadline = time.Now()
 		} else {
-			deadline = pm.parent.bound(deadline, hurryStop)
+			deadline = pm.parent.bound(deadline, stopsAfterCtxDone)
 			err = pm.parent.zkCall(time.Until(deadline), func() error { return pm.parent.releasePartition(pm.tp) })
 		}
 		if err == nil {
@@ -237,41 +242,41 @@ const claimChunk = 250
 
 // claimBatch claims the partitions that one distribution started together,
 // with one ZooKeeper multi request per claimChunk partitions instead of a
-// request each: at start-up every owner node is missing, and the creates
-// were most of the start-up time of 1,000 partitions. A multi is atomic:
-// when one partition of a chunk is still owned (by an instance that is
-// letting go of it), none of the chunk is created, and each partition
-// manager claims its partition alone, as without the batch.
+// request each: at start-up every owner node is missing, and a create per
+// partition would cost a round trip each (BENCHMARKS.md, round 4). A multi
+// is atomic: when one partition of a chunk is still owned (by an instance
+// that is letting go of it), none of the chunk is created, and each
+// partition manager claims its partition alone, as without the batch.
 //
 // The first partition manager that claims (claimed) runs the multis on its
 // own goroutine; the others wait for it, without a deadline (as for a
 // claim of their own), so that no node the batch created goes unnoticed.
 type claimBatch struct {
 	cm  *consumerManager
-	tps []topicPartition
+	tps []TopicPartition
 
 	once sync.Once // runs the multis, in the first caller of claimed
 	// result maps the partitions of the batch to their outcome: true for
 	// claimed, false when the chunk failed for certain, absent when its
 	// outcome is unknown (the connection failed).
-	result map[topicPartition]bool
+	result map[TopicPartition]bool
 }
 
-func newClaimBatch(cm *consumerManager, tps []topicPartition) *claimBatch {
+func newClaimBatch(cm *consumerManager, tps []TopicPartition) *claimBatch {
 	return &claimBatch{cm: cm, tps: tps}
 }
 
 // claimed returns the outcome for tp: claimed, or known false when the
 // partition manager must claim alone (and may: nothing was created).
-func (b *claimBatch) claimed(tp topicPartition) (claimed, known bool) {
+func (b *claimBatch) claimed(tp TopicPartition) (claimed, known bool) {
 	b.once.Do(func() { b.result = b.run() })
 	claimed, known = b.result[tp]
 	return claimed, known
 }
 
 // run creates the owner nodes chunk by chunk.
-func (b *claimBatch) run() map[topicPartition]bool {
-	result := make(map[topicPartition]bool, len(b.tps))
+func (b *claimBatch) run() map[TopicPartition]bool {
+	result := make(map[TopicPartition]bool, len(b.tps))
 	for start := 0; start < len(b.tps); start += claimChunk {
 		chunk := b.tps[start:min(start+claimChunk, len(b.tps))]
 		err := b.create(chunk)
@@ -297,7 +302,7 @@ func (b *claimBatch) run() map[topicPartition]bool {
 
 // create runs one multi of the chunk's owner nodes; it returns the error of
 // the op that failed, or of the request.
-func (b *claimBatch) create(chunk []topicPartition) error {
+func (b *claimBatch) create(chunk []TopicPartition) error {
 	id := []byte(b.cm.instance.ID)
 	ops := make([]interface{}, len(chunk))
 	for i, tp := range chunk {
@@ -314,11 +319,11 @@ func (b *claimBatch) create(chunk []topicPartition) error {
 }
 
 // mkdirs creates the owner nodes' parents of the chunk's topics.
-func (b *claimBatch) mkdirs(chunk []topicPartition) error {
+func (b *claimBatch) mkdirs(chunk []TopicPartition) error {
 	seen := make(map[string]bool)
 	for _, tp := range chunk {
-		if !seen[tp.topic] {
-			seen[tp.topic] = true
+		if !seen[tp.Topic] {
+			seen[tp.Topic] = true
 			if err := b.cm.mkdirs(path.Dir(b.cm.ownerNode(tp))); err != nil {
 				return err
 			}

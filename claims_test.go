@@ -22,13 +22,13 @@ import (
 func TestOrphanSweepStopsAtFirstFailure(t *testing.T) {
 	config := NewConfig()
 	attempts := 0
-	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+	cm, _ := fakeManager(config, nil)
+	cm.hooks = &testHooks{releasePartition: func(string, int32) error {
 		attempts++
 		return zk.ErrNoServer
 	}}
-	cm, _ := fakeManager(config, nil)
 	for p := int32(0); p < 3; p++ {
-		cm.addOrphan(topicPartition{topic: "t", partition: p})
+		cm.addOrphan(TopicPartition{Topic: "t", Partition: p})
 	}
 	if left := cm.releaseOrphans(); len(left) != 3 {
 		t.Fatalf("%d orphans left after a failed sweep; want 3", len(left))
@@ -83,23 +83,23 @@ func waitAllClaimed(t *testing.T, c Consumer, n int, timeout time.Duration, who 
 // be tried again. It was tried once and only logged: the owner node stayed,
 // and the next owner waited on it for ever.
 func TestIntegrationFailedReleaseIsRetried(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	debugLogs(t)
 	group := uniqueName("rv.release")
 	var calls atomic.Int32
 	config := testConfig()
-	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+	hooks := &testHooks{releasePartition: func(string, int32) error {
 		if calls.Add(1) == 1 {
 			return zk.ErrConnectionClosed // the first release fails
 		}
 		return nil
 	}}
-	a := joinWithCleanup(t, group, TopicSubscription("test.4"), config)
+	a := joinWithHooksCleanup(t, group, TopicSubscription(topic), config, hooks)
 	colA := collect(a, nil)
 	waitAllClaimed(t, a, 4, 30*time.Second, "A")
 
-	b := joinWithCleanup(t, group, TopicSubscription("test.4"), nil)
+	b := joinWithCleanup(t, group, TopicSubscription(topic), nil)
 	colB := collect(b, nil)
 	waitAllClaimed(t, b, 2, 20*time.Second, "B, after A released 2 partitions with one failed release")
 	if n := calls.Load(); n < 3 {
@@ -115,33 +115,33 @@ func TestIntegrationFailedReleaseIsRetried(t *testing.T) {
 // partition manager gives up and reports ErrReleaseFailed; the consumer
 // manager goes on trying, so that the claim goes once ZooKeeper answers.
 func TestIntegrationOrphanClaimIsSwept(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	debugLogs(t)
 	group := uniqueName("rv.orphan")
 	var failing atomic.Bool
 	config := testConfig()
 	config.MaxProcessingTime = 200 * time.Millisecond
-	config.hooks = &testHooks{releasePartition: func(string, int32) error {
+	hooks := &testHooks{releasePartition: func(string, int32) error {
 		if failing.Load() {
 			return zk.ErrNoServer
 		}
 		return nil
 	}}
-	a := joinWithCleanup(t, group, TopicSubscription("test.4"), config)
+	a := joinWithHooksCleanup(t, group, TopicSubscription(topic), config, hooks)
 	colA := collect(a, nil)
 	errsA := logErrors(a)
 	waitAllClaimed(t, a, 4, 30*time.Second, "A")
 
 	failing.Store(true)
-	b := joinWithCleanup(t, group, TopicSubscription("test.4"), nil)
+	b := joinWithCleanup(t, group, TopicSubscription(topic), nil)
 	colB := collect(b, nil)
 	waitFor(t, 20*time.Second, "A to report ErrReleaseFailed", func() bool { return errsA.count(ErrReleaseFailed) > 0 })
 	conn, chroot := testZookeeper(t, zookeeperPeers)
 	idA := a.(*consumerManager).instance.ID
 	left := 0
 	for p := int32(0); p < 4; p++ {
-		if ownerNode(t, conn, chroot, group, "test.4", p) == idA {
+		if ownerNode(t, conn, chroot, group, topic, p) == idA {
 			left++
 		}
 	}
@@ -162,27 +162,27 @@ func TestIntegrationOrphanClaimIsSwept(t *testing.T) {
 // does to ZooKeeper what a session expiry does: it deletes the instance's
 // registration and owner nodes.
 func TestIntegrationClaimedFalseAfterSessionLoss(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	debugLogs(t)
 	client := newTestClient(t)
 	group := uniqueName("rv.session")
-	startGroupAt(t, client, group, "test.4")
+	startGroupAt(t, client, group, topic)
 	config := testConfig()
 	config.MaxProcessingTime = 3 * time.Second
-	a := joinWithCleanup(t, group, TopicSubscription("test.4"), config)
+	a := joinWithCleanup(t, group, TopicSubscription(topic), config)
 	col := collect(a, func(*sarama.ConsumerMessage) bool { return false }) // hold every message: the stop waits
 	errs := logErrors(a)
 	waitAllClaimed(t, a, 4, 30*time.Second, "A")
-	values := produce(t, client, "test.4", group, 8)
+	values := produce(t, client, topic, group, 8)
 	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
 
 	conn, chroot := testZookeeper(t, zookeeperPeers)
 	id := a.(*consumerManager).instance.ID
 	base := fmt.Sprintf("%s/consumers/%s", chroot, group)
 	for p := 0; p < 4; p++ {
-		if err := conn.Delete(fmt.Sprintf("%s/owners/test.4/%d", base, p), -1); err != nil {
-			t.Fatalf("delete owner node of test.4/%d: %s", p, err)
+		if err := conn.Delete(fmt.Sprintf("%s/owners/%s/%d", base, topic, p), -1); err != nil {
+			t.Fatalf("delete owner node of %s/%d: %s", topic, p, err)
 		}
 	}
 	if err := conn.Delete(base+"/ids/"+id, -1); err != nil {
@@ -210,41 +210,41 @@ func TestIntegrationClaimedFalseAfterSessionLoss(t *testing.T) {
 // by it, and each partition must be claimed alone: the free ones at once,
 // the owned one once its owner lets go.
 func TestIntegrationClaimBatchFallsBack(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	group := uniqueName("it.claims")
 	conn, chroot := testZookeeper(t, zookeeperPeers)
-	owners := createOwnersNode(t, conn, chroot, group, "test.4")
+	owners := createOwnersNode(t, conn, chroot, group, topic)
 	held := owners + "/2"
 	if _, err := conn.Create(held, []byte("another-instance"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create %s: %s", held, err)
 	}
 
-	c := joinWithCleanup(t, group, TopicSubscription("test.4"), testConfig())
+	c := joinWithCleanup(t, group, TopicSubscription(topic), testConfig())
 	id := c.(*consumerManager).instance.ID
 	waitFor(t, 30*time.Second, "partitions 0, 1 and 3 claimed", func() bool {
 		for _, p := range []int32{0, 1, 3} {
-			if ownerNode(t, conn, chroot, group, "test.4", p) != id {
+			if ownerNode(t, conn, chroot, group, topic, p) != id {
 				return false
 			}
 		}
 		return true
 	})
-	if owner := ownerNode(t, conn, chroot, group, "test.4", 2); owner != "another-instance" {
+	if owner := ownerNode(t, conn, chroot, group, topic, 2); owner != "another-instance" {
 		t.Fatalf("partition 2 is owned by %q, want the other instance's", owner)
 	}
 	if err := conn.Delete(held, -1); err != nil {
 		t.Fatalf("delete %s: %s", held, err)
 	}
 	waitAllClaimed(t, c, 4, 30*time.Second, "the consumer, once partition 2 was released")
-	if owner := ownerNode(t, conn, chroot, group, "test.4", 2); owner != id {
+	if owner := ownerNode(t, conn, chroot, group, topic, 2); owner != id {
 		t.Fatalf("partition 2 is owned by %q, want %s", owner, id)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("close: %s", err)
 	}
 	for p := range int32(4) {
-		if owner := ownerNode(t, conn, chroot, group, "test.4", p); owner != "" {
+		if owner := ownerNode(t, conn, chroot, group, topic, p); owner != "" {
 			t.Errorf("partition %d still owned by %q after Close", p, owner)
 		}
 	}
@@ -255,11 +255,11 @@ func TestIntegrationClaimBatchFallsBack(t *testing.T) {
 // retry's log line must name the watch's error. It named "claimed by
 // another instance" (the claim's error, shadowed).
 func TestIntegrationFailedOwnerWatchIsReported(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic4 := newTopic(t, 4)
 	group := uniqueName("it.watch")
 	conn, chroot := testZookeeper(t, zookeeperPeers)
-	owners := createOwnersNode(t, conn, chroot, group, "test.4")
+	owners := createOwnersNode(t, conn, chroot, group, topic4)
 	if _, err := conn.Create(owners+"/1", []byte("another-instance"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
@@ -268,13 +268,13 @@ func TestIntegrationFailedOwnerWatchIsReported(t *testing.T) {
 	config := testConfig()
 	logger, rec := newRecordingLogger()
 	config.Logger = logger
-	config.hooks = &testHooks{watchOwner: func(string, int32) error {
+	hooks := &testHooks{watchOwner: func(string, int32) error {
 		if failed.CompareAndSwap(false, true) {
 			return injected
 		}
 		return nil
 	}}
-	c := joinWithCleanup(t, group, TopicSubscription("test.4"), config)
+	c := joinWithHooksCleanup(t, group, TopicSubscription(topic4), config, hooks)
 	waitFor(t, 30*time.Second, "the watch to fail", failed.Load)
 	waitFor(t, 10*time.Second, "a log line naming the watch's error", func() bool {
 		_, ok := rec.find(slog.LevelWarn, injected.Error(), nil)

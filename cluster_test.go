@@ -96,19 +96,20 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 		defer cluster.Close()
-		for _, topic := range []struct {
-			name       string
-			partitions int32
-		}{{"test.1", 1}, {"test.4", 4}, {"test.64", 64}} {
-			if err := cluster.CreateTopic(topic.name, topic.partitions, 1); err != nil {
-				fmt.Fprintln(os.Stderr, "create topic:", err)
-				return 1
-			}
-		}
 		zookeeperPeers, kafkaPeers = cluster.ZookeeperPeers(), cluster.KafkaPeers()
 		fmt.Fprintf(os.Stderr, "test cluster: Kafka %s, ZooKeeper %s, Java %s\n", cluster.KafkaVersion(), cluster.ZooKeeperVersion(), cluster.JavaVersion())
 	}
-	return m.Run()
+	// The parallel tests (parallelClusterTest) leave the check for leaked
+	// goroutines to this one, after every test.
+	ignore := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOptions...)
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(ignore...); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines left after the tests: %v\n", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // testKafkaVersion is the brokers' Kafka release as sarama knows it:
@@ -173,12 +174,22 @@ func uniqueName(prefix string) string {
 
 func newTestClient(t testing.TB) sarama.Client {
 	t.Helper()
+	return newTestClientOf(t, kafkaPeers)
+}
+
+// newTestClientOf is newTestClient for the cluster of brokers.
+func newTestClientOf(t testing.TB, brokers []string) sarama.Client {
+	t.Helper()
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
-	client, err := sarama.NewClient(kafkaPeers, config)
+	// A topic's creation outlasts sarama's 3 s default on a loaded
+	// machine (seen with the soak running beside the tests): the broker
+	// then answers REQUEST_TIMED_OUT while it goes on creating it.
+	config.Admin.Timeout = 30 * time.Second
+	client, err := sarama.NewClient(brokers, config)
 	if err != nil {
 		t.Fatalf("connect to kafka: %s", err)
 	}
@@ -682,4 +693,59 @@ func (el *errorLog) count(target error) int {
 		}
 	}
 	return n
+}
+
+// newTopic creates a topic of the test's own on the shared cluster, with
+// the given number of partitions, and returns its name once the leader of
+// every partition answers for it (a ListOffsets succeeds): a broker that
+// the metadata names as leader may not act as one yet, as KRaft brokers
+// do right after the topic is created. Tests that own their topics and
+// groups run in parallel (parallelClusterTest).
+func newTopic(t testing.TB, partitions int32) string {
+	t.Helper()
+	client := newTestClient(t)
+	topic := uniqueName(topicPrefix(t))
+	createTopic(t, newTestAdmin(t, client), topic, partitions)
+	var last error
+	if !poll(30*time.Second, func() bool {
+		if last = client.RefreshMetadata(topic); last != nil {
+			return false
+		}
+		ids, err := client.Partitions(topic)
+		if last = err; err != nil || len(ids) != int(partitions) {
+			return false
+		}
+		for _, p := range ids {
+			if _, last = client.GetOffset(topic, p, sarama.OffsetNewest); last != nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("timed out after 30s waiting for the leaders of %s to answer: %v", topic, last)
+	}
+	return topic
+}
+
+// topicPrefix is the test's name as the start of a topic name: Kafka
+// allows letters, digits, '.', '_' and '-'.
+func topicPrefix(t testing.TB) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-':
+			return r
+		}
+		return '-'
+	}, t.Name())
+}
+
+// parallelClusterTest skips the test under -short, and runs it in
+// parallel with the other tests that own their topics and groups on the
+// shared cluster. Such a test does not check for goroutine leaks itself,
+// since the other tests' goroutines run beside its own: TestMain checks
+// that none is left once every test has run.
+func parallelClusterTest(t *testing.T) {
+	t.Helper()
+	needCluster(t)
+	t.Parallel()
 }

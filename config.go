@@ -3,6 +3,8 @@ package kafkaconsumer
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -33,6 +35,10 @@ const (
 	DefaultDiscoveryInterval = 5 * time.Second
 )
 
+// defaultOffsetsInitial is the Offsets.Initial of NewConfig, which it
+// gives sarama's Consumer.Offsets.Initial too (see Config.Config).
+const defaultOffsetsInitial = sarama.OffsetOldest
+
 // Config is the configuration of a consumer instance. Create it with
 // NewConfig and change what you need before calling Join; Join does not
 // change it, and it must not be changed while a consumer uses it.
@@ -40,18 +46,46 @@ type Config struct {
 	// Config is sarama's configuration, used for the clients, the consumer
 	// and the offset commits. NewConfig starts from sarama.NewConfig() and
 	// sets Consumer.Return.Errors, so partition and commit errors reach
-	// Errors(). Consumer.Offsets.Initial is taken from Offsets.Initial.
+	// Errors(), and Consumer.Offsets.Initial to sarama.OffsetOldest, as
+	// Offsets.Initial.
+	//
+	// Consumer.Offsets.Initial is not used: the consumer starts at
+	// Offsets.Initial. So that a value set here is not ignored without a
+	// word, Validate refuses one that is neither NewConfig's
+	// (sarama.OffsetOldest) nor Offsets.Initial, naming both: in practice
+	// sarama.OffsetNewest set here with Offsets.Initial left at its
+	// default; set Offsets.Initial instead. (NewConfig gives it
+	// sarama.OffsetOldest, not sarama's default sarama.OffsetNewest, so
+	// that a user's sarama.OffsetNewest can be told from a default.)
+	// Consumer.Offsets.AutoCommit.Enable and .Interval are honoured: the
+	// consumer runs the commit rounds itself, with sarama's auto-commit
+	// off in its own copy.
+	//
 	// The consumer dials its Kafka connections itself, so that Close can
-	// cut them under requests to a broker that hangs: it dials as sarama
-	// would (Net.DialTimeout, Net.KeepAlive, Net.LocalAddr), or through
-	// Net.Proxy.Dialer when Net.Proxy.Enable is set, and sets Net.Proxy on
-	// its own copy (sarama then logs "using proxy" at each dial).
+	// cut them under requests to a broker that hangs, and end the dials
+	// in flight to an address that never answers (which would otherwise
+	// wait Net.DialTimeout): it dials as sarama would (Net.DialTimeout,
+	// Net.KeepAlive, Net.LocalAddr), or through Net.Proxy.Dialer when
+	// Net.Proxy.Enable is set, and sets Net.Proxy on its own copy (sarama
+	// then logs "using proxy" at each dial). A Net.Proxy.Dialer that
+	// implements golang.org/x/net/proxy.ContextDialer dials with
+	// DialContext, whose context the consumer cancels when Close cuts its
+	// connections, when a Shutdown's context is done, and when
+	// JoinContext's ctx is done while it connects; one without
+	// DialContext dials with Dial, which nothing interrupts: Close,
+	// Shutdown and JoinContext then wait for a dial in flight as long as
+	// it takes, past their bounds. The copy's Metadata.Retry.BackoffFunc
+	// pauses as Metadata.Retry.Backoff or your BackoffFunc, and not at all
+	// once the consumer stopped dialing (each retry then fails at once).
+	// Validate refuses Net.Proxy.Enable without a Net.Proxy.Dialer.
 	*sarama.Config
 
 	// Zookeeper is the configuration of the ZooKeeper connection. Its Chroot
-	// is taken from the connection string given to Join. Timeout is the
-	// session timeout (default DefaultZookeeperTimeout; see there for the
-	// trade-off) and also bounds how long Join waits for a first session.
+	// is taken from the connection string given to Join: leave it empty
+	// (Join refuses a Chroot that differs from the connection string's,
+	// naming both). Timeout is the session timeout (default
+	// DefaultZookeeperTimeout; see there for the trade-off) and also
+	// bounds how long Join waits for a first session.
 	// Logger defaults to one that writes to the consumer's logger
 	// (Config.Logger, or the package Logger when that is nil).
 	Zookeeper *kazoo.Config
@@ -94,7 +128,9 @@ type Config struct {
 	// MaxProcessingTime is how long a partition that is being stopped (in a
 	// rebalance or by Close) waits for the messages it handed out to be
 	// acked before it commits what was acked and lets go of the partition.
-	// Messages not acked by then are consumed again by the next owner.
+	// Messages not acked by then are consumed again by the next owner;
+	// those still unread in the Messages (or Batches) channel are taken
+	// back first, never to be received from this instance.
 	// The final commit and the release of the claim may take 5 s more:
 	// a stopping partition holds its claim for at most MaxProcessingTime
 	// + 5 s, whatever Kafka and ZooKeeper do. Under an orchestrator, keep
@@ -179,9 +215,6 @@ type Config struct {
 	// Prometheus). Default nil.
 	Metrics Metrics
 
-	// hooks are fault injection points for tests; nil in normal use.
-	hooks *testHooks
-
 	// Offsets configures where consumption starts.
 	Offsets struct {
 		// Initial is the offset to start at when the group has no committed
@@ -193,6 +226,8 @@ type Config struct {
 		// anything is handed out (with OffsetNewest the partition waits for
 		// that commit), so a partition that stops before its first ack
 		// never leaves its next owner to start at a later newest offset.
+		// The sarama configuration's Consumer.Offsets.Initial is not used
+		// (see Config.Config).
 		Initial int64
 	}
 }
@@ -209,12 +244,15 @@ func NewConfig() *Config {
 	c.Config.Consumer.Return.Errors = true
 	c.Zookeeper.Timeout = DefaultZookeeperTimeout
 	c.Zookeeper.Logger = zookeeperLogger{}
-	c.Offsets.Initial = sarama.OffsetOldest
+	c.Offsets.Initial = defaultOffsetsInitial
+	c.Config.Consumer.Offsets.Initial = defaultOffsetsInitial
 	return c
 }
 
 // Validate checks the configuration and returns an error wrapping
-// ErrInvalidConfig that names the first setting out of range.
+// ErrInvalidConfig that names the first setting out of range, or the
+// first sarama setting that the consumer would not use as set, with the
+// setting it uses instead.
 func (c *Config) Validate() error {
 	switch {
 	case c == nil:
@@ -242,6 +280,12 @@ func (c *Config) Validate() error {
 	case c.Offsets.Initial != sarama.OffsetOldest && c.Offsets.Initial != sarama.OffsetNewest:
 		return fmt.Errorf("%w: Offsets.Initial must be sarama.OffsetOldest (%d) or sarama.OffsetNewest (%d), got %d",
 			ErrInvalidConfig, sarama.OffsetOldest, sarama.OffsetNewest, c.Offsets.Initial)
+	case c.Consumer.Offsets.Initial != defaultOffsetsInitial && c.Consumer.Offsets.Initial != c.Offsets.Initial:
+		return fmt.Errorf("%w: Config.Consumer.Offsets.Initial (sarama) is %s but Offsets.Initial is %s: the consumer uses Offsets.Initial; set Offsets.Initial",
+			ErrInvalidConfig, offsetName(c.Consumer.Offsets.Initial), offsetName(c.Offsets.Initial))
+	case c.Net.Proxy.Enable && c.Net.Proxy.Dialer == nil:
+		return fmt.Errorf("%w: Config.Net.Proxy.Enable (sarama) is set but Net.Proxy.Dialer is nil: the consumer would dial the brokers directly; set Net.Proxy.Dialer, or clear Net.Proxy.Enable",
+			ErrInvalidConfig)
 	case c.Listener != "" && !validListenerName(c.Listener):
 		return fmt.Errorf("%w: Listener %q is not a listener name (letters, digits, '_' and '-')", ErrInvalidConfig, c.Listener)
 	case c.Listener != "" && len(c.Brokers) > 0:
@@ -263,6 +307,29 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// validateChroot checks Zookeeper.Chroot against chroot, that of Join's
+// connection string, which the consumer uses: it returns an error wrapping
+// ErrInvalidConfig, naming both, when Zookeeper.Chroot is set to another.
+func (c *Config) validateChroot(chroot string) error {
+	set := strings.TrimRight(c.Zookeeper.Chroot, "/")
+	if set == "" || set == chroot {
+		return nil
+	}
+	return fmt.Errorf("%w: Zookeeper.Chroot (kazoo) is %q but the chroot of the connection string is %q: the consumer uses the connection string's; end the connection string with %q, and leave Zookeeper.Chroot empty",
+		ErrInvalidConfig, c.Zookeeper.Chroot, chroot, set)
+}
+
+// offsetName returns an Offsets.Initial value with its name.
+func offsetName(offset int64) string {
+	switch offset {
+	case sarama.OffsetOldest:
+		return "sarama.OffsetOldest (-2)"
+	case sarama.OffsetNewest:
+		return "sarama.OffsetNewest (-1)"
+	}
+	return strconv.FormatInt(offset, 10)
+}
+
 // saramaConfig returns a copy of the sarama configuration with the settings
 // that this package derives from its own.
 func (c *Config) saramaConfig() *sarama.Config {
@@ -272,21 +339,4 @@ func (c *Config) saramaConfig() *sarama.Config {
 	// so that each is seen, timed and reported to Metrics.
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	return &sc
-}
-
-// testHooks are the fault injection points of the tests: each, when set,
-// runs before the ZooKeeper call it names, and an error it returns fails
-// that call.
-type testHooks struct {
-	// releasePartition runs before each release of a partition's claim.
-	releasePartition func(topic string, partition int32) error
-	// commitRound runs before each commit round; its error fails the
-	// round's commits.
-	commitRound func() error
-	// missingTopic runs when a topic of a static subscription is found
-	// missing, before the watch on the topic list is set.
-	missingTopic func(topic string)
-	// watchOwner runs before each watch on the owner node of a partition
-	// claimed by another instance; its error fails the watch.
-	watchOwner func(topic string, partition int32) error
 }

@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func TestNewConfigDefaults(t *testing.T) {
 		{"MaxProcessingTime", c.MaxProcessingTime, 60 * time.Second},
 		{"MaxPendingAcks", c.MaxPendingAcks, DefaultMaxPendingAcks},
 		{"Offsets.Initial", c.Offsets.Initial, sarama.OffsetOldest},
+		{"Consumer.Offsets.Initial", c.Consumer.Offsets.Initial, c.Offsets.Initial},
 		{"Zookeeper.Timeout", c.Zookeeper.Timeout, 6 * time.Second},
 		{"Consumer.Return.Errors", c.Consumer.Return.Errors, true},
 		{"Zookeeper.Logger", c.Zookeeper.Logger, zookeeperLogger{}},
@@ -61,6 +63,7 @@ func TestConfigValidate(t *testing.T) {
 		{"Brokers IPv6 without brackets", func(c *Config) { c.Brokers = []string{"::1:9092"} }, "Brokers"},
 		{"Listener malformed", func(c *Config) { c.Listener = "SASL_SSL://" }, "Listener"},
 		{"Listener and Brokers", func(c *Config) { c.Listener = "EXTERNAL"; c.Brokers = []string{"kafka1:9092"} }, "Listener"},
+		{"Net.Proxy.Enable without Dialer", func(c *Config) { c.Net.Proxy.Enable = true }, "Net.Proxy.Enable (sarama) is set but Net.Proxy.Dialer is nil"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +98,71 @@ func TestConfigValidate(t *testing.T) {
 	newest.Offsets.Initial = sarama.OffsetNewest
 	if err := newest.Validate(); err != nil {
 		t.Fatalf("OffsetNewest rejected: %s", err)
+	}
+}
+
+// TestValidateRefusesAnIgnoredSaramaOffsetsInitial: sarama's
+// Consumer.Offsets.Initial is not used; Validate refuses a value there
+// that is neither NewConfig's nor Offsets.Initial, naming both, and
+// accepts the defaults, a change of Offsets.Initial alone, and both set
+// alike.
+func TestValidateRefusesAnIgnoredSaramaOffsetsInitial(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		sarama, our int64
+		want        string // in the error; "" for none
+	}{
+		{"defaults", sarama.OffsetOldest, sarama.OffsetOldest, ""},
+		{"ours newest", sarama.OffsetOldest, sarama.OffsetNewest, ""},
+		{"both newest", sarama.OffsetNewest, sarama.OffsetNewest, ""},
+		{"sarama's newest alone", sarama.OffsetNewest, sarama.OffsetOldest,
+			"Config.Consumer.Offsets.Initial (sarama) is sarama.OffsetNewest (-1) but Offsets.Initial is sarama.OffsetOldest (-2): the consumer uses Offsets.Initial; set Offsets.Initial"},
+		{"sarama's out of range", 42, sarama.OffsetNewest, "Config.Consumer.Offsets.Initial (sarama) is 42 but Offsets.Initial is sarama.OffsetNewest (-1)"},
+	}
+	for _, tc := range cases {
+		c := NewConfig()
+		c.Consumer.Offsets.Initial, c.Offsets.Initial = tc.sarama, tc.our
+		err := c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: Validate() = %s", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: Validate() = %v, want ErrInvalidConfig saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestJoinRefusesAChrootThatIsNotTheConnectionString: the chroot is the
+// connection string's; Join refuses a Zookeeper.Chroot that differs,
+// naming both, and accepts one alike.
+func TestJoinRefusesAChrootThatIsNotTheConnectionString(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		config, connection string
+		refused            bool
+	}{
+		{"", "", false},
+		{"", "/kafka", false},
+		{"/kafka", "/kafka", false},
+		{"/kafka/", "/kafka", false},
+		{"/kafka", "", true},
+		{"/a", "/b", true},
+	}
+	for _, tc := range cases {
+		c := NewConfig()
+		c.Zookeeper.Chroot = tc.config
+		err := c.validateChroot(tc.connection)
+		if refused := err != nil; refused != tc.refused || refused && (!errors.Is(err, ErrInvalidConfig) ||
+			!strings.Contains(err.Error(), "Zookeeper.Chroot (kazoo) is "+strconv.Quote(tc.config)) ||
+			!strings.Contains(err.Error(), "connection string is "+strconv.Quote(tc.connection))) {
+			t.Errorf("Chroot %q, connection string's %q: validateChroot() = %v", tc.config, tc.connection, err)
+		}
+	}
+	c := NewConfig()
+	c.Zookeeper.Chroot = "/b"
+	if _, err := Join("g", TopicSubscription("t"), "127.0.0.1:1/a", c); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Join() = %v, want ErrInvalidConfig", err)
 	}
 }
 

@@ -20,63 +20,58 @@ type Consumer interface {
 	Interrupt()
 
 	// Close shuts the consumer down and waits until it is done: every
-	// partition stops consuming, waits up to MaxProcessingTime for the acks
-	// of the messages it handed out, commits what was acked and releases
-	// its claim; then the Kafka and ZooKeeper connections are closed, the
-	// instance is deregistered, and the Messages and Errors channels are
-	// closed. Messages still buffered in the Messages channel are taken back
-	// unprocessed: they are not committed, and the next owner of their
-	// partition consumes them again.
+	// partition waits up to MaxProcessingTime for the acks of what it
+	// handed out, commits what was acked and releases its claim; then the
+	// instance is deregistered, its connections are closed, and the
+	// Messages, Batches and Errors channels are closed. It returns nil when
+	// all of that completed, else what did not (below); a second call
+	// returns the same. Messages still unread in the channels are taken
+	// back: not committed, they are consumed again by the next owner of
+	// their partition.
 	//
-	// Close is bounded. The partitions stop, all at once, within
-	// MaxProcessingTime + 5 s: acks until MaxProcessingTime, then the final
-	// commit and the release of the claim. The Kafka connections close
-	// within 5 s more: after that Close cuts every Kafka connection of the
-	// consumer under the requests still in flight (a partition still
-	// starting, a coordinator lookup against a hung broker), which then
-	// fail at once; the consumer dials them itself for that (see Config).
-	// A ZooKeeper request fails at once while the session is disconnected,
-	// waits at most the session timeout otherwise, and is not sent at all
-	// while the instance is fenced (see Messages): what was not released or
-	// deregistered goes with the session. So Close returns within
-	// MaxProcessingTime + session timeout + 10 s whether ZooKeeper is
-	// reachable, down, frozen or cut off, and whether a broker answers or
-	// hangs.
+	// Bounds, whether ZooKeeper is reachable, down, frozen or cut off, and
+	// whether a broker answers or hangs (ARCHITECTURE.md, "Bounds", derives
+	// them):
+	//   - the partitions stop, all at once, within MaxProcessingTime + 5 s;
+	//   - Kafka requests and dials still in flight 5 s after that fail at
+	//     once: Close cuts the consumer's Kafka connections under them and
+	//     ends its dials, so a dial to an address that never answers does
+	//     not wait out Net.DialTimeout (see Config: a Net.Proxy.Dialer
+	//     without DialContext cannot be cut);
+	//   - Close returns within MaxProcessingTime + the ZooKeeper session
+	//     timeout + 10 s.
 	//
-	// Close returns nil when all of that completed. Otherwise it returns
-	// what did not (several errors joined; test them with errors.Is):
+	// What did not complete is returned joined (test it with errors.Is):
 	// ErrCommitTimeout when a final commit was not confirmed (the next owner
 	// consumes again what was acked after the last confirmed commit),
 	// ErrReleaseFailed when a claim could not be released (it goes when the
-	// ZooKeeper session expires), or the error of deregistering. A second
-	// call returns the same.
+	// ZooKeeper session expires), or the error of deregistering.
 	Close() error
 
 	// Shutdown shuts the consumer down as Close does, but waits for the
 	// acks of handed-out messages (at most MaxProcessingTime, as Close)
 	// only until ctx is done, as http.Server.Shutdown waits for
-	// connections: it returns nil, or what Close would have returned, when
-	// every partition stopped before ctx was done.
-	// When ctx is done first, the partitions stop waiting for acks at
-	// once: each commits what was acked (giving up 1.5 s after ctx is
-	// done), releases its claim (2 s), the last commit rounds end within
-	// 3 s and the ZooKeeper requests within 4 s, and the consumer is
-	// closed as by Close; no coordinator is looked up any more, since a
-	// lookup against a hung broker cannot be cut short. So Shutdown
-	// returns within ctx's deadline + 5 s, whatever hangs. The messages
-	// not acked are consumed again by the next owner of their partition.
-	// Then Shutdown returns ctx.Err(), joined with whatever else did not
-	// complete (test it with
-	// errors.Is(err, context.DeadlineExceeded)).
+	// connections. It returns what Close would have returned when every
+	// partition stopped before ctx was done; else the partitions stop
+	// waiting for acks at once, the consumer is closed as by Close, and it
+	// returns ctx.Err() joined with whatever else did not complete (test
+	// it with errors.Is(err, context.DeadlineExceeded)). The messages not
+	// acked are consumed again by the next owner of their partition.
 	//
-	// With Kafka and ZooKeeper reachable, what runs after ctx is done
-	// takes milliseconds. Give ctx a deadline 5 s short of the one you
-	// must meet (see the README on Kubernetes' grace period).
+	// Bounds (ARCHITECTURE.md, "Bounds", derives them):
+	//   - Shutdown returns within ctx's deadline + 5 s, whatever hangs;
+	//     without a deadline, within Close's bound;
+	//   - once ctx is done, no Kafka connection is dialed any more, and
+	//     the dials in flight end at once;
+	//   - with Kafka and ZooKeeper reachable, what runs after ctx is done
+	//     takes milliseconds.
 	//
-	// Shutdown may be called after Interrupt, and while Close or another
-	// Shutdown runs: each waits for the same shutdown, and an expired ctx
-	// cuts the waits for acks short for all of them. After the consumer is
-	// closed it returns at once what Close returns.
+	// Give ctx a deadline 5 s short of the one you must meet (see the
+	// README on Kubernetes' grace period). Shutdown may be called after
+	// Interrupt, and while Close or another Shutdown runs: each waits for
+	// the same shutdown, and an expired ctx cuts the waits for acks short
+	// for all of them. After the consumer is closed it returns at once
+	// what Close returns.
 	Shutdown(ctx context.Context) error
 
 	// Messages returns the channel of messages to process; Ack each of them
@@ -84,10 +79,9 @@ type Consumer interface {
 	//
 	// One owner at a time: an instance hands out nothing from the earliest
 	// moment at which its ZooKeeper session could have expired on the
-	// server, since another instance takes its partitions at that expiry.
-	// That moment is 0.8 × the negotiated session timeout after the send
-	// of the last request that ZooKeeper answered (the instance sends one
-	// every sixth of the timeout). Then the instance is fenced: every
+	// server, since another instance takes its partitions at that expiry:
+	// 0.8 × the negotiated session timeout after the send of the last
+	// request that ZooKeeper answered. Then the instance is fenced: every
 	// partition stops handing out, the messages still unread in this
 	// channel are taken back (handed out again later), and nothing is
 	// committed; acks are kept. When the same session answers again the
@@ -95,6 +89,16 @@ type Consumer interface {
 	// the session expired, the partitions stop without committing (their
 	// next owners consume again what was acked since the last commit), and
 	// the instance registers again and gets a share back.
+	//
+	// A partition that stops in a rebalance waits up to MaxProcessingTime
+	// for the acks of what it handed out, then takes back its messages
+	// still unread in this channel before it releases its claim (Close
+	// takes them back at once): they are not committed, and its next owner
+	// consumes them; none is received from this instance after the
+	// release. The other partitions' messages keep their order, unless a
+	// receive happens during that take-back, which lasts microseconds:
+	// then a message of another partition may come after a later one of
+	// the same partition.
 	//
 	// A consumer set to batches (Config.BatchSize) hands out on Batches
 	// instead: Messages then returns a closed channel, so that a loop over
@@ -108,10 +112,11 @@ type Consumer interface {
 	// Everything Messages' documentation says holds for batches:
 	// MaxProcessingTime, MaxPendingAcks (a batch is cut to the room left),
 	// the fence, Close and Shutdown; a batch still unread in the channel
-	// when Close or the fence takes messages back is taken back whole. Up
-	// to 4 batches wait in the channel. The channel is closed at the end
-	// of Close. A consumer that hands out single messages (BatchSize 0)
-	// returns a closed channel here, and logs an error once.
+	// when a stopping partition, Close or the fence takes messages back is
+	// taken back whole. Up to 4 batches wait in the channel. The channel
+	// is closed at the end of Close. A consumer that hands out single
+	// messages (BatchSize 0) returns a closed channel here, and logs an
+	// error once.
 	Batches() <-chan *Batch
 
 	// AckBatch acks every message of b, as Ack does each, under one lock
@@ -236,13 +241,17 @@ type PartitionStats struct {
 // deadline, that wait would have no bound of its own, since it lasts as
 // long as a previous owner holds a claim.
 func Join(group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
-	return joinGroup(context.Background(), group, subscription, zookeeper, config, false)
+	return joinGroup(context.Background(), group, subscription, zookeeper, config, false, nil)
 }
 
 // JoinContext joins a consumer group and returns its running Consumer
 // instance once it consumes its share of the subscription: it is
 // registered, and it has claimed every partition that the first
-// distribution gave it.
+// distribution gave it. On any error, or when ctx is done first, it
+// returns the error (wrapping one of the Err* values of this package, an
+// error of sarama or ZooKeeper, or ctx.Err()) and leaves nothing running
+// or registered. Cancelling ctx after JoinContext returned does nothing:
+// stop the consumer with Shutdown, Close or Interrupt.
 //
 //   - group is the name of the group; all instances of a group use the same
 //     one. It must not be empty nor contain '/'.
@@ -252,44 +261,31 @@ func Join(group string, subscription Subscription, zookeeper string, config *Con
 //     e.g. "zk1:2181,zk2:2181,zk3:2181/chroot".
 //   - config is the configuration; nil means NewConfig().
 //
-// JoinContext finds the Kafka brokers through their registrations in ZooKeeper,
-// on each broker's first listener whose security protocol fits the sarama
-// configuration's TLS and SASL settings, or the listener Config.Listener
-// names; Config.Brokers replaces that discovery. When no broker fits it
-// fails with an error wrapping ErrNoBrokers that names the listeners found.
-// With Config.Discovery DiscoverFromKafka (for a KRaft cluster, whose
-// ZooKeeper has no /brokers), the brokers are Config.Brokers and the
-// partitions come from Kafka's metadata; a custom Subscription is refused
-// then (ErrInvalidSubscription).
+// The brokers are found as Config.Discovery, Config.Listener and
+// Config.Brokers say: an error wrapping ErrNoBrokers, naming the
+// listeners found, when none fits; ErrInvalidSubscription for a custom
+// Subscription with DiscoverFromKafka. JoinContext connects to Kafka
+// before it registers the instance.
 //
-// It waits at most config.Zookeeper.Timeout for a first ZooKeeper
-// session (and up to a second more to close a failed attempt). What
-// follows is bounded by the clients: a ZooKeeper request fails with
-// zk.ErrNoServer once every server refused or timed out (about a second
-// each), and sarama gives up on Kafka after trying every broker
-// Metadata.Retry.Max + 1 times, each dial taking up to Net.DialTimeout.
-// It connects to Kafka before it registers the instance, so that the
-// group never hands a share to an instance that cannot consume it. On any
-// error it returns it (wrapping one of the Err* values of this package, or
-// the error of sarama or ZooKeeper) and leaves nothing running or
-// registered.
-//
-// The claims may take time: a partition still owned by another instance
-// is claimed when that instance lets go of it, after up to its
-// MaxProcessingTime + 5 s when it is stopping in a rebalance, or when the
-// ZooKeeper session of an owner that died expires (Zookeeper.Timeout).
-//
-// ctx bounds all of it. When ctx is done before the consumer is running,
-// JoinContext stops what it started (as Close does: it releases the
-// claims it made and deregisters the instance) and returns ctx.Err(),
-// joined with the errors of that stop if any; it leaves nothing running
-// or registered. A step that cannot be interrupted, such as sarama's
-// connection to the brokers, completes first, within its own timeouts;
-// ctx is checked between the steps. Cancelling ctx after JoinContext
-// returned does nothing: stop the consumer with Shutdown, Close or
-// Interrupt.
+// Bounds (ARCHITECTURE.md, "Bounds", derives them):
+//   - the first ZooKeeper session: config.Zookeeper.Timeout, and up to a
+//     second more to close a failed attempt;
+//   - connecting: the clients' own timeouts (about a second per
+//     ZooKeeper server; Metadata.Retry.Max + 1 tries of every Kafka
+//     broker, each dial up to Net.DialTimeout); a ZooKeeper request up to
+//     the session timeout;
+//   - the claims: a partition still owned by another instance waits for
+//     it: up to its MaxProcessingTime + 5 s when it stops in a rebalance,
+//     its ZooKeeper session timeout when it died;
+//   - ctx, checked between those steps; while JoinContext connects to
+//     Kafka, ctx also cuts its Kafka connections and ends its dials, so
+//     that neither a dial to an address that never answers nor a broker
+//     that answers nothing holds it up (see Config: a Net.Proxy.Dialer
+//     without DialContext cannot be cut). When ctx is done first,
+//     JoinContext stops what it started as Close does and returns
+//     ctx.Err(), joined with the errors of that stop.
 func JoinContext(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config) (Consumer, error) {
-	return joinGroup(ctx, group, subscription, zookeeper, config, true)
+	return joinGroup(ctx, group, subscription, zookeeper, config, true, nil)
 }
 
 func (tp TopicPartition) less(other TopicPartition) bool {

@@ -15,14 +15,36 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
 
 // partitionManagers maps the partitions this instance runs to their
 // managers. A published map is never changed: the manager goroutine
-// replaces it whole, so Ack reads it without a lock.
-type partitionManagers map[topicPartition]*partitionManager
+// replaces it whole, so Ack reads it without a lock; its key is a plain
+// struct, so a lookup neither formats nor allocates.
+type partitionManagers map[TopicPartition]*partitionManager
+
+// testHooks are the fault injection points of the tests (set through
+// joinGroup; see export_test.go): each, when set, runs before the call it
+// names, and an error it returns fails that call.
+type testHooks struct {
+	// releasePartition runs before each release of a partition's claim.
+	releasePartition func(topic string, partition int32) error
+	// commitRound runs before each commit round; its error fails the
+	// round's commits.
+	commitRound func() error
+	// missingTopic runs when a topic of a static subscription is found
+	// missing, before the watch on the topic list is set.
+	missingTopic func(topic string)
+	// watchOwner runs before each watch on the owner node of a partition
+	// claimed by another instance; its error fails the watch.
+	watchOwner func(topic string, partition int32) error
+	// kafkaAddress gives the address that each Kafka connection dials in
+	// place of addr, the broker's (a fault test's proxy to it).
+	kafkaAddress func(addr string) string
+}
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the
 // tomb: Interrupt kills it, Close waits for it. run owns the partition
@@ -35,16 +57,28 @@ type consumerManager struct {
 	group            string
 	subscription     Subscription
 	subscriptionJSON []byte
+	hooks            *testHooks // the tests' fault injection points; nil in normal use
 
+	// kz is kazoo-go's connection for a custom Subscription's
+	// WatchPartitions, opened by connect and closed by closeConnections;
+	// nil for the subscriptions of this package, which the instance's
+	// session (zkConn) watches.
 	kz *kazoo.Kazoo
-	// zkConn is the instance's own ZooKeeper session, Join's probe: broker
-	// discovery, the registration, the watch on the group's instances and
-	// their registrations, and the claims go through it (session.go);
-	// kazoo-go's (kz) watches the subscription. Closed by
-	// closeConnections.
-	zkConn sessionConn
+	// zkConn is the instance's own ZooKeeper session, Join's probe, and its
+	// only one (but for kz): broker discovery, the registration, the watch
+	// on the group's instances and their registrations, the claims and
+	// the subscription's topics and watches (topics.go) go through it
+	// (session.go). Closed by closeConnections. A sessionConn of zkProbe,
+	// or a unit test's fake.
+	zkConn zkSession
+	// zkProbe is zkConn's go-zookeeper connection: the guard reads its
+	// state and session ID, closeConnections closes it. nil in the unit
+	// tests.
+	zkProbe *zk.Conn
 	// zkConns are zkConn's connections, cut by closeConnections.
-	zkConns  *connSet
+	zkConns *connSet
+	// kzGroup and instance are the group and this instance as kazoo-go
+	// values, built on kazooValues: they do not connect.
 	kzGroup  *kazoo.Consumergroup
 	instance *kazoo.ConsumergroupInstance
 	// registered tells whether the instance's registration node is ours to
@@ -80,11 +114,12 @@ type consumerManager struct {
 	// looked up again.
 	ackCache [ackCacheSize]atomic.Pointer[partitionManager]
 
-	// closers counts the goroutines that finish closing the partition
+	// kafkaCalls counts the goroutines of Kafka calls that no partition
+	// manager waits for: those that finish closing the partition
 	// consumers of stopped partitions (closeInBackground), and those of
-	// the Kafka requests of starting partitions (partitionManager.call,
-	// consumePartition, offsetBatch.get); closeKafka waits for them.
-	closers sync.WaitGroup
+	// the requests of starting partitions (partitionManager.call,
+	// consumePartition, offsetBatch.get). closeKafka waits for them.
+	kafkaCalls sync.WaitGroup
 
 	// The marker goroutine (markLoop), started by Join and stopped by
 	// shutdown, marks the partitions' acked prefixes every markInterval.
@@ -106,14 +141,17 @@ type consumerManager struct {
 	// instance's ID though no partition manager runs them: a release that
 	// failed, a claim whose outcome was lost, a lost session. The manager
 	// goroutine deletes those nodes (releaseOrphans).
-	orphans map[topicPartition]bool
+	orphans map[TopicPartition]bool
 
-	// hurry is closed (by hurryUp, once) when a Shutdown's context is
-	// done: stopping partitions stop waiting for acks.
-	hurry     chan struct{}
-	hurryOnce sync.Once
-	// hurriedAt is when hurry was closed (UnixNano); 0 before.
-	hurriedAt atomic.Int64
+	// shutdownCtxDone is closed (by markShutdownCtxDone, once) when the
+	// context of a Shutdown, or of a JoinContext that gives up, is done:
+	// stopping partitions stop waiting for acks, and the rest of the
+	// shutdown is bounded step by step (bound).
+	shutdownCtxDone     chan struct{}
+	shutdownCtxDoneOnce sync.Once
+	// shutdownCtxDoneAt is when shutdownCtxDone was closed (UnixNano); 0
+	// before.
+	shutdownCtxDoneAt atomic.Int64
 	// firstRound is closed by the manager goroutine when it made its first
 	// distribution; claims receives a token, without blocking the sender,
 	// when a partition is claimed. JoinContext waits on them.
@@ -144,25 +182,34 @@ type consumerManager struct {
 	// the guard made; closeConnections waits for them after it closed
 	// zkConn, which ends every request.
 	zkCalls sync.WaitGroup
-	// parked receives a token, without blocking the sender, when a
+	// handOutStopped receives a token, without blocking the sender, when a
 	// partition manager stops handing out (takeBackAll waits on it).
-	parked chan struct{}
+	handOutStopped chan struct{}
+	// hold keeps the partition managers from sending on the channel
+	// while a stopping partition searches it (takeback.go).
+	hold handOutHold
+	// takeBackMu is held by whoever receives from the channel to take
+	// messages back, other than Close: a stopping partition's search
+	// (withdrawUnread), which sends back what is not its own, and the
+	// fence's take-back (takeBackUnread), so that neither receives
+	// between the other's receives and sends back.
+	takeBackMu sync.Mutex
 
 	messages chan *sarama.ConsumerMessage // closed by shutdown, after every partition manager stopped
 	batches  chan *Batch                  // with BatchSize; closed as messages is
 	// closedMessages and closedBatches are closed channels: what Messages
 	// and Batches return when the consumer hands out the other kind;
-	// misuse logs that once.
-	closedMessages chan *sarama.ConsumerMessage
-	closedBatches  chan *Batch
-	misuse         sync.Once
-	errors         chan error // closed by shutdown, after every sender stopped
+	// wrongChannelLogOnce logs that once.
+	closedMessages      chan *sarama.ConsumerMessage
+	closedBatches       chan *Batch
+	wrongChannelLogOnce sync.Once
+	errors              chan error // closed by shutdown, after every sender stopped
 }
 
 // Messages implements Consumer.
 func (cm *consumerManager) Messages() <-chan *sarama.ConsumerMessage {
 	if cm.config.BatchSize > 0 {
-		cm.misuse.Do(func() {
+		cm.wrongChannelLogOnce.Do(func() {
 			cm.logf(slog.LevelError, "Messages() called on a consumer set to batches (Config.BatchSize %d): it returns a closed channel; read Batches().", cm.config.BatchSize)
 		})
 		return cm.closedMessages
@@ -190,42 +237,47 @@ func (cm *consumerManager) Shutdown(ctx context.Context) error {
 		return cm.t.Err()
 	case <-ctx.Done():
 	}
-	cm.hurryUp()
+	cm.markShutdownCtxDone()
 	if err := cm.t.Wait(); err != nil {
 		return errors.Join(ctx.Err(), err)
 	}
 	return ctx.Err()
 }
 
-// hurryUp makes stopping partitions stop waiting for acks. Safe from any
-// goroutine, more than once.
-func (cm *consumerManager) hurryUp() {
-	cm.hurryOnce.Do(func() {
-		cm.hurriedAt.Store(time.Now().UnixNano())
+// markShutdownCtxDone records that the context of a Shutdown (or of a
+// failed JoinContext) is done: stopping partitions stop waiting for acks,
+// no coordinator is looked up and no Kafka connection dialed any more (the
+// dials in flight end), and the remaining steps end within their bounds
+// (see bound). Safe from any goroutine, more than once.
+func (cm *consumerManager) markShutdownCtxDone() {
+	cm.shutdownCtxDoneOnce.Do(func() {
+		cm.shutdownCtxDoneAt.Store(time.Now().UnixNano())
 		if cm.offsets != nil {
 			cm.offsets.noLookup.Store(true)
 		}
-		close(cm.hurry)
+		cm.dialer.stopDialing(errDialerClosed)
+		close(cm.shutdownCtxDone)
 	})
 }
 
 // After a Shutdown's context is done, the rest of the shutdown is bounded
 // step by step, so that Shutdown returns within the context's deadline +
-// 5 s: the partitions' final commits and releases end within hurryStop of
-// it (the commits within hurryCommit), the last commit rounds within hurryKafka, the deregistration within
-// hurryZookeeper; closing the ZooKeeper connections takes the rest (about
-// a second).
+// 5 s (ARCHITECTURE.md, "Bounds"). Each constant is the end of a step, counted from the moment the
+// context was done: the partitions' final commits (commitsAfterCtxDone)
+// and releases (stopsAfterCtxDone), the last commit rounds
+// (kafkaAfterCtxDone), the deregistration (zookeeperAfterCtxDone); closing
+// the ZooKeeper connections takes the rest (about a second).
 const (
-	hurryCommit    = 1500 * time.Millisecond
-	hurryStop      = 2 * time.Second
-	hurryKafka     = 3 * time.Second
-	hurryZookeeper = 4 * time.Second
+	commitsAfterCtxDone   = 1500 * time.Millisecond
+	stopsAfterCtxDone     = 2 * time.Second
+	kafkaAfterCtxDone     = 3 * time.Second
+	zookeeperAfterCtxDone = 4 * time.Second
 )
 
 // bound returns deadline, or the end of the given step after a Shutdown's
-// context was done (see hurryStop) when that is earlier.
+// context was done (see stopsAfterCtxDone) when that is earlier.
 func (cm *consumerManager) bound(deadline time.Time, step time.Duration) time.Time {
-	if at := cm.hurriedAt.Load(); at != 0 {
+	if at := cm.shutdownCtxDoneAt.Load(); at != 0 {
 		if end := time.Unix(0, at).Add(step); end.Before(deadline) {
 			return end
 		}
@@ -238,7 +290,7 @@ func (cm *consumerManager) Stats() []PartitionStats {
 	pms := *cm.pms.Load()
 	result := make([]PartitionStats, 0, len(pms))
 	for _, pm := range pms {
-		if !pm.hold {
+		if !pm.claimOnly {
 			result = append(result, pm.stats())
 		}
 	}

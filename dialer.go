@@ -1,19 +1,27 @@
 package kafkaconsumer
 
 // The dialers: every connection of a consumer's sarama clients, and of its
-// go-zookeeper session, is dialed here, so that Close can cut them all at
-// once.
+// go-zookeeper session, is dialed here and kept in a connSet, so that
+// Close can cut them all at once, and the dials in flight with them. The
+// ZooKeeper dialer's connections also record the session timeout that
+// ZooKeeper negotiated.
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"golang.org/x/net/proxy"
 )
 
 // errDialerClosed is the error of a Kafka dial after Close cut the
-// consumer's connections.
+// consumer's connections, or once a Shutdown's context is done.
 var errDialerClosed = errors.New("kafkaconsumer: the consumer is closing")
 
 // kafkaDialer dials the Kafka connections of one consumer and keeps those
@@ -22,84 +30,204 @@ var errDialerClosed = errors.New("kafkaconsumer: the consumer is closing")
 // up to three Net.ReadTimeouts (the ApiVersions request on connecting, its
 // retry at version 0, then FindCoordinator), and closing the client does
 // not end it, because a broker being opened cannot be closed until its
-// opening ends. cutAll closes every connection under the requests, which
-// then fail at once, and fails every later dial.
+// opening ends. Nor can it interrupt a dial: one to an address that never
+// completes a connection (a black hole) holds its broker for up to
+// Net.DialTimeout. cutAll closes every connection under the requests,
+// which then fail at once, ends the dials in flight and fails every later
+// one (cut does so with an error of its own); stopDialing ends the dials
+// only.
 type kafkaDialer struct {
-	dial func(network, addr string) (net.Conn, error)
+	// dial dials with a context that the connSet cancels: net.Dialer's,
+	// or the user's proxy dialer's DialContext; a proxy dialer without
+	// DialContext ignores it.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// redirect, when set, gives the address to dial in place of a
+	// broker's: a test hook (testHooks.kafkaAddress).
+	redirect func(addr string) string
 	*connSet
 }
 
 // useKafkaDialer makes sc dial its connections through a new kafkaDialer,
 // which dials as sarama would have: through the user's Net.Proxy.Dialer
-// when one is enabled, else with Net.DialTimeout, Net.KeepAlive and
-// Net.LocalAddr.
+// when one is enabled (its DialContext when it is a proxy.ContextDialer),
+// else with Net.DialTimeout, Net.KeepAlive and Net.LocalAddr.
+//
+// It also makes sarama's pauses between metadata and coordinator retries
+// (Metadata.Retry.Backoff, or BackoffFunc) nothing once the dials are
+// stopped: every retry then fails at once, and the pauses would only hold
+// up a failing Join or a Close.
 func useKafkaDialer(sc *sarama.Config) *kafkaDialer {
 	d := &kafkaDialer{connSet: newConnSet()}
-	if sc.Net.Proxy.Enable && sc.Net.Proxy.Dialer != nil {
-		d.dial = sc.Net.Proxy.Dialer.Dial
+	if pd := sc.Net.Proxy.Dialer; sc.Net.Proxy.Enable && pd != nil {
+		if cd, ok := pd.(proxy.ContextDialer); ok {
+			d.dial = cd.DialContext
+		} else {
+			d.dial = func(_ context.Context, network, addr string) (net.Conn, error) { return pd.Dial(network, addr) }
+		}
 	} else {
 		nd := &net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive, LocalAddr: sc.Net.LocalAddr}
-		d.dial = nd.Dial
+		d.dial = nd.DialContext
 	}
 	sc.Net.Proxy.Enable = true
 	sc.Net.Proxy.Dialer = d
+
+	backoffFunc, backoff := sc.Metadata.Retry.BackoffFunc, sc.Metadata.Retry.Backoff
+	sc.Metadata.Retry.BackoffFunc = func(retries, maxRetries int) time.Duration {
+		switch {
+		case d.ctx.Err() != nil:
+			return 0
+		case backoffFunc != nil:
+			return backoffFunc(retries, maxRetries)
+		}
+		return backoff
+	}
 	return d
 }
 
-// cutAll closes every open connection and fails every later dial.
+// cutAll closes every open connection, ends the dials in flight and fails
+// every later one.
 func (d *kafkaDialer) cutAll() {
 	if d != nil { // nil: a consumer manager of the unit tests
 		d.connSet.cutAll()
 	}
 }
 
-// Dial dials addr, unless the connections were cut.
-func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
-	return d.open(func() (net.Conn, error) { return d.dial(network, addr) })
-}
-
-// connSet keeps the open connections of a dialer, so that Close can cut
-// them all at once; after that it fails every dial.
-type connSet struct {
-	mu    sync.Mutex
-	conns map[*trackedConn]struct{}
-	cut   bool
-}
-
-func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
-
-// open dials a connection with dial, unless the connections were cut,
-// and keeps it: it returns it wrapped so that closing it forgets it. If
-// the set was cut while it was dialed, it closes it and fails.
-func (s *connSet) open(dial func() (net.Conn, error)) (net.Conn, error) {
-	s.mu.Lock()
-	cut := s.cut
-	s.mu.Unlock()
-	if cut {
-		return nil, errDialerClosed
+// cut is cutAll, with cause as the error of the dials (unless they were
+// stopped before).
+func (d *kafkaDialer) cut(cause error) {
+	if d != nil { // nil: a consumer manager of the unit tests
+		d.connSet.cut(cause)
 	}
-	conn, err := dial()
+}
+
+// stopDialing ends the dials in flight and fails every later one with
+// cause; the open connections stay open.
+func (d *kafkaDialer) stopDialing(cause error) {
+	if d != nil { // nil: a consumer manager of the unit tests
+		d.connSet.stopDialing(cause)
+	}
+}
+
+// Dial dials addr, unless the dials were stopped. It is what sarama calls
+// (sarama.Config.Net.Proxy.Dialer); the dial ends when they are stopped.
+func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
+	if d.redirect != nil {
+		addr = d.redirect(addr)
+	}
+	return d.open(func(ctx context.Context) (net.Conn, error) { return d.dial(ctx, network, addr) })
+}
+
+// zookeeperDialer returns a go-zookeeper dialer whose connections record
+// the negotiated session timeout in negotiated, and are kept in conns, so
+// that Close can cut them, and the dial in flight (closeSession). Each
+// dial waits up to go-zookeeper's timeout (a second).
+func zookeeperDialer(negotiated *atomic.Int64, conns *connSet) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		return conns.open(func(ctx context.Context) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			c, err := d.DialContext(ctx, network, address)
+			if err != nil {
+				return nil, err
+			}
+			return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
+		})
+	}
+}
+
+// connectResponseConn records the session timeout from the first answer of
+// a ZooKeeper server on a new connection, the connect response: its
+// frame's length (4 bytes), protocol version (4) and timeout in
+// milliseconds (4). go-zookeeper keeps the negotiated timeout to itself.
+// Only one goroutine reads the connection at a time (go-zookeeper's
+// authenticate, then its receive loop, started after it).
+type connectResponseConn struct {
+	net.Conn
+	negotiated *atomic.Int64
+	head       [12]byte
+	n          int
+}
+
+// Read reads from the connection, recording the negotiated timeout once
+// the connect response's head was read.
+func (c *connectResponseConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.n < len(c.head) && n > 0 {
+		c.n += copy(c.head[c.n:], p[:n])
+		if c.n == len(c.head) {
+			if ms := int32(binary.BigEndian.Uint32(c.head[8:12])); ms > 0 {
+				c.negotiated.Store(int64(ms))
+			}
+		}
+	}
+	return n, err
+}
+
+// connSet keeps the open connections of a dialer, and the context of its
+// dials, so that Close can cut them all at once; after that it fails
+// every dial.
+type connSet struct {
+	// ctx is the context of the dials, cancelled (with the cause that
+	// later dials fail with) by cutAll and stopDialing, which ends the
+	// dials in flight.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu    sync.Mutex                // guards conns, and orders it with ctx's cancel
+	conns map[*trackedConn]struct{} // the open connections; nil once cut
+}
+
+func newConnSet() *connSet {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &connSet{ctx: ctx, cancel: cancel, conns: make(map[*trackedConn]struct{})}
+}
+
+// open dials a connection with dial, given the set's context, unless the
+// dials were stopped, and keeps it: it returns it wrapped so that closing
+// it forgets it. A dial that the stop ended, or that completed after it,
+// fails with the stop's cause (the connection closed).
+func (s *connSet) open(dial func(ctx context.Context) (net.Conn, error)) (net.Conn, error) {
+	if s.ctx.Err() != nil {
+		return nil, context.Cause(s.ctx)
+	}
+	conn, err := dial(s.ctx)
 	if err != nil {
+		if s.ctx.Err() != nil {
+			return nil, context.Cause(s.ctx)
+		}
 		return nil, err
 	}
 	c := &trackedConn{Conn: conn, set: s}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cut {
+	if s.ctx.Err() != nil {
 		_ = conn.Close()
-		return nil, errDialerClosed
+		return nil, context.Cause(s.ctx)
 	}
 	s.conns[c] = struct{}{}
 	return c, nil
 }
 
-// cutAll closes every open connection and fails every later dial.
-func (s *connSet) cutAll() {
-	if s == nil { // a consumer manager of the unit tests
-		return
-	}
+// stopDialing ends the dials in flight and fails every later one with
+// cause, unless they were stopped before; the open connections stay open.
+func (s *connSet) stopDialing(cause error) {
 	s.mu.Lock()
-	s.cut = true
+	defer s.mu.Unlock()
+	s.cancel(cause)
+}
+
+// cutAll closes every open connection, ends the dials in flight and fails
+// every later one (with errDialerClosed, unless they were stopped before).
+func (s *connSet) cutAll() {
+	if s != nil { // nil: a consumer manager of the unit tests
+		s.cut(errDialerClosed)
+	}
+}
+
+// cut is cutAll, with cause as the error of the dials (unless they were
+// stopped before).
+func (s *connSet) cut(cause error) {
+	s.mu.Lock()
+	s.cancel(cause)
 	conns := s.conns
 	s.conns = nil
 	s.mu.Unlock()
@@ -117,7 +245,7 @@ type trackedConn struct {
 // Close closes the connection.
 func (c *trackedConn) Close() error {
 	c.set.mu.Lock()
-	delete(c.set.conns, c)
+	delete(c.set.conns, c) // nil after cutAll: a no-op
 	c.set.mu.Unlock()
 	return c.Conn.Close()
 }

@@ -46,12 +46,12 @@ const (
 
 // MinKafkaVersionForKafkaDiscovery is the oldest sarama Config.Version
 // that DiscoverFromKafka accepts. Kafka 4.0 removed old request versions
-// (KIP-896; Kafka documents 2.1 as the oldest client it serves). What
-// sarama v1.61.1 sends for this package (Metadata, FindCoordinator,
-// OffsetFetch, OffsetCommit as a group without generation, ListOffsets,
-// Fetch) was tried against Kafka 4.1.1: from Version 0.11.0 on it is
-// accepted; with 0.10.2 the broker closes the connection at the first
-// Fetch (v3), and nothing is consumed. Prefer 2.1.0 or later.
+// (KIP-896; Kafka documents 2.1 as the oldest client it serves). Kafka
+// 4.1.1 accepts what sarama v1.61.1 sends for this package (Metadata,
+// FindCoordinator, OffsetFetch, OffsetCommit as a group without
+// generation, ListOffsets, Fetch) from Version 0.11.0 on; with 0.10.2 it
+// closes the connection at the first Fetch (v3), and nothing is
+// consumed. Prefer 2.1.0 or later.
 var MinKafkaVersionForKafkaDiscovery = sarama.V0_11_0_0
 
 // String returns the name of the constant.

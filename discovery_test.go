@@ -161,19 +161,20 @@ func onKRaft(t *testing.T) bool {
 // A ZooKeeper without /brokers (a KRaft cluster's, or any ensemble) and
 // DiscoverFromZookeeper: Join says what to set.
 func TestKafkaDiscoveryZookeeperWithoutBrokers(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	conn, chroot := testZookeeper(t, zookeeperPeers)
 	empty := chroot + "/" + uniqueName("no-brokers")
 	if _, err := conn.Create(empty, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = deleteRecursive(conn, empty) })
-	_, err := Join(uniqueName("kd.nobrokers"), TopicSubscription("test.4"), zookeeperPeers+empty, zookeeperDiscoveryConfig())
+	_, err := Join(uniqueName("kd.nobrokers"), TopicSubscription(topic), zookeeperPeers+empty, zookeeperDiscoveryConfig())
 	if !errors.Is(err, ErrNoBrokers) || !strings.Contains(err.Error(), "DiscoverFromKafka") || !strings.Contains(err.Error(), "Config.Brokers") {
 		t.Errorf("Join = %v, want ErrNoBrokers telling to set Config.Discovery and Config.Brokers", err)
 	}
 	// With DiscoverFromKafka the same ZooKeeper serves the group.
-	c := join(t, uniqueName("kd.nobrokers"), TopicSubscription("test.4"), kafkaDiscoveryConfig())
+	c := join(t, uniqueName("kd.nobrokers"), TopicSubscription(topic), kafkaDiscoveryConfig())
 	waitConsuming(t, c, 4, "the instance on a ZooKeeper without /brokers")
 	if err := c.Close(); err != nil {
 		t.Error(err)
@@ -185,7 +186,8 @@ func TestKafkaDiscoveryZookeeperWithoutBrokers(t *testing.T) {
 // 2.1 (Kafka's documented baseline) and sarama's default consume and
 // commit. Only against a Kafka 4 cluster.
 func TestKafkaDiscoveryVersionBaseline(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
+	topic4 := newTopic(t, 4)
 	if !testKafkaVersion().IsAtLeast(sarama.V4_0_0_0) {
 		t.Skip("needs a Kafka 4 cluster (make cluster-up MODE=kraft KAFKA_VERSION=4.1.1)")
 	}
@@ -195,12 +197,12 @@ func TestKafkaDiscoveryVersionBaseline(t *testing.T) {
 		group := uniqueName("kd.baseline")
 		config := kafkaDiscoveryConfig()
 		config.Version = v
-		c := join(t, group, TopicSubscription("test.4"), config)
+		c := join(t, group, TopicSubscription(topic4), config)
 		col := collect(c, nil)
-		values := produce(t, client, "test.4", group, 8)
+		values := produce(t, client, topic4, group, 8)
 		consumed = poll(10*time.Second, func() bool { return col.has(values) })
 		col.close(t)
-		return consumed, committedOffsets(t, client, group, "test.4")
+		return consumed, committedOffsets(t, client, group, topic4)
 	}
 	for _, v := range []sarama.KafkaVersion{MinKafkaVersionForKafkaDiscovery, sarama.V2_1_0_0, NewConfig().Version} {
 		if ok, committed := consume(v); !ok || len(committed) != 4 {
@@ -223,7 +225,7 @@ func TestKafkaDiscoveryVersionBaseline(t *testing.T) {
 // cluster supports: both on a ZooKeeper-mode cluster, DiscoverFromKafka
 // on a KRaft one.
 func TestKafkaDiscoveryTimes(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	modes := []Discovery{DiscoverFromZookeeper, DiscoverFromKafka}
@@ -304,11 +306,10 @@ func allClaimed(c Consumer, n int) bool {
 //
 // No message is lost at any step; the duplicates are counted.
 func TestMigrationToKafkaDiscoveryAndOut(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	if onKRaft(t) {
 		t.Skip("starts in DiscoverFromZookeeper mode: needs a ZooKeeper-mode cluster")
 	}
-	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	group := uniqueName("kd-migrate")

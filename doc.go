@@ -48,5 +48,6 @@
 //     and failure modes, upgrading from wvanbergen/kafka.
 //   - ARCHITECTURE.md in the repository, for contributors: the goroutines
 //     and who owns each, the data and control paths with the file of each
-//     step, and the invariants that hold them together.
+//     step, the invariants that hold them together, and how the bounds of
+//     JoinContext, Close and Shutdown follow from the code.
 package kafkaconsumer

@@ -77,9 +77,9 @@ func childMain() int {
 			writeLine("A %s %d", tp.Topic, tp.Partition)
 		}
 	}
-	if os.Getenv("KC_LOG") != "" {
-		Logger = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
-	}
+	// The child's log goes to its stderr file, which a failed test prints
+	// the end of.
+	Logger = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -229,10 +229,10 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		<-c.exited
 		if t.Failed() {
 			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
-			if len(data) > 8000 {
-				data = data[len(data)-8000:]
+			if len(data) > 16000 {
+				data = data[len(data)-16000:]
 			}
-			t.Logf("stderr of child %s (set KC_LOG=1 for its log):\n%s", name, data)
+			t.Logf("stderr and log of child %s (its end):\n%s", name, data)
 		}
 	})
 	waitFor(t, 30*time.Second, "child "+name+" to join", func() bool {
@@ -358,14 +358,15 @@ func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions in
 	config.Producer.Retry.Backoff = 200 * time.Millisecond
 	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
 	config.Metadata.Retry.Max = 100
+	config.Admin.Timeout = 30 * time.Second // as in newTestClientOf
 	client, err := sarama.NewClient(brokers, config)
 	if err != nil {
 		t.Fatalf("connect to kafka: %s", err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	r.client = client
-	r.group = uniqueName("fault." + t.Name())
-	r.topic = strings.ReplaceAll(uniqueName("fault-"+t.Name()), "/", "-")
+	r.group = uniqueName("fault." + topicPrefix(t))
+	r.topic = uniqueName("fault-" + topicPrefix(t))
 
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
@@ -669,12 +670,21 @@ func brokerIndex(t *testing.T, cluster *testcluster.Cluster, addr string) int {
 	return -1
 }
 
+// brokerSessionTimeout is the ZooKeeper session timeout of the broker of
+// startSmallFaultCluster: longer than any freeze of its tests (at most
+// about 20 s), so that the broker stays registered by the same session
+// and the next Join finds it (brokerRegistration).
+const brokerSessionTimeout = 40 * time.Second
+
 // startSmallFaultCluster starts a fault cluster of one ZooKeeper node and
 // one broker with a topic of 2 partitions (its name from prefix), and
 // returns them with a producer's client, closed at the end of the test.
+// The broker's ZooKeeper session outlives the tests' freezes
+// (brokerSessionTimeout).
 func startSmallFaultCluster(t *testing.T, prefix string) (*testcluster.Cluster, string, sarama.Client) {
 	t.Helper()
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1})
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1,
+		BrokerConfig: map[string]string{"zookeeper.session.timeout.ms": strconv.Itoa(int(brokerSessionTimeout / time.Millisecond))}})
 	topic := uniqueName(prefix)
 	if err := cluster.CreateTopic(topic, 2, 1); err != nil {
 		t.Fatal(err)
@@ -688,4 +698,35 @@ func startSmallFaultCluster(t *testing.T, prefix string) (*testcluster.Cluster, 
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	return cluster, topic, client
+}
+
+// brokerRegistration returns the ZooKeeper session that registered the
+// only broker of a cluster (the ephemeral owner of its /brokers/ids node),
+// waiting until ZooKeeper answers and the broker is registered.
+func brokerRegistration(t *testing.T, conn *zk.Conn) int64 {
+	t.Helper()
+	var owner int64
+	waitFor(t, time.Minute, "the broker's registration", func() bool {
+		ids, _, err := conn.Children("/brokers/ids")
+		if err != nil || len(ids) != 1 {
+			return false
+		}
+		_, stat, err := conn.Get("/brokers/ids/" + ids[0])
+		if err != nil {
+			return false
+		}
+		owner = stat.EphemeralOwner
+		return true
+	})
+	return owner
+}
+
+// sameBrokerRegistration fails the test unless the only broker is still
+// registered by the session before (brokerRegistration): a registration
+// whose session expires would vanish under the next Join.
+func sameBrokerRegistration(t *testing.T, conn *zk.Conn, before int64) {
+	t.Helper()
+	if now := brokerRegistration(t, conn); now != before {
+		t.Fatalf("the broker's registration changed session (%#x to %#x): its session did not outlive the freeze", before, now)
+	}
 }

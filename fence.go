@@ -3,27 +3,33 @@ package kafkaconsumer
 // Fencing: an instance must not act as the owner of its partitions once
 // its ZooKeeper session may have expired on the server, since another
 // instance takes them at that expiry. The guard goroutine heartbeats on the
-// session and knows when the last answered request was sent; the server
-// expires a session that it has heard nothing from for the negotiated
-// session timeout, so the session cannot have expired before that send
-// time + the timeout. At fenceFraction of the timeout after it, the
+// session with a sync, which a follower answers only after the quorum
+// leader did: an answered heartbeat proves that the leader heard from the
+// session around its send (a read would not: a follower cut off from the
+// leader answers reads alone until it notices, syncLimit × tickTime
+// later, while the leader expires the session). At fenceFraction of the
+// session timeout after the send of the last answered heartbeat, the
 // guard fences the instance: every partition stops handing out, what sits
 // unread in Messages is taken back, and no commit goes out, until the same
 // session answers again (the fence is lifted: nothing was lost) or the
 // session is known to have expired (the partitions are lost: they stop
 // without a final commit, and the manager goroutine registers again).
 //
-// Bounded waits: go-zookeeper has no request timeout (a request waits for a
-// connection that may never come), so the requests on the paths that must
-// end in bounded time go through zkCall, which waits for them until a
-// deadline and leaves them to end when the connection is closed.
+// The margin: the leader expires a session the timeout S after the last
+// activity it knows of. A follower reports its sessions' activity to the
+// leader when the leader pings it, every tickTime/2, so the leader's
+// knowledge can lag a heartbeat's send by tickTime/2 plus the interval
+// between two heartbeats (S/heartbeatsPerTimeout): the session cannot
+// expire before send + S − tickTime/2 − S/10. ZooKeeper negotiates no
+// timeout below 2 × tickTime (its default minSessionTimeout), so
+// tickTime/2 ≤ S/4, and expiry comes after send + 0.65 × S. Fencing at
+// 0.6 × S keeps 0.05 × S for a server clock that runs faster than ours,
+// the network and the milliseconds the partitions take to stop; with the
+// common tickTime of 2 s and S = 6 s, the margin is 0.8 s.
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,18 +38,13 @@ import (
 )
 
 // fenceFraction is the share of the session timeout, counted from the
-// send time of the last answered request, after which an instance is
-// fenced. The rest covers a server clock that runs faster than ours and
-// the time it takes the partitions to stop handing out (milliseconds).
-const fenceFraction = 0.8
+// send time of the last answered heartbeat, after which an instance is
+// fenced (the margin it keeps is derived above).
+const fenceFraction = 0.6
 
 // heartbeatsPerTimeout is how many heartbeats the guard sends per session
 // timeout while they are answered.
-const heartbeatsPerTimeout = 6
-
-// errZookeeperTimeout is what zkCall returns when the request did not
-// complete in time.
-var errZookeeperTimeout = errors.New("zookeeper request timed out")
+const heartbeatsPerTimeout = 10
 
 // errFenced is what a request returns that was not sent because the
 // instance is fenced.
@@ -104,59 +105,12 @@ func (f *fence) lift() bool {
 	return true
 }
 
-// sessionTimeout returns the session timeout that ZooKeeper negotiated, or
-// the configured one until a session was established.
-func (cm *consumerManager) sessionTimeout() time.Duration {
-	if cm.negotiated == nil { // a consumer manager of the unit tests
-		return cm.config.Zookeeper.Timeout
-	}
-	if ms := cm.negotiated.Load(); ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return cm.config.Zookeeper.Timeout
-}
-
-// zkTimeout is how long a request on the instance's ZooKeeper session may
-// wait: the session timeout (a session that answers nothing for that long
-// has expired), or until the ZooKeeper step of a hurried shutdown ends
-// (see hurryZookeeper).
-func (cm *consumerManager) zkTimeout() time.Duration {
-	return time.Until(cm.bound(time.Now().Add(cm.sessionTimeout()), hurryZookeeper))
-}
-
-// zkCall runs f, which makes requests on the instance's ZooKeeper session,
-// and waits for it at most timeout (at most the session timeout): then it
-// returns errZookeeperTimeout, and f goes on until its request ends, at
-// the latest when closeConnections closes the connection and waits for
-// it. A timeout of 0 or less fails at once, without running f.
-func (cm *consumerManager) zkCall(timeout time.Duration, f func() error) error {
-	if timeout <= 0 {
-		return errZookeeperTimeout
-	}
-	if t := cm.sessionTimeout(); timeout > t {
-		timeout = t
-	}
-	done := make(chan error, 1)
-	cm.zkCalls.Add(1)
-	go func() { // owned by closeConnections, which waits for it
-		defer cm.zkCalls.Done()
-		done <- f()
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
-		return fmt.Errorf("%w after %s", errZookeeperTimeout, timeout)
-	}
-}
-
 // startGuard starts the guard goroutine; lastAnswered is the send time of
-// the last request of the session that was answered. shutdown stops it.
+// the last request of the session that the quorum leader answered (a
+// write, or a sync). shutdown stops it.
 func (cm *consumerManager) startGuard(lastAnswered time.Time) {
 	cm.guardStop, cm.guardDone = make(chan struct{}), make(chan struct{})
-	go cm.guard(cm.zkConn.SessionID(), lastAnswered)
+	go cm.guard(cm.zkProbe.SessionID(), lastAnswered)
 }
 
 // stopGuard stops the guard goroutine and waits for it.
@@ -168,8 +122,8 @@ func (cm *consumerManager) stopGuard() {
 	}
 }
 
-// guard is the guard goroutine: it heartbeats on the session (one request
-// in flight at a time, heartbeatsPerTimeout per session timeout), raises
+// guard is the guard goroutine: it heartbeats on the session with a sync
+// (one in flight at a time, heartbeatsPerTimeout per session timeout), raises
 // the fence when the session may have expired, takes back what sits
 // unread in Messages once the fence is up (whoever raised it: enter does
 // too, when it finds the deadline passed before the guard did, as after
@@ -196,11 +150,11 @@ func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 		case <-cm.guardStop:
 			return
 		case <-cm.zkStateChanged:
-			if result == nil && cm.zkConn.State() == zk.StateHasSession {
+			if result == nil && cm.zkProbe.State() == zk.StateHasSession {
 				next.Reset(0)
 			}
 		case <-next.C:
-			if cm.zkConn.State() != zk.StateHasSession {
+			if cm.zkProbe.State() != zk.StateHasSession {
 				// Sent now, it would wait in go-zookeeper's queue for a
 				// connection; zkStateChanged tells when there is one.
 				continue
@@ -209,12 +163,12 @@ func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 			cm.zkCalls.Add(1)
 			go func(result chan<- error) { // owned by closeConnections, which waits for it
 				defer cm.zkCalls.Done()
-				_, _, err := cm.zkConn.Exists("/")
+				_, err := cm.zkConn.Sync("/")
 				result <- err
 			}(result)
 		case err := <-result:
 			result = nil
-			id := cm.zkConn.SessionID()
+			id := cm.zkProbe.SessionID()
 			switch {
 			case err == nil && (id == session || session == 0):
 				session = id // 0: the first answer of a new session
@@ -302,12 +256,12 @@ func (cm *consumerManager) logFence(lastAnswered time.Time) {
 func (cm *consumerManager) takeBackAll() bool {
 	for {
 		cm.takeBackUnread()
-		if cm.allParked() {
+		if cm.noneHandingOut() {
 			cm.takeBackUnread()
 			return true
 		}
 		select {
-		case <-cm.parked:
+		case <-cm.handOutStopped:
 		case <-cm.guardStop:
 			return false
 		}
@@ -316,16 +270,19 @@ func (cm *consumerManager) takeBackAll() bool {
 
 // takeBackUnread takes back the messages that sit unread in Messages, as
 // if they had never been handed out: each partition hands them out again
-// after the fence is lifted.
+// after the fence is lifted. It waits for a stopping partition's search of
+// the channel (withdrawUnread) to send back what it holds.
 func (cm *consumerManager) takeBackUnread() {
+	cm.takeBackMu.Lock()
+	defer cm.takeBackMu.Unlock()
 	for {
 		select {
 		case msg := <-cm.messages:
-			if pm := (*cm.pms.Load())[topicPartition{topic: msg.Topic, partition: msg.Partition}]; pm != nil {
+			if pm := (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]; pm != nil {
 				pm.unhand(msg.Offset)
 			}
 		case b := <-cm.batches: // taken back whole: unhand forgets what follows its first message
-			if pm := (*cm.pms.Load())[topicPartition{topic: b.Topic, partition: b.Partition}]; pm != nil {
+			if pm := (*cm.pms.Load())[TopicPartition{Topic: b.Topic, Partition: b.Partition}]; pm != nil {
 				pm.unhand(b.Messages[0].Offset)
 			}
 		default:
@@ -334,8 +291,8 @@ func (cm *consumerManager) takeBackUnread() {
 	}
 }
 
-// allParked reports whether no partition manager is handing out.
-func (cm *consumerManager) allParked() bool {
+// noneHandingOut reports whether no partition manager is handing out.
+func (cm *consumerManager) noneHandingOut() bool {
 	for _, pm := range *cm.pms.Load() {
 		pm.mu.Lock()
 		busy := pm.handingOut
@@ -370,32 +327,6 @@ func (cm *consumerManager) sessionExpired(lastAnswered time.Time) {
 	cm.logf(slog.LevelWarn, "The ZooKeeper session expired: %d partitions are lost, with what was acked since the last commit; registering again.", lost)
 }
 
-// connectResponseConn records the session timeout from the first answer of
-// a ZooKeeper server on a new connection, the connect response: its
-// frame's length (4 bytes), protocol version (4) and timeout in
-// milliseconds (4). go-zookeeper keeps the negotiated timeout to itself.
-// Only one goroutine reads the connection at a time (go-zookeeper's
-// authenticate, then its receive loop, started after it).
-type connectResponseConn struct {
-	net.Conn
-	negotiated *atomic.Int64
-	head       [12]byte
-	n          int
-}
-
-func (c *connectResponseConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.n < len(c.head) && n > 0 {
-		c.n += copy(c.head[c.n:], p[:n])
-		if c.n == len(c.head) {
-			if ms := int32(binary.BigEndian.Uint32(c.head[8:12])); ms > 0 {
-				c.negotiated.Store(int64(ms))
-			}
-		}
-	}
-	return n, err
-}
-
 // notifyStates returns a go-zookeeper event callback that sends a token on
 // changed, without blocking, at every change of the session's state.
 func notifyStates(changed chan<- struct{}) zk.EventCallback {
@@ -406,20 +337,5 @@ func notifyStates(changed chan<- struct{}) zk.EventCallback {
 			default:
 			}
 		}
-	}
-}
-
-// zookeeperDialer returns a go-zookeeper dialer whose connections record
-// the negotiated session timeout in negotiated, and are kept in conns, so
-// that Close can cut them (closeConnections).
-func zookeeperDialer(negotiated *atomic.Int64, conns *connSet) zk.Dialer {
-	return func(network, address string, timeout time.Duration) (net.Conn, error) {
-		return conns.open(func() (net.Conn, error) {
-			c, err := net.DialTimeout(network, address, timeout)
-			if err != nil {
-				return nil, err
-			}
-			return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
-		})
 	}
 }

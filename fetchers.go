@@ -19,9 +19,9 @@ import (
 // until sarama closes them; closeKafka waits for it.
 func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
 	pc.AsyncClose()
-	cm.closers.Add(1)
+	cm.kafkaCalls.Add(1)
 	go func() {
-		defer cm.closers.Done()
+		defer cm.kafkaCalls.Done()
 		for range pc.Errors() {
 		}
 	}()
@@ -31,9 +31,9 @@ func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
 // own, share the partitions of an instance. Kafka answers the requests of
 // one connection one at a time, and sarama's ConsumePartition makes two
 // ListOffsets requests for every partition it starts: on one connection
-// the partitions of a large assignment start one after the other. Two
-// connections to each broker start them in half the time (BENCHMARKS.md,
-// round 5), and fetch on two connections.
+// the partitions of a large assignment start one after the other. With
+// two connections to each broker, they start two at a time and fetch on
+// two connections (BENCHMARKS.md, round 5).
 const fetchConnections = 2
 
 // fetcher is a sarama consumer and its client.
@@ -45,10 +45,10 @@ type fetcher struct {
 
 // fetcherOf returns the fetcher that consumes tp: always the same one for
 // a partition, and the partitions of a topic alternate between them.
-func (cm *consumerManager) fetcherOf(tp topicPartition) fetcher {
+func (cm *consumerManager) fetcherOf(tp TopicPartition) fetcher {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(tp.topic))
-	return cm.fetchers[(h.Sum32()+uint32(tp.partition))%uint32(len(cm.fetchers))]
+	_, _ = h.Write([]byte(tp.Topic))
+	return cm.fetchers[(h.Sum32()+uint32(tp.Partition))%uint32(len(cm.fetchers))]
 }
 
 // closeConsumers closes the sarama consumers, concurrently: each waits for

@@ -318,28 +318,54 @@ type grayResult struct {
 	closeErr                   error
 }
 
-// runZooKeeperCutOff runs the scenario of a ZooKeeper cut-off: instances
-// A (through a proxy to ZooKeeper) and B (direct) share 8 partitions of a
-// topic produced to at 100 messages/s; cut(proxy) cuts A off for cutFor,
-// then the proxy heals; once the group is stable again the producer
-// stops, and then A is cut off again and closed. With blockManager, A's
-// OnRebalance blocks from its second call (B joining) until the heal, so
-// that A's manager goroutine is busy all through the cut. With batch > 0
-// both read batches of up to that many messages.
-func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.Duration, blockManager bool, batch int) grayResult {
+// zookeeperCut is how a gray-failure run cuts instance A off: A joins
+// through zookeeperA, B and the test's own reads through zookeeperB, and
+// the test's Kafka client connects to kafka; cut cuts A off, heal undoes
+// it.
+type zookeeperCut struct {
+	zookeeperA, zookeeperB string
+	kafka                  []string
+	cut, heal              func()
+}
+
+// proxyCut returns the cut of A through a proxy of its own to the shared
+// cluster's ZooKeeper, with cut applied to the proxy (Hold or Reset); the
+// test runs in parallel with the others on the shared cluster.
+func proxyCut(t *testing.T, cut func(*testcluster.Proxy)) zookeeperCut {
 	needFaults(t)
-	needCluster(t)
+	parallelClusterTest(t)
 	debugLogs(t)
+	proxy, throughProxy := zookeeperProxy(t, zookeeperPeers)
+	return zookeeperCut{
+		zookeeperA: throughProxy,
+		zookeeperB: zookeeperPeers,
+		kafka:      kafkaPeers,
+		cut:        func() { cut(proxy) },
+		heal:       proxy.Pass,
+	}
+}
+
+// runZooKeeperCutOff runs the scenario of a ZooKeeper cut-off: instances
+// A (cut off by zc) and B share 8 partitions of a topic produced to at 100
+// messages/s; zc.cut cuts A off for cutFor, then zc.heal heals; once the
+// group is stable again the producer stops, and then A is cut off again
+// and closed. With blockManager, A's OnRebalance blocks from its second
+// call (B joining) until the heal, so that A's manager goroutine is busy
+// all through the cut. With batch > 0 both read batches of up to that many
+// messages.
+func runZooKeeperCutOff(t *testing.T, zc zookeeperCut, cutFor time.Duration, blockManager bool, batch int) grayResult {
 	const partitions = 8
-	client := newTestClient(t)
+	client := newTestClientOf(t, zc.kafka)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("gray")
 	createTopic(t, admin, topic, partitions)
 	group := uniqueName("gray")
-	proxy, throughProxy := zookeeperProxy(t, zookeeperPeers)
 
 	config := func(log *deliveryLog) *Config {
 		c := testConfig()
+		if c.Discovery == DiscoverFromKafka {
+			c.Brokers = zc.kafka
+		}
 		c.Zookeeper.Timeout = 6 * time.Second
 		c.MaxProcessingTime = 2 * time.Second
 		c.OnRebalance = log.onRebalance
@@ -368,20 +394,24 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 			}
 		}
 	}
-	a, err := Join(group, TopicSubscription(topic), throughProxy, configA)
+	a, err := Join(group, TopicSubscription(topic), zc.zookeeperA, configA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	closedA := false
 	t.Cleanup(func() {
 		if !closedA {
-			proxy.Pass()
+			zc.heal()
 			_ = a.Close()
 		}
 	})
 	record(logA, a)
 	waitFor(t, 30*time.Second, "A to claim every partition", func() bool { return claimedCount(a) == partitions })
-	b := joinWithCleanup(t, group, TopicSubscription(topic), config(logB))
+	b, err := Join(group, TopicSubscription(topic), zc.zookeeperB, config(logB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
 	record(logB, b)
 	waitFor(t, 30*time.Second, "A and B to hold 4 partitions each", func() bool {
 		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
@@ -389,7 +419,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 
 	producer := produceSteadily(t, client, topic, 100)
 	sampler := sampleCommitted(t, client, group, topic)
-	conn, chroot := testZookeeper(t, zookeeperPeers)
+	conn, chroot := testZookeeper(t, zc.zookeeperB)
 	stopWatch := make(chan struct{})
 	owners := watchOwners(t, conn, chroot, group, topic, partitions, a.(*consumerManager).instance.ID, stopWatch)
 	defer close(stopWatch)
@@ -400,7 +430,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 	})
 
 	cutAt := time.Now()
-	cut(proxy)
+	zc.cut()
 	var res grayResult
 	waitFor(t, cutFor+30*time.Second, "B to take A's partitions", func() bool { return claimedCount(b) == partitions })
 	res.takeover = time.Since(cutAt)
@@ -410,7 +440,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 		<-time.After(rest) // the length of the fault, not synchronisation
 	}
 	healedAt := time.Now()
-	proxy.Pass()
+	zc.heal()
 	release()
 	waitFor(t, time.Minute, "A and B to hold 4 partitions each again", func() bool {
 		return claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
@@ -435,7 +465,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 	})
 
 	// Close A while it is cut off again.
-	cut(proxy)
+	zc.cut()
 	start := time.Now()
 	closed := make(chan error, 1)
 	go func() { closed <- a.Close() }()
@@ -451,7 +481,7 @@ func runZooKeeperCutOff(t *testing.T, cut func(*testcluster.Proxy), cutFor time.
 	if res.closeTook > bound {
 		t.Errorf("Close of the cut-off instance took %s, want at most %s (MaxProcessingTime + session timeout + 10 s)", res.closeTook.Round(time.Millisecond), bound)
 	}
-	proxy.Pass()
+	zc.heal()
 	if closedA {
 		<-logA.done
 	}
@@ -511,14 +541,14 @@ func checkGray(t *testing.T, res grayResult) {
 // the other instance, which takes them at the expiry, is the only one that
 // hands them out; after the heal it registers again.
 func TestFaultZooKeeperCutOffHeld(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false, 0)
+	res := runZooKeeperCutOff(t, proxyCut(t, (*testcluster.Proxy).Hold), 15*time.Second, false, 0)
 	checkGray(t, res)
 }
 
 // TestFaultZooKeeperCutOffReset: the same with every connection to
 // ZooKeeper reset at once, and every new one.
 func TestFaultZooKeeperCutOffReset(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Reset, 15*time.Second, false, 0)
+	res := runZooKeeperCutOff(t, proxyCut(t, (*testcluster.Proxy).Reset), 15*time.Second, false, 0)
 	checkGray(t, res)
 }
 
@@ -528,7 +558,7 @@ func TestFaultZooKeeperCutOffReset(t *testing.T) {
 // only by the manager goroutine, and the kept partitions went on handing
 // out while it waited for stopping partitions or ran OnRebalance.
 func TestFaultZooKeeperCutOffManagerBusy(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, true, 0)
+	res := runZooKeeperCutOff(t, proxyCut(t, (*testcluster.Proxy).Hold), 15*time.Second, true, 0)
 	checkGray(t, res)
 }
 
@@ -536,8 +566,76 @@ func TestFaultZooKeeperCutOffManagerBusy(t *testing.T) {
 // instances that read batches: the fence takes back the batches that sit
 // unread, whole, and the partitions' batch fetchers stop and start again.
 func TestFaultZooKeeperCutOffBatches(t *testing.T) {
-	res := runZooKeeperCutOff(t, (*testcluster.Proxy).Hold, 15*time.Second, false, 20)
+	res := runZooKeeperCutOff(t, proxyCut(t, (*testcluster.Proxy).Hold), 15*time.Second, false, 20)
 	checkGray(t, res)
+}
+
+// TestFaultZooKeeperFollowerCutOff: instance A talks only to a follower
+// X of a 3-node ensemble, and X is cut off from the quorum (its quorum
+// and election traffic held) while its client port stays open. X answers
+// reads alone until syncLimit × tickTime after the cut, while the leader
+// expires A's session after the session timeout and B takes A's
+// partitions: A's heartbeat must prove that the leader hears from it, or
+// both hand out the same partitions. Run with the test cluster's timing
+// and with production-like values.
+func TestFaultZooKeeperFollowerCutOff(t *testing.T) {
+	needFaults(t)
+	for _, timing := range []struct {
+		name      string
+		tickTime  time.Duration
+		syncLimit int
+	}{
+		{"tick500ms-sync10", 500 * time.Millisecond, 10},
+		{"tick2s-sync5", 2 * time.Second, 5},
+	} {
+		t.Run(timing.name, func(t *testing.T) {
+			parallelClusterTest(t)
+			debugLogs(t)
+			res := runZooKeeperCutOff(t, followerCut(t, timing.tickTime, timing.syncLimit), 15*time.Second, false, 0)
+			checkGray(t, res)
+		})
+	}
+}
+
+// followerCut starts a 3-node ensemble with one broker whose quorum
+// traffic passes through proxies, with tickTime and syncLimit, and
+// returns the cut of A connected only to a follower, which the cut
+// separates from the quorum.
+func followerCut(t *testing.T, tickTime time.Duration, syncLimit int) zookeeperCut {
+	cluster := startFaultCluster(t, testcluster.Options{
+		ZooKeepers: 3, Brokers: 1,
+		ZooKeeperQuorumProxies: true,
+		ZooKeeperTickTime:      tickTime,
+		ZooKeeperSyncLimit:     syncLimit,
+	})
+	leader, err := cluster.ZooKeeperLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := (leader + 1) % 3
+	nodes := strings.Split(cluster.ZookeeperPeers(), ",")
+	var others []string
+	for i, n := range nodes {
+		if i != x {
+			others = append(others, n)
+		}
+	}
+	t.Logf("A talks to follower %d (%s) only; the leader is node %d", x, nodes[x], leader)
+	return zookeeperCut{
+		zookeeperA: nodes[x],
+		zookeeperB: strings.Join(others, ","),
+		kafka:      cluster.KafkaPeers(),
+		cut: func() {
+			if err := cluster.CutZooKeeperFromQuorum(x); err != nil {
+				t.Error(err)
+			}
+		},
+		heal: func() {
+			if err := cluster.RestoreZooKeeperQuorum(x); err != nil {
+				t.Error(err)
+			}
+		},
+	}
 }
 
 // freeze stops process pid with SIGSTOP and returns the function that
@@ -630,15 +728,13 @@ func TestFaultStopBoundedWhenFrozen(t *testing.T) {
 		waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
 		return c
 	}
-	// zookeeperBack resumes ZooKeeper and waits until the broker is
-	// registered again (its session may have expired).
+	// zookeeperBack resumes ZooKeeper and waits until it answers, with the
+	// broker registered by the session it had before.
 	conn, _ := testZookeeper(t, cluster.ZookeeperPeers())
+	registration := brokerRegistration(t, conn)
 	zookeeperBack := func(resume func()) {
 		resume()
-		waitFor(t, time.Minute, "the broker to be registered", func() bool {
-			ids, _, err := conn.Children("/brokers/ids")
-			return err == nil && len(ids) == 1
-		})
+		sameBrokerRegistration(t, conn, registration)
 	}
 
 	// Close with ZooKeeper frozen.
@@ -681,7 +777,7 @@ func TestFaultStopBoundedWhenFrozen(t *testing.T) {
 // which -race reports; with a plain *zk.Conn in place of sessionConn this
 // test fails so under -race.
 func TestSessionConnQueuesNothingWhileDisconnected(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	proxy, throughProxy := zookeeperProxy(t, zookeeperPeers)
 	nodes, chroot, err := parseZookeeper(throughProxy)
 	if err != nil {
@@ -770,10 +866,9 @@ func TestFaultCloseSessionLeavesNoConnection(t *testing.T) {
 // the only broker is frozen: the consumer claims them and their starts
 // wait on Kafka (the committed-offset read, the coordinator lookup behind
 // it). Close must return within MaxProcessingTime + session timeout +
-// 10 s: Net.ReadTimeout is longer than what is left of that, and the
-// lookup lasts three of them (ApiVersions at connecting, its retry at
-// version 0, FindCoordinator). Before, closing the clients did not end it
-// (a broker being opened cannot be closed) and Close took 30.7 s.
+// 10 s, although Net.ReadTimeout is longer than what is left of that and
+// the lookup lasts three of them (ApiVersions at connecting, its retry at
+// version 0, FindCoordinator): Close cuts the connections.
 func TestFaultCloseWhilePartitionsStart(t *testing.T) {
 	needFaults(t)
 	verifyNoClusterLeaks(t)

@@ -14,9 +14,9 @@ import (
 
 // handOutBatch is the most messages consume takes from its partition
 // consumer, enters into the bookkeeping under one lock, and hands out in a
-// row. It matches sarama's default ChannelBufferSize, so one batch can
-// empty the partition consumer's channel: BenchmarkHandOut took 71–85
-// ns/msg with 256 against 84–92 with 64, level with its fan-in floor.
+// row. It matches sarama's default ChannelBufferSize, so that one batch
+// can empty the partition consumer's channel (BENCHMARKS.md, round 3, has
+// the measurements).
 const handOutBatch = 256
 
 // consumeEnd tells why consume returned.
@@ -80,9 +80,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
 			// Let the receiver run: a send to it while it waited made
 			// it runnable on this goroutine's P, where it would wait
-			// behind this loop. In the bench (9 runs, 4 M messages, with
-			// batches of 64) this took CPU per message from 0.62 to
-			// 0.57 µs, and throughput from 0.74 to 0.81 of raw sarama.
+			// behind this loop (BENCHMARKS.md, round 3).
 			runtime.Gosched()
 		}
 		if h.closed {
@@ -103,14 +101,14 @@ func (h *handOut) end() consumeEnd {
 }
 
 // setHandingOut records whether consume runs; when it stops, the fence's
-// raise is told (parked).
+// raise is told (handOutStopped).
 func (pm *partitionManager) setHandingOut(on bool) {
 	pm.mu.Lock()
 	pm.handingOut = on
 	pm.mu.Unlock()
 	if !on {
 		select {
-		case pm.parent.parked <- struct{}{}:
+		case pm.parent.handOutStopped <- struct{}{}:
 		default:
 		}
 	}
@@ -135,6 +133,7 @@ type handOut struct {
 	batch   []*sarama.ConsumerMessage // received, not handed out yet
 	closed  bool                      // the partition consumer closed in
 	killed  bool                      // the tomb is dying
+	sending bool                      // as pm.sending (enterSend, leaveSend)
 
 	fencedOut bool // the fence went up
 }
@@ -251,7 +250,7 @@ func (pm *partitionManager) reportPause(paused bool) {
 		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
 		return
 	}
-	pm.parent.config.metrics().Paused(pm.parent.group, pm.public())
+	pm.parent.config.metrics().Paused(pm.parent.group, pm.tp)
 	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
 		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
 	pm.logf(slog.LevelWarn, "%s.", err)
@@ -265,8 +264,15 @@ func (pm *partitionManager) reportPause(paused bool) {
 // message: a batch that enter took before the fence went up may still go
 // into the channel, whence the guard takes it back (takeBackAll) (it drains until no
 // partition hands out); the fence goes up well before the session can
-// have expired (fenceFraction).
+// have expired (fenceFraction). A hand-out hold (handOutHold) is checked
+// at the start and when the channel is full; it parks the loop until the
+// hold is released.
 func (h *handOut) send(n int, before int64) bool {
+	defer h.leaveSend()
+	if !h.enterSend() {
+		h.pm.takeBack(h.batch[0].Offset, before)
+		return false
+	}
 	for i, msg := range h.batch[:n] {
 		select {
 		case h.out <- msg:
@@ -285,9 +291,11 @@ func (h *handOut) send(n int, before int64) bool {
 }
 
 // sendWaiting sends msg on the Messages channel, forwarding errors
-// meanwhile. It reports false when killed or fenced first.
+// meanwhile, and parking while a hand-out hold is on. It reports false
+// when killed or fenced first.
 func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 	for {
+		held, _ := h.pm.parent.hold.channels()
 		select {
 		case h.out <- msg:
 			return true
@@ -299,6 +307,10 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 			return false
 		case err, ok := <-h.errs:
 			h.forward(err, ok)
+		case <-held:
+			if !h.park() {
+				return false
+			}
 		}
 	}
 }

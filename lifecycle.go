@@ -22,8 +22,9 @@ import (
 	"github.com/wvanbergen/kazoo-go"
 )
 
-// joinGroup is Join (waitClaims false) and JoinContext (true).
-func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool) (Consumer, error) {
+// joinGroup is Join (waitClaims false) and JoinContext (true); hooks are
+// the tests' fault injection points, nil in normal use.
+func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool, hooks *testHooks) (Consumer, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
@@ -48,6 +49,9 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
+	if err := config.validateChroot(chroot); err != nil {
+		return nil, err
+	}
 	subscriptionJSON, err := subscription.JSON()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
@@ -68,6 +72,9 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	cfg := *config
 	cfg.Config = config.saramaConfig()
 	dialer := useKafkaDialer(cfg.Config)
+	if hooks != nil {
+		dialer.redirect = hooks.kafkaAddress
+	}
 	cfg.Zookeeper = &kzConfig
 
 	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
@@ -77,37 +84,55 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	}
 
 	cm := &consumerManager{
-		config:         &cfg,
-		dialer:         dialer,
-		log:            logger,
-		autoCommit:     config.Consumer.Offsets.AutoCommit.Enable,
-		group:          group,
-		subscription:   subscription,
-		zkConn:         sessionConn{probe},
-		zkConns:        zkConns,
-		messages:       make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
-		batches:        make(chan *Batch, batchBuffer),
-		closedMessages: make(chan *sarama.ConsumerMessage),
-		closedBatches:  make(chan *Batch),
-		errors:         make(chan error, cfg.ChannelBufferSize),
-		hurry:          make(chan struct{}),
-		firstRound:     make(chan struct{}),
-		claims:         make(chan struct{}, 1),
+		config:          &cfg,
+		dialer:          dialer,
+		log:             logger,
+		autoCommit:      config.Consumer.Offsets.AutoCommit.Enable,
+		group:           group,
+		subscription:    subscription,
+		hooks:           hooks,
+		zkConn:          sessionConn{probe},
+		zkProbe:         probe,
+		zkConns:         zkConns,
+		messages:        make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
+		batches:         make(chan *Batch, batchBuffer),
+		closedMessages:  make(chan *sarama.ConsumerMessage),
+		closedBatches:   make(chan *Batch),
+		errors:          make(chan error, cfg.ChannelBufferSize),
+		shutdownCtxDone: make(chan struct{}),
+		firstRound:      make(chan struct{}),
+		claims:          make(chan struct{}, 1),
 
 		negotiated:     negotiated,
 		zkStateChanged: states,
-		parked:         make(chan struct{}, 1),
+		handOutStopped: make(chan struct{}, 1),
 		fenceBase:      time.Now(),
 	}
 	cm.pms.Store(&partitionManagers{})
 	close(cm.closedMessages)
 	close(cm.closedBatches)
 	cm.watches.log = logger
-	if cfg.hooks != nil {
-		cm.watches.missingTopic = cfg.hooks.missingTopic
+	if hooks != nil {
+		cm.watches.missingTopic = hooks.missingTopic
 	}
 
-	if err := cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err != nil {
+	// ctx, while connect runs, also cuts the Kafka connections and ends
+	// the dials in flight: nothing else interrupts sarama's first
+	// connections, nor its requests to a broker that hangs. The
+	// function's goroutine is waited for when it ran.
+	kafkaCut := make(chan struct{})
+	stopCut := context.AfterFunc(ctx, func() {
+		defer close(kafkaCut)
+		dialer.cut(fmt.Errorf("kafkaconsumer: join: %w", ctx.Err()))
+	})
+	err = cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON))
+	if !stopCut() { // ctx is done: the Kafka connections are cut for good
+		<-kafkaCut
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
 		cm.closeConnections()
 		return nil, err
 	}
@@ -118,7 +143,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		return cm, nil
 	}
 	if err := cm.waitStarted(ctx); err != nil {
-		cm.hurryUp()
+		cm.markShutdownCtxDone()
 		if closeErr := cm.Close(); closeErr != nil {
 			return nil, errors.Join(err, closeErr)
 		}
@@ -174,14 +199,18 @@ func (cm *consumerManager) notifyClaims() {
 // instance that cannot consume it. On error, closeConnections undoes what
 // was done.
 func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
-	kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
-	if err != nil {
-		return fmt.Errorf("connect to zookeeper: %w", convertError(err))
-	}
-	cm.kz = kz
-	cm.kzGroup = kz.Consumergroup(cm.group)
+	cm.kzGroup = kazooValues.Consumergroup(cm.group)
 	cm.instance = cm.kzGroup.Instance(id)
 	cm.subscriptionJSON = subscriptionJSON
+	if _, ok := cm.subscription.(cachingSubscription); !ok {
+		// A custom Subscription reads ZooKeeper through kazoo-go (see
+		// Subscription.WatchPartitions): it gets a connection of its own.
+		kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
+		if err != nil {
+			return fmt.Errorf("connect to zookeeper: %w", convertError(err))
+		}
+		cm.kz = kz
+	}
 
 	brokers, err := cm.discoverBrokers(probe)
 	if err != nil {
@@ -195,6 +224,9 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 	// (see fetcherOf), the first of which also reads the metadata.
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
+		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
+			return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
+		}
 		if err != nil {
 			hint := ""
 			if cm.config.Net.TLS.Enable && errors.Is(err, io.EOF) {
@@ -220,11 +252,14 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 	// OffsetCommit requests would otherwise wait behind the consumer's
 	// fetches (up to Consumer.MaxWaitTime each) and ListOffsets requests.
 	if cm.offsetClient, err = sarama.NewClient(brokers, cm.config.Config); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
+		}
 		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
 	cm.offsets.lastProcessed = cm.config.CommitLastProcessed
-	if h := cm.config.hooks; h != nil {
+	if h := cm.hooks; h != nil {
 		cm.offsets.failRound = h.commitRound
 	}
 	if err := ctx.Err(); err != nil {
@@ -302,10 +337,10 @@ func (cm *consumerManager) shutdown() {
 	cm.t.Kill(errors.Join(errs...))
 }
 
-func describePartitions(tps []topicPartition) string {
+func describePartitions(tps []TopicPartition) string {
 	names := make([]string, len(tps))
 	for i, tp := range tps {
-		names[i] = fmt.Sprintf("%s/%d", tp.topic, tp.partition)
+		names[i] = fmt.Sprintf("%s/%d", tp.Topic, tp.Partition)
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
@@ -344,8 +379,8 @@ func (cm *consumerManager) closeConnections() []error {
 			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
 		}
 	}
-	if cm.zkConn.Conn != nil {
-		closeSession(cm.zkConn.Conn, cm.zkConns)
+	if cm.zkProbe != nil {
+		closeSession(cm.zkProbe, cm.zkConns)
 	}
 	cm.zkCalls.Wait() // the close ended their requests
 	return errs
@@ -357,17 +392,18 @@ func (cm *consumerManager) closeConnections() []error {
 // commitTimeout). With Kafka unreachable, a commit round in flight
 // retries the coordinator for long (per broker Net.DialTimeout, times
 // Metadata.Retry.Max), a fetch in flight to a hung broker takes up to
-// Net.ReadTimeout, and a coordinator lookup of a starting partition up to
-// three: after closeGrace the consumer's Kafka connections are cut under
-// them (see kafkaDialer) and the clients closed, so that they and their
-// retries fail at once. A partition whose final commit did
-// not complete said so itself (ErrCommitTimeout).
+// Net.ReadTimeout, a coordinator lookup of a starting partition up to
+// three, and a dial to an address that never answers up to
+// Net.DialTimeout: after closeGrace the consumer's Kafka connections are
+// cut under them, and its dials ended (see kafkaDialer), and the clients
+// closed, so that they and their retries fail at once. A partition whose
+// final commit did not complete said so itself (ErrCommitTimeout).
 func (cm *consumerManager) closeKafka() {
 	closed := make(chan struct{})
 	go func() { // owned by closeKafka, which waits for it
 		defer close(closed)
 		cm.closeConsumers()
-		cm.closers.Wait()
+		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
 				f.hub.close() // its batch fetchers ended with their partitions
@@ -380,21 +416,24 @@ func (cm *consumerManager) closeKafka() {
 	}()
 
 	deadline := time.Now().Add(closeGrace)
-	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryKafka)))
+	timeout := time.NewTimer(time.Until(cm.bound(deadline, kafkaAfterCtxDone)))
 	defer timeout.Stop()
-	hurry := cm.hurry
+	ctxDone := cm.shutdownCtxDone
 wait:
 	select {
 	case <-closed:
+		// Dials first: a broker being opened (by sarama's background
+		// metadata refresh, say) cannot be closed until its dial ends.
+		cm.dialer.stopDialing(errDialerClosed)
 		cm.closeClients(true)
 		cm.dialer.cutAll() // none is left open
-	case <-hurry: // a Shutdown's context ended: the deadline moves closer
-		hurry = nil
-		timeout.Reset(time.Until(cm.bound(deadline, hurryKafka)))
+	case <-ctxDone: // a Shutdown's context ended: the deadline moves closer
+		ctxDone = nil
+		timeout.Reset(time.Until(cm.bound(deadline, kafkaAfterCtxDone)))
 		goto wait
 	case <-timeout.C:
 		cm.logf(slog.LevelWarn, "Kafka requests still in flight after %s; closing the Kafka connections under them.", closeGrace)
-		cm.dialer.cutAll()     // first: a broker being opened cannot be closed
+		cm.dialer.cutAll()     // first: a broker being opened (dialing) cannot be closed
 		cm.closeClients(false) // their errors are those of the requests it fails
 		<-closed
 	}

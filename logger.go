@@ -13,8 +13,11 @@ import (
 // standard library's *log.Logger that sarama's StdLogger also has, so a
 // *log.Logger, sarama.Logger or slog.NewLogLogger(...) all fit.
 type StdLogger interface {
+	// Print writes a line of the arguments, formatted as by fmt.Print.
 	Print(v ...interface{})
+	// Printf writes a line of the arguments, formatted as by fmt.Printf.
 	Printf(format string, v ...interface{})
+	// Println writes a line of the arguments, formatted as by fmt.Println.
 	Println(v ...interface{})
 }
 

@@ -136,13 +136,13 @@ func TestPackageHandlerSilent(t *testing.T) {
 // levelled and with its attributes, and not to the package Logger; the
 // ZooKeeper client's lines go there too.
 func TestIntegrationConfigLogger(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	logger, rec := newRecordingLogger()
 	config := testConfig()
 	config.Logger = logger
 	group := uniqueName("log")
-	c := join(t, group, TopicSubscription("test.4"), config)
+	c := join(t, group, TopicSubscription(topic), config)
 	col := collect(c, nil)
 	// Consuming, not only claimed: a partition killed while it starts
 	// stops at once, before its "Consuming from offset" line.
@@ -159,16 +159,16 @@ func TestIntegrationConfigLogger(t *testing.T) {
 		t.Error("no info line of the rebalance")
 	}
 	for p := 0; p < 4; p++ {
-		attrs := map[string]string{attrGroup: group, attrInstance: id, attrTopic: "test.4", attrPartition: fmt.Sprint(p)}
+		attrs := map[string]string{attrGroup: group, attrInstance: id, attrTopic: topic, attrPartition: fmt.Sprint(p)}
 		for _, msg := range []string{"Claimed partition", "Stopped partition"} {
 			if _, ok := rec.find(slog.LevelDebug, msg, attrs); !ok {
-				t.Errorf("no debug line %q of test.4/%d with its attributes", msg, p)
+				t.Errorf("no debug line %q of %s/%d with its attributes", msg, topic, p)
 			}
 		}
 		// A new group: the partition starts at Offsets.Initial, and
 		// the line names the offset that resolved to.
 		if lr, ok := rec.find(slog.LevelDebug, "Consuming from offset", attrs); !ok || strings.Contains(lr.msg, "offset -") {
-			t.Errorf("debug line of test.4/%d's start: %q (found %v); want the offset it starts at", p, lr.msg, ok)
+			t.Errorf("debug line of %s/%d's start: %q (found %v); want the offset it starts at", topic, p, lr.msg, ok)
 		}
 	}
 	if _, ok := rec.find(slog.LevelInfo, "a line of the ZooKeeper client", map[string]string{attrInstance: id, attrComponent: "zookeeper"}); !ok {

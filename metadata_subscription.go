@@ -111,7 +111,7 @@ func (v metadataView) sameAs(o metadataView) bool {
 // ZooKeeper. A topic whose metadata has an error other than not existing
 // (a topic being created has no leader yet) counts when its partitions are
 // listed, and fails the poll otherwise, rather than being taken for gone.
-func readMetadata(client sarama.Client, kz *kazoo.Kazoo, sel topicSelector) (metadataView, error) {
+func readMetadata(client sarama.Client, sel topicSelector) (metadataView, error) {
 	broker := client.LeastLoadedBroker()
 	if broker == nil {
 		return metadataView{}, sarama.ErrClosedClient
@@ -134,7 +134,7 @@ func readMetadata(client sarama.Client, kz *kazoo.Kazoo, sel topicSelector) (met
 			continue
 		}
 		seen[t.Name] = true
-		topic := kz.Topic(t.Name)
+		topic := kazooValues.Topic(t.Name)
 		for _, p := range t.Partitions {
 			view.partitions = append(view.partitions, topic.Partition(p.ID, append([]int32(nil), p.Replicas...)))
 		}
@@ -163,7 +163,7 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 		sel = internalToo{sel}
 	}
 	for attempt := 0; ; attempt++ {
-		view, err := readMetadata(cm.client, cm.kz, sel)
+		view, err := readMetadata(cm.client, sel)
 		if err == nil {
 			if len(view.missing) > 0 {
 				cm.logf(slog.LevelWarn, "Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
@@ -204,7 +204,7 @@ func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataV
 				return
 			case <-ticker.C:
 			}
-			view, err := readMetadata(cm.client, cm.kz, sel)
+			view, err := readMetadata(cm.client, sel)
 			if err != nil {
 				cm.logf(slog.LevelWarn, "Failed to poll Kafka's metadata: %s. Trying again in %s.", err, cm.config.DiscoveryInterval)
 				continue

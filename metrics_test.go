@@ -67,11 +67,11 @@ func (m *recordingMetrics) count(prefix string) int {
 // rebalances, the commit rounds and a lost registration of a consumer,
 // and its Stats count what it handed out and what was acked.
 func TestIntegrationMetrics(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	client := newTestClient(t)
 	group := uniqueName("it.metrics")
-	startGroupAt(t, client, group, "test.4")
+	startGroupAt(t, client, group, topic)
 	conn, chroot := testZookeeper(t, zookeeperPeers)
 	base := chroot + "/consumers/" + group
 	t.Cleanup(func() {
@@ -79,12 +79,12 @@ func TestIntegrationMetrics(t *testing.T) {
 			t.Errorf("delete %s: %s", base, err)
 		}
 	})
-	for _, path := range []string{chroot + "/consumers", base, base + "/owners", base + "/owners/test.4"} {
+	for _, path := range []string{chroot + "/consumers", base, base + "/owners", base + "/owners/" + topic} {
 		if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			t.Fatalf("create %s: %s", path, err)
 		}
 	}
-	owner := base + "/owners/test.4/1"
+	owner := base + "/owners/" + topic + "/1"
 	if _, err := conn.Create(owner, []byte("another-instance"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create %s: %s", owner, err)
 	}
@@ -103,10 +103,10 @@ func TestIntegrationMetrics(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		c, err := JoinContext(ctx, group, TopicSubscription("test.4"), zookeeperPeers, config)
+		c, err := JoinContext(ctx, group, TopicSubscription(topic), zookeeperPeers, config)
 		done <- result{c, err}
 	}()
-	waitFor(t, 30*time.Second, "the claim of test.4/1 to wait", func() bool {
+	waitFor(t, 30*time.Second, "the claim of "+topic+"/1 to wait", func() bool {
 		_, ok := rec.find(slog.LevelDebug, "still owned by another-instance", nil)
 		return ok
 	})
@@ -117,23 +117,27 @@ func TestIntegrationMetrics(t *testing.T) {
 	select {
 	case j = <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("JoinContext did not return within 30 s of the release of test.4/1")
+		t.Fatalf("JoinContext did not return within 30 s of the release of %s/1", topic)
 	}
 	joined := time.Since(joinStart)
 	if j.err != nil {
 		t.Fatalf("Join: %s", j.err)
 	}
 	c := j.c
-	if n := metrics.count("claim waited test.4/1"); n != 1 {
-		t.Errorf("ClaimWaited called %d times for test.4/1; want 1", n)
+	if n := metrics.count("claim waited " + topic + "/1"); n != 1 {
+		t.Errorf("ClaimWaited called %d times for %s/1; want 1", n, topic)
 	} else if w := metrics.waits[0]; w <= 0 || w > joined {
 		t.Errorf("ClaimWaited reported %s; want a wait within the %s Join took", w, joined)
 	}
+	// The manager reports the rebalance after it let JoinContext return.
+	waitFor(t, 10*time.Second, "the rebalance reported to Metrics", func() bool {
+		return metrics.count("rebalanced assigned=4 revoked=0") > 0
+	})
 	if n := metrics.count("rebalanced assigned=4 revoked=0"); n != 1 {
 		t.Errorf("Rebalanced with 4 assigned reported %d times; want 1", n)
 	}
 
-	values := produce(t, client, "test.4", group, 40)
+	values := produce(t, client, topic, group, 40)
 	col := collect(c, nil)
 	waitFor(t, 30*time.Second, "40 messages handed out and acked, and a commit round", func() bool {
 		var handedOut, acked uint64

@@ -11,8 +11,8 @@ package kafkaconsumer
 // field, which the original ignores), and while any instance without the
 // mark is registered, distributes over the partition list the original
 // sees: internal topics included. It claims the internal topics'
-// partitions that fall to it, but does not consume them (held partitions:
-// see partitionManager.hold). With only marked instances registered, the
+// partitions that fall to it, but does not consume them (claim-only
+// partitions: see partitionManager.claimOnly). With only marked instances registered, the
 // internal topics are left out, as ever.
 
 import (
@@ -97,9 +97,9 @@ func (cm *consumerManager) originalsRegistered(instances kazoo.ConsumergroupInst
 	return originals, nil
 }
 
-// holds tells whether the partitions of topic are claimed but not consumed:
-// an internal topic that only the original's lists select.
-func (cm *consumerManager) holds(topic string, originals bool) bool {
+// claimOnlyTopic tells whether the partitions of topic are claimed but not
+// consumed: an internal topic that only the original's lists select.
+func (cm *consumerManager) claimOnlyTopic(topic string, originals bool) bool {
 	_, pattern := cm.subscription.(*regexpSubscription)
 	return originals && pattern && internalTopics[topic]
 }

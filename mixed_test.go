@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 	"github.com/wvanbergen/kazoo-go"
 )
 
@@ -77,7 +78,7 @@ type mixedGroup struct {
 	originals map[string]bool // the IDs of the original instances started
 	topic     string          // the topic that is produced to
 
-	owners map[topicPartition]string // at the end of the last step
+	owners map[TopicPartition]string // at the end of the last step
 	// fromOriginal counts the moves of partitions of topic from an original
 	// instance to another instance, each of which may cost a duplicate:
 	// the original commits the offset of the last message it processed.
@@ -160,7 +161,7 @@ func (p *portInstance) close(t testing.TB) {
 // topics included) while an original instance is registered, else of
 // those the port sees. The partitions that no instance should own (the
 // internal topics', in a group of ports only) map to "".
-func (g *mixedGroup) expected() (map[topicPartition]string, error) {
+func (g *mixedGroup) expected() (map[TopicPartition]string, error) {
 	instances, err := g.cg.Instances()
 	if err != nil {
 		return nil, err
@@ -173,7 +174,7 @@ func (g *mixedGroup) expected() (map[topicPartition]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	result := make(map[topicPartition]string)
+	result := make(map[TopicPartition]string)
 	var view kazoo.PartitionList
 	for _, topic := range topics {
 		if !g.sub.selects(topic.Name, true) {
@@ -184,7 +185,7 @@ func (g *mixedGroup) expected() (map[topicPartition]string, error) {
 			return nil, err
 		}
 		for _, p := range partitions {
-			result[topicPartition{topic.Name, p.ID}] = ""
+			result[TopicPartition{topic.Name, p.ID}] = ""
 		}
 		if g.sub.selects(topic.Name, mixed) {
 			view = append(view, partitions...)
@@ -192,7 +193,7 @@ func (g *mixedGroup) expected() (map[topicPartition]string, error) {
 	}
 	for id, share := range distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(view)) {
 		for _, p := range share {
-			result[topicPartition{p.Topic().Name, p.ID}] = id
+			result[TopicPartition{p.Topic().Name, p.ID}] = id
 		}
 	}
 	return result, nil
@@ -200,15 +201,15 @@ func (g *mixedGroup) expected() (map[topicPartition]string, error) {
 
 // mismatches compares the owner nodes of the group's partitions with
 // expected, and describes the differences; it returns the owners too.
-func (g *mixedGroup) mismatches() (string, map[topicPartition]string, error) {
+func (g *mixedGroup) mismatches() (string, map[TopicPartition]string, error) {
 	want, err := g.expected()
 	if err != nil {
 		return "", nil, err
 	}
 	var diffs []string
-	owners := make(map[topicPartition]string, len(want))
+	owners := make(map[TopicPartition]string, len(want))
 	for tp, id := range want {
-		owner, err := g.cg.PartitionOwner(tp.topic, tp.partition)
+		owner, err := g.cg.PartitionOwner(tp.Topic, tp.Partition)
 		if err != nil {
 			return "", nil, err
 		}
@@ -218,7 +219,7 @@ func (g *mixedGroup) mismatches() (string, map[topicPartition]string, error) {
 		}
 		owners[tp] = got
 		if got != id {
-			diffs = append(diffs, fmt.Sprintf("%s/%d owned by %q, want %q", tp.topic, tp.partition, g.short(got), g.short(id)))
+			diffs = append(diffs, fmt.Sprintf("%s/%d owned by %q, want %q", tp.Topic, tp.Partition, g.short(got), g.short(id)))
 		}
 	}
 	sort.Strings(diffs)
@@ -246,7 +247,7 @@ func (g *mixedGroup) step(name string, action func()) {
 	action()
 	var (
 		last   string
-		owners map[topicPartition]string
+		owners map[TopicPartition]string
 	)
 	if !poll(60*time.Second, func() bool {
 		diffs, current, err := g.mismatches()
@@ -268,7 +269,7 @@ func (g *mixedGroup) step(name string, action func()) {
 		}
 	}
 	for tp, owner := range owners {
-		if before := g.owners[tp]; tp.topic == g.topic && g.originals[before] && owner != "" && owner != before {
+		if before := g.owners[tp]; tp.Topic == g.topic && g.originals[before] && owner != "" && owner != before {
 			g.fromOriginal++
 		}
 	}
@@ -334,7 +335,7 @@ func (p *producer) finish() []string {
 // test of mixed groups, deleted at its end, and returns a client.
 func newMixedTopic(t *testing.T, prefix string) (sarama.Client, string) {
 	t.Helper()
-	needCluster(t)
+	parallelClusterTest(t)
 	skipKafkaDiscovery(t, "the original library finds topics in the cluster's ZooKeeper")
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
@@ -393,6 +394,36 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 	}
 }
 
+// waitCommittedLastProcessed waits until every partition of the group's
+// topic has a commit marked as made in the last-processed convention
+// (commitmark.LastMark), which the originals of sarama v1.9 read right.
+func (g *mixedGroup) waitCommittedLastProcessed(client sarama.Client) {
+	g.t.Helper()
+	admin := newTestAdmin(g.t, client)
+	partitions, err := client.Partitions(g.topic)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var last string
+	if !poll(60*time.Second, func() bool {
+		resp, err := admin.ListConsumerGroupOffsets(g.name, map[string][]int32{g.topic: partitions})
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		for _, p := range partitions {
+			b := resp.GetBlock(g.topic, p)
+			if b == nil || b.Metadata != commitmark.LastMark {
+				last = fmt.Sprintf("%s/%d not committed in the last-processed convention", g.topic, p)
+				return false
+			}
+		}
+		return true
+	}) {
+		g.t.Fatalf("the group's commits did not all turn to the last-processed convention in 60s: %s", last)
+	}
+}
+
 // TestMixedGroupOnSarama19 replaces the two originals of a group, built
 // on sarama v1.9 or older (they commit the last processed offset and start
 // one after it), by ports with CommitLastProcessed; turns the setting off
@@ -434,6 +465,11 @@ func TestMixedGroupOnSarama19(t *testing.T) {
 	g.step("-port (next)", func() { g.closePort(n1) })
 	g.step("+port (last processed)", func() { l4 = g.startPortWith(last) })
 	g.step("-port (next)", func() { g.closePort(n2) })
+	// docs/upgrading.md: before an original starts, every partition is
+	// committed again in the originals' convention by an instance with
+	// the setting. The steps settle on the claims; a partition that moved
+	// to l4 is claimed before l4 read and committed it again.
+	g.waitCommittedLastProcessed(client)
 	prod = startProducer(t, client, topic)
 	g.step("rollback: +original (sarama 1.9)", func() { o3 = g.startOriginal19() })
 	g.step("-port", func() { g.closePort(l3) })

@@ -36,7 +36,7 @@ type offsetStore struct {
 	// report passes on a commit of tp that failed for a reason other than
 	// a coordinator that moved or is loading; called by commitRound, with
 	// no lock held.
-	report func(tp topicPartition, err error)
+	report func(tp TopicPartition, err error)
 
 	brokerMu    sync.Mutex
 	coordinator *sarama.Broker // nil until looked up, and after a failure
@@ -54,11 +54,11 @@ type offsetStore struct {
 	lastProcessed bool
 
 	mu    sync.Mutex
-	parts map[topicPartition]*storedOffset
+	parts map[TopicPartition]*storedOffset
 	// rewrite holds the partitions whose committed offset, as last
 	// fetched, is to be committed again in this instance's convention
 	// (see commitmark.Decode): set makes them dirty.
-	rewrite map[topicPartition]bool
+	rewrite map[TopicPartition]bool
 }
 
 // storedOffset is the state of one partition in an offsetStore.
@@ -79,14 +79,14 @@ var errNoLookup = errors.New("the group's coordinator is not known, and the shut
 // partition manager's final commit is still pending.
 var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
 
-func newOffsetStore(client sarama.Client, group string, report func(topicPartition, error)) *offsetStore {
+func newOffsetStore(client sarama.Client, group string, report func(TopicPartition, error)) *offsetStore {
 	return &offsetStore{
 		client:  client,
 		conf:    client.Config(),
 		group:   group,
 		report:  report,
-		parts:   make(map[topicPartition]*storedOffset),
-		rewrite: make(map[topicPartition]bool),
+		parts:   make(map[TopicPartition]*storedOffset),
+		rewrite: make(map[TopicPartition]bool),
 	}
 }
 
@@ -94,14 +94,14 @@ func newOffsetStore(client sarama.Client, group string, report func(topicPartiti
 // commitmark.Decode), -1 for a partition with none, with one OffsetFetch
 // request. A partition whose answer is an error is
 // left out, and the first such error returned.
-func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, error) {
+func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, error) {
 	broker, err := s.broker()
 	if err != nil {
 		return nil, err
 	}
 	partitions := make(map[string][]int32)
 	for _, tp := range tps {
-		partitions[tp.topic] = append(partitions[tp.topic], tp.partition)
+		partitions[tp.Topic] = append(partitions[tp.Topic], tp.Partition)
 	}
 	req := sarama.NewOffsetFetchRequest(s.conf.Version, s.group, partitions)
 	// A read_committed consumer must not start below an offset that a
@@ -115,12 +115,12 @@ func (s *offsetStore) fetch(tps []topicPartition) (map[topicPartition]int64, err
 		_ = broker.Close()
 		return nil, err
 	}
-	offsets := make(map[topicPartition]int64, len(tps))
+	offsets := make(map[TopicPartition]int64, len(tps))
 	var first error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, tp := range tps {
-		block := resp.GetBlock(tp.topic, tp.partition)
+		block := resp.GetBlock(tp.Topic, tp.Partition)
 		switch {
 		case block == nil && !errors.Is(resp.Err, sarama.ErrNoError):
 			// A top-level error (v2 and later) comes without blocks.
@@ -160,7 +160,7 @@ func coordinatorMoved(err error) bool {
 // set gives it the committed offset. It fails while the final commit of an
 // earlier partition manager of tp is pending: the committed offset is read
 // after reserve, so that such a commit cannot land after the read.
-func (s *offsetStore) reserve(tp topicPartition) error {
+func (s *offsetStore) reserve(tp TopicPartition) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.parts[tp]; p != nil {
@@ -175,7 +175,7 @@ func (s *offsetStore) reserve(tp topicPartition) error {
 
 // closing reports whether the final commit of a partition manager of tp
 // is pending.
-func (s *offsetStore) closing(tp topicPartition) bool {
+func (s *offsetStore) closing(tp TopicPartition) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.parts[tp]
@@ -186,7 +186,7 @@ func (s *offsetStore) closing(tp topicPartition) bool {
 // also the offset to commit until a mark. A committed offset that fetch
 // found in the other convention is left dirty: the next round commits it
 // again.
-func (s *offsetStore) set(tp topicPartition, committed int64) {
+func (s *offsetStore) set(tp TopicPartition, committed int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil {
 		p.next, p.committed = committed, committed
@@ -200,7 +200,7 @@ func (s *offsetStore) set(tp topicPartition, committed int64) {
 
 // mark moves the offset to commit of tp forward to next; a mark that
 // does not move it forward is ignored, as is one after close.
-func (s *offsetStore) mark(tp topicPartition, next int64) {
+func (s *offsetStore) mark(tp TopicPartition, next int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil && next > p.next {
 		p.next = next
@@ -209,7 +209,7 @@ func (s *offsetStore) mark(tp topicPartition, next int64) {
 }
 
 // reset sets the offset to commit of tp to next, forward or back.
-func (s *offsetStore) reset(tp topicPartition, next int64) {
+func (s *offsetStore) reset(tp TopicPartition, next int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil {
 		p.next = next
@@ -219,7 +219,7 @@ func (s *offsetStore) reset(tp topicPartition, next int64) {
 
 // isCommitted reports whether the coordinator has offset as tp's committed
 // offset, as far as the store knows.
-func (s *offsetStore) isCommitted(tp topicPartition, offset int64) bool {
+func (s *offsetStore) isCommitted(tp TopicPartition, offset int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.parts[tp]
@@ -227,7 +227,7 @@ func (s *offsetStore) isCommitted(tp topicPartition, offset int64) bool {
 }
 
 // next returns the offset to commit of tp, -1 for none.
-func (s *offsetStore) next(tp topicPartition) int64 {
+func (s *offsetStore) next(tp TopicPartition) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.parts[tp]; p != nil {
@@ -240,7 +240,7 @@ func (s *offsetStore) next(tp topicPartition) int64 {
 // offset to commit is committed: at once when it is already, else by the
 // commit round that commits it. Until then the partition stays in the
 // store, and every round tries again.
-func (s *offsetStore) close(tp topicPartition) <-chan struct{} {
+func (s *offsetStore) close(tp TopicPartition) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	done := make(chan struct{})
@@ -260,7 +260,7 @@ func (s *offsetStore) close(tp topicPartition) <-chan struct{} {
 // gone, and a commit by this instance could land after one of the
 // partition's next owner. A commit round already in flight may still
 // commit it.
-func (s *offsetStore) drop(tp topicPartition) {
+func (s *offsetStore) drop(tp TopicPartition) {
 	s.mu.Lock()
 	delete(s.parts, tp)
 	s.mu.Unlock()
@@ -268,7 +268,7 @@ func (s *offsetStore) drop(tp topicPartition) {
 
 // dropClosing takes tp out of the store, without a commit, if its entry is
 // the closing one whose channel is closed; done when committed.
-func (s *offsetStore) dropClosing(tp topicPartition, closed <-chan struct{}) {
+func (s *offsetStore) dropClosing(tp TopicPartition, closed <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.parts[tp]; p != nil && p.closed != nil && (<-chan struct{})(p.closed) == closed {
@@ -287,7 +287,7 @@ func (p *storedOffset) dirty() bool {
 // after it) runs rounds.
 func (s *offsetStore) commitRound() {
 	s.mu.Lock()
-	var dirty []topicPartition
+	var dirty []TopicPartition
 	for tp, p := range s.parts {
 		if p.dirty() {
 			dirty = append(dirty, tp)
@@ -332,11 +332,11 @@ const commitRecordBytes = 64
 
 // commitChunks splits tps into the partitions of one request each, so that
 // each request's records stay below maxCommitBytes.
-func (s *offsetStore) commitChunks(tps []topicPartition) [][]topicPartition {
-	var chunks [][]topicPartition
+func (s *offsetStore) commitChunks(tps []TopicPartition) [][]TopicPartition {
+	var chunks [][]TopicPartition
 	start, size := 0, 0
 	for i, tp := range tps {
-		n := len(s.group) + len(tp.topic) + len(commitmark.NextMark) + commitRecordBytes
+		n := len(s.group) + len(tp.Topic) + len(commitmark.NextMark) + commitRecordBytes
 		if size+n > maxCommitBytes && i > start {
 			chunks = append(chunks, tps[start:i])
 			start, size = i, 0
@@ -349,9 +349,9 @@ func (s *offsetStore) commitChunks(tps []topicPartition) [][]topicPartition {
 // commitChunk commits the offsets of tps in one request to broker and
 // handles the answer. It reports false when the request failed as a
 // whole (the broker is closed then).
-func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []topicPartition) bool {
+func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) bool {
 	type sent struct {
-		tp     topicPartition
+		tp     TopicPartition
 		part   *storedOffset
 		offset int64
 	}
@@ -374,7 +374,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []topicPartition) b
 	for _, b := range batch {
 		// Leader epoch -1: unknown (sarama does not track it).
 		offset, metadata := commitmark.Encode(b.offset, s.lastProcessed)
-		req.AddBlockWithLeaderEpoch(b.tp.topic, b.tp.partition, offset, -1, timestamp, metadata)
+		req.AddBlockWithLeaderEpoch(b.tp.Topic, b.tp.Partition, offset, -1, timestamp, metadata)
 	}
 	resp, err := broker.CommitOffset(req)
 	if err != nil {
@@ -387,14 +387,14 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []topicPartition) b
 	}
 
 	type failure struct {
-		tp  topicPartition
+		tp  TopicPartition
 		err error
 	}
 	var failed []failure
 	release := false
 	s.mu.Lock()
 	for _, b := range batch {
-		kerr, ok := resp.Errors[b.tp.topic][b.tp.partition]
+		kerr, ok := resp.Errors[b.tp.Topic][b.tp.Partition]
 		switch {
 		case !ok:
 			failed = append(failed, failure{b.tp, sarama.ErrIncompleteResponse})

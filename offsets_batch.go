@@ -23,24 +23,24 @@ import (
 // A partition that the requests did not resolve (an error, a leader that
 // moved) is left to the partition manager's own request.
 type offsetBatch struct {
-	resolve func() map[topicPartition]int64
+	resolve func() map[TopicPartition]int64
 	// running counts the goroutine that resolves; its owner (closeKafka,
-	// through the consumer manager's closers) waits for it.
+	// through the consumer manager's kafkaCalls) waits for it.
 	running *sync.WaitGroup
 
 	claimed atomic.Bool   // a partition manager is resolving
 	done    chan struct{} // closed when offsets is set
-	offsets map[topicPartition]int64
+	offsets map[TopicPartition]int64
 }
 
-func newOffsetBatch(running *sync.WaitGroup, resolve func() map[topicPartition]int64) *offsetBatch {
+func newOffsetBatch(running *sync.WaitGroup, resolve func() map[TopicPartition]int64) *offsetBatch {
 	return &offsetBatch{resolve: resolve, running: running, done: make(chan struct{})}
 }
 
 // newInitialOffsets resolves Offsets.Initial (sarama.OffsetOldest or
 // OffsetNewest) of tps with one ListOffsets request per partition leader.
-func newInitialOffsets(running *sync.WaitGroup, client sarama.Client, initial int64, tps []topicPartition) *offsetBatch {
-	return newOffsetBatch(running, func() map[topicPartition]int64 { return listOffsets(client, initial, tps) })
+func newInitialOffsets(running *sync.WaitGroup, client sarama.Client, initial int64, tps []TopicPartition) *offsetBatch {
+	return newOffsetBatch(running, func() map[TopicPartition]int64 { return listOffsets(client, initial, tps) })
 }
 
 // newCommittedOffsets fetches the committed offsets (-1 for none) of those
@@ -50,9 +50,9 @@ func newInitialOffsets(running *sync.WaitGroup, client sarama.Client, initial in
 // instance's own, of an earlier partition manager whose final commit
 // is still pending (closing), may not, so such a partition is left out. A
 // partition claimed alone is left out too: its claim may follow the read.
-func newCommittedOffsets(running *sync.WaitGroup, store *offsetStore, claims *claimBatch, tps []topicPartition) *offsetBatch {
-	return newOffsetBatch(running, func() map[topicPartition]int64 {
-		var claimed []topicPartition
+func newCommittedOffsets(running *sync.WaitGroup, store *offsetStore, claims *claimBatch, tps []TopicPartition) *offsetBatch {
+	return newOffsetBatch(running, func() map[TopicPartition]int64 {
+		var claimed []TopicPartition
 		for _, tp := range tps {
 			if ok, _ := claims.claimed(tp); ok && !store.closing(tp) {
 				claimed = append(claimed, tp)
@@ -70,7 +70,7 @@ func newCommittedOffsets(running *sync.WaitGroup, store *offsetStore, claims *cl
 // if no other caller does (on a goroutine of its own, so that a caller
 // that dies need not wait for a hung broker); ok is false when it is not
 // known (then ask alone) or when dying closed first.
-func (b *offsetBatch) get(tp topicPartition, dying <-chan struct{}) (offset int64, ok bool) {
+func (b *offsetBatch) get(tp TopicPartition, dying <-chan struct{}) (offset int64, ok bool) {
 	if b.claimed.CompareAndSwap(false, true) {
 		b.running.Add(1)
 		go func() { // owned by closeKafka, which waits for running
@@ -90,10 +90,10 @@ func (b *offsetBatch) get(tp topicPartition, dying <-chan struct{}) (offset int6
 
 // listOffsets asks each leader for the offset of its partitions at
 // initial, in one request per leader, concurrently.
-func listOffsets(client sarama.Client, initial int64, tps []topicPartition) map[topicPartition]int64 {
+func listOffsets(client sarama.Client, initial int64, tps []TopicPartition) map[TopicPartition]int64 {
 	requests := make(map[*sarama.Broker]*sarama.OffsetRequest)
 	for _, tp := range tps {
-		leader, err := client.Leader(tp.topic, tp.partition)
+		leader, err := client.Leader(tp.Topic, tp.Partition)
 		if err != nil {
 			continue
 		}
@@ -102,12 +102,12 @@ func listOffsets(client sarama.Client, initial int64, tps []topicPartition) map[
 			req = sarama.NewOffsetRequest(client.Config().Version)
 			requests[leader] = req
 		}
-		req.AddBlock(tp.topic, tp.partition, initial, 1)
+		req.AddBlock(tp.Topic, tp.Partition, initial, 1)
 	}
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
-		offsets = make(map[topicPartition]int64, len(tps))
+		offsets = make(map[TopicPartition]int64, len(tps))
 	)
 	for leader, req := range requests {
 		wg.Add(1)
@@ -122,7 +122,7 @@ func listOffsets(client sarama.Client, initial int64, tps []topicPartition) map[
 			for topic, blocks := range resp.Blocks {
 				for partition, block := range blocks {
 					if offset, ok := blockOffset(block); ok {
-						offsets[topicPartition{topic: topic, partition: partition}] = offset
+						offsets[TopicPartition{Topic: topic, Partition: partition}] = offset
 					}
 				}
 			}

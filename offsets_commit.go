@@ -128,9 +128,9 @@ func (cm *consumerManager) commitRound() {
 }
 
 // commitFailed passes on a failed commit of tp, to Errors() and Metrics.
-func (cm *consumerManager) commitFailed(tp topicPartition, err error) {
-	cm.config.metrics().CommitFailed(cm.group, TopicPartition{Topic: tp.topic, Partition: tp.partition}, err)
-	cm.sendError(&sarama.ConsumerError{Topic: tp.topic, Partition: tp.partition, Err: err})
+func (cm *consumerManager) commitFailed(tp TopicPartition, err error) {
+	cm.config.metrics().CommitFailed(cm.group, tp, err)
+	cm.sendError(&sarama.ConsumerError{Topic: tp.Topic, Partition: tp.Partition, Err: err})
 }
 
 // markAcked marks the end of the acked prefix in the offset store, which

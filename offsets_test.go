@@ -23,7 +23,7 @@ import (
 func TestOffsetStoreBookkeeping(t *testing.T) {
 	t.Parallel()
 	s := testOffsets()
-	tp := topicPartition{topic: "t", partition: 0}
+	tp := TopicPartition{Topic: "t", Partition: 0}
 	if got := s.next(tp); got != -1 {
 		t.Fatalf("next of an unknown partition = %d, want -1", got)
 	}
@@ -61,7 +61,7 @@ func TestOffsetStoreBookkeeping(t *testing.T) {
 		t.Fatal("a new partition manager could reserve the partition while the old one's final commit is pending")
 	}
 
-	clean := topicPartition{topic: "t", partition: 1}
+	clean := TopicPartition{Topic: "t", Partition: 1}
 	_ = s.reserve(clean)
 	s.set(clean, 3)
 	select {
@@ -78,8 +78,7 @@ func TestOffsetStoreBookkeeping(t *testing.T) {
 // as sarama's offset manager does, which the original library and sarama's
 // ConsumerGroup use: what one commits the other reads, on the real cluster.
 func TestIntegrationOffsetStoreRoundTrip(t *testing.T) {
-	needCluster(t)
-	t.Parallel()
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic, group := uniqueName("kcstore"), uniqueName("kcstore")
@@ -88,14 +87,14 @@ func TestIntegrationOffsetStoreRoundTrip(t *testing.T) {
 		mu       sync.Mutex
 		reported []error
 	)
-	s := newOffsetStore(client, group, func(_ topicPartition, err error) {
+	s := newOffsetStore(client, group, func(_ TopicPartition, err error) {
 		mu.Lock()
 		reported = append(reported, err)
 		mu.Unlock()
 	})
-	tps := make([]topicPartition, 4)
+	tps := make([]TopicPartition, 4)
 	for p := range tps {
-		tps[p] = topicPartition{topic: topic, partition: int32(p)}
+		tps[p] = TopicPartition{Topic: topic, Partition: int32(p)}
 	}
 
 	// Nothing committed: -1 for each, in one request.
@@ -172,12 +171,11 @@ func TestIntegrationOffsetStoreRoundTrip(t *testing.T) {
 // refuses goes to the store's report, for Errors() and Metrics, and stays
 // to commit.
 func TestIntegrationOffsetStoreReportsFailedCommit(t *testing.T) {
-	needCluster(t)
-	t.Parallel()
+	parallelClusterTest(t)
 	client := newTestClient(t)
-	tp := topicPartition{topic: uniqueName("kcstore-missing"), partition: 0}
+	tp := TopicPartition{Topic: uniqueName("kcstore-missing"), Partition: 0}
 	var reported []error
-	s := newOffsetStore(client, uniqueName("kcstore"), func(got topicPartition, err error) {
+	s := newOffsetStore(client, uniqueName("kcstore"), func(got TopicPartition, err error) {
 		if got == tp {
 			reported = append(reported, err)
 		}
@@ -195,15 +193,15 @@ func TestIntegrationOffsetStoreReportsFailedCommit(t *testing.T) {
 }
 
 func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic4 := newTopic(t, 4)
 	client := newTestClient(t)
 	group := uniqueName("it.newest")
-	old := produce(t, client, "test.4", group+".old", 20)
+	old := produce(t, client, topic4, group+".old", 20)
 
 	config := testConfig()
 	config.Offsets.Initial = sarama.OffsetNewest
-	c := join(t, group, TopicSubscription("test.4"), config)
+	c := join(t, group, TopicSubscription(topic4), config)
 	col := collect(c, nil)
 	waitFor(t, 30*time.Second, "all partitions to be consuming", func() bool {
 		n := 0
@@ -214,7 +212,7 @@ func TestIntegrationOffsetsNewestSkipsOldMessages(t *testing.T) {
 		}
 		return n == 4
 	})
-	fresh := produce(t, client, "test.4", group+".new", 20)
+	fresh := produce(t, client, topic4, group+".new", 20)
 	waitFor(t, 30*time.Second, "the new messages", func() bool { return col.has(fresh) })
 	col.close(t)
 	if n := col.received(old); n != 0 {
@@ -240,8 +238,7 @@ func committedOutOfRange(t *testing.T, client sarama.Client, admin sarama.Cluste
 }
 
 func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	group := uniqueName("it.retention")
@@ -262,13 +259,9 @@ func TestIntegrationCommittedOffsetOutOfRange(t *testing.T) {
 // start must be committed: otherwise, when the instance stops before any
 // ack, the next owner starts at the then-newest offset, and skips what was
 // produced in between.
-//
-// On the code it was written against: nothing is committed (-1 for each
-// partition) after A closes, and B receives none of the 10 messages.
 func TestIntegrationNewestStartIsCommitted(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	debugLogs(t)
-	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("rv-newest")
@@ -318,13 +311,9 @@ func TestIntegrationNewestStartIsCommitted(t *testing.T) {
 // ignores an offset above the stored one, so the old, out-of-range offset
 // stays committed, and the next owner restarts at its own newest offset,
 // skipping what was produced in between.
-//
-// On the code it was written against: the committed offset after A closes
-// is still 2, not 20, and B receives none of the 5 messages.
 func TestIntegrationNewestResetIsCommitted(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	debugLogs(t)
-	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	group := uniqueName("rv.reset")
@@ -373,33 +362,10 @@ func TestIntegrationNewestResetIsCommitted(t *testing.T) {
 // disappears from ZooKeeper; to keep it alive, the test blocks the manager
 // goroutine in its first OnRebalance call, made after it started the
 // partition manager (no rebalance proceeds until OnRebalance returns).
-//
-// What happens on the code it was written against (seen in the logs with
-// KAFKACONSUMER_TEST_LOG=1; Kafka 3.9 in ZooKeeper mode, where deleting
-// and creating the topic again took about 0.3 s):
-//
-//   - The broker answers the partition consumer's next fetch with
-//     UNKNOWN_TOPIC_OR_PARTITION. sarama abandons the subscription and
-//     re-dispatches by itself after Consumer.Retry.Backoff (2 s); the
-//     partition manager sees only the one error it forwards to Errors. The
-//     partition consumer does not stop.
-//   - By then the topic exists again. The partition consumer fetches offset
-//     20 from the new, 5-message log, gets OFFSET_OUT_OF_RANGE and shuts
-//     down ("Partition consumer stopped by itself; starting it again").
-//   - The partition manager retries ConsumePartition at lastHandedOut+1 =
-//     20, which sarama refuses (ErrOffsetOutOfRange: above the newest offset
-//     5); restartAtInitial refuses the oldest offset 0 because it is not
-//     above lastHandedOut 19, with the misleading "offset 20 out of range,
-//     and 0 handed-out messages pending". This repeats every second (31
-//     times in the 30 s, each also sent to Errors) and would go on until
-//     the new log grows past offset 20, where consumption would resume: the
-//     new log's first 20 messages would never be delivered. Stats meanwhile
-//     show LastHandedOut 19, Committed 20, HighWaterMark -1. None of the 5
-//     arrives.
+// The new log's 5 messages must all arrive.
 func TestIntegrationLogShrinksBelowPosition(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	debugLogs(t)
-	verifyNoClusterLeaks(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("rv-shrink")
@@ -508,8 +474,7 @@ func recreateTopic(t *testing.T, admin sarama.ClusterAdmin, topic string) sarama
 // topic, where the new partition manager started: it skipped the new
 // topic's first messages.
 func TestIntegrationFinalCommitDoesNotOutliveClaim(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	debugLogs(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
@@ -559,18 +524,18 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 	t.Parallel()
 	store := testOffsets()
 	store.group = strings.Repeat("g", 100)
-	var tps []topicPartition
+	var tps []TopicPartition
 	for i := range 40 {
 		topic := fmt.Sprintf("%s.%03d", strings.Repeat("t", 120), i)
 		for p := range int32(500) { // 20,000 partitions in all
-			tps = append(tps, topicPartition{topic: topic, partition: p})
+			tps = append(tps, TopicPartition{Topic: topic, Partition: p})
 		}
 	}
 	chunks := store.commitChunks(tps)
 	if len(chunks) < 2 {
-		t.Fatalf("%d partitions of %d-byte topics in %d request(s); want them split", len(tps), len(tps[0].topic), len(chunks))
+		t.Fatalf("%d partitions of %d-byte topics in %d request(s); want them split", len(tps), len(tps[0].Topic), len(chunks))
 	}
-	seen := make(map[topicPartition]bool)
+	seen := make(map[TopicPartition]bool)
 	for i, chunk := range chunks {
 		// What the coordinator writes per partition: a record of the key
 		// (version, group, topic, partition) and the value (version,
@@ -578,9 +543,9 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 		// record's own framing: about 50 bytes more than the two names.
 		written := 0
 		for _, tp := range chunk {
-			written += len(store.group) + len(tp.topic) + len(commitmark.NextMark) + 50
+			written += len(store.group) + len(tp.Topic) + len(commitmark.NextMark) + 50
 			if seen[tp] {
-				t.Fatalf("%s/%d in two requests", tp.topic, tp.partition)
+				t.Fatalf("%s/%d in two requests", tp.Topic, tp.Partition)
 			}
 			seen[tp] = true
 		}
@@ -603,8 +568,7 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 // was handed out). It waited for a commit round, not for the round's
 // success: with the rounds failing, it handed out at once.
 func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-newest-wait")
@@ -615,14 +579,14 @@ func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
 	failing.Store(true)
 	config := testConfig()
 	config.Offsets.Initial = sarama.OffsetNewest
-	config.hooks = &testHooks{commitRound: func() error {
+	hooks := &testHooks{commitRound: func() error {
 		if failing.Load() {
 			failed.Add(1)
 			return errors.New("injected failure of the commit round")
 		}
 		return nil
 	}}
-	c := joinWithCleanup(t, group, TopicSubscription(topic), config)
+	c := joinWithHooksCleanup(t, group, TopicSubscription(topic), config, hooks)
 	var firstAt atomic.Int64 // when the first message was received
 	col := collect(c, func(*sarama.ConsumerMessage) bool {
 		firstAt.CompareAndSwap(0, time.Now().UnixNano())
@@ -650,8 +614,6 @@ func TestIntegrationNewestStartWaitsForItsCommit(t *testing.T) {
 // whatever Config.Version: sarama lowers the request's version to the
 // broker's highest, and Kafka 1.1 (version 3) and 2.0 (version 4) read
 // the retention field, where 0 expires the offset at their next cleanup.
-// Before, a request built for Kafka 2.1 or later (the default Version is
-// 2.8) had a retention of 0.
 func TestCommitRequestCarriesRetention(t *testing.T) {
 	for _, v := range []sarama.KafkaVersion{sarama.V1_1_0_0, sarama.V2_0_0_0, sarama.V2_8_0_0, sarama.V3_9_0_0} {
 		conf := sarama.NewConfig()
@@ -673,7 +635,7 @@ func TestCommitRequestCarriesRetention(t *testing.T) {
 // partition over continues after it, and one with it after that, with
 // nothing handed out twice or skipped.
 func TestIntegrationCommitLastProcessed(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("last-processed")

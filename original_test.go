@@ -184,7 +184,7 @@ func (o *originalInstance) partitions() (kazoo.PartitionList, []<-chan samuelzk.
 // sleep until a watch fires.
 func (o *originalInstance) run(t testing.TB) {
 	defer close(o.done)
-	running := make(map[topicPartition]*originalPartition)
+	running := make(map[TopicPartition]*originalPartition)
 	defer func() {
 		for _, op := range running {
 			close(op.stop)
@@ -205,9 +205,9 @@ func (o *originalInstance) run(t testing.TB) {
 			return
 		}
 		share := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))[o.id]
-		assigned := make(map[topicPartition]bool)
+		assigned := make(map[TopicPartition]bool)
 		for _, p := range share {
-			assigned[topicPartition{p.Topic().Name, p.ID}] = true
+			assigned[TopicPartition{p.Topic().Name, p.ID}] = true
 		}
 		var stopping []*originalPartition
 		for tp, op := range running {
@@ -227,7 +227,7 @@ func (o *originalInstance) run(t testing.TB) {
 				go op.run(t)
 			}
 		}
-		merge, changed := startMerger(append(watches, instancesChanged))
+		merge, changed := startMerger(kazooWatches(append(watches, instancesChanged)...))
 		select {
 		case <-o.stop:
 			merge.stop()
@@ -241,7 +241,7 @@ func (o *originalInstance) run(t testing.TB) {
 // originalPartition is the original's partition manager.
 type originalPartition struct {
 	o    *originalInstance
-	tp   topicPartition
+	tp   TopicPartition
 	stop chan struct{} // closed by the instance's loop
 	done chan struct{} // closed by run once the claim is released
 }
@@ -250,12 +250,12 @@ func (op *originalPartition) run(t testing.TB) {
 	defer close(op.done)
 	o := op.o
 	for {
-		err := o.instance.ClaimPartition(op.tp.topic, op.tp.partition)
+		err := o.instance.ClaimPartition(op.tp.Topic, op.tp.Partition)
 		if err == nil {
 			break
 		}
 		if errors.Is(err, kazoo.ErrPartitionClaimedByOther) {
-			owner, released, err := o.cg.WatchPartitionOwner(op.tp.topic, op.tp.partition)
+			owner, released, err := o.cg.WatchPartitionOwner(op.tp.Topic, op.tp.Partition)
 			if err == nil && owner != nil {
 				select {
 				case <-op.stop:
@@ -272,18 +272,18 @@ func (op *originalPartition) run(t testing.TB) {
 		}
 	}
 	defer func() {
-		if err := o.instance.ReleasePartition(op.tp.topic, op.tp.partition); err != nil {
-			t.Errorf("original %s: release %s/%d: %s", o.id, op.tp.topic, op.tp.partition, err)
+		if err := o.instance.ReleasePartition(op.tp.Topic, op.tp.Partition); err != nil {
+			t.Errorf("original %s: release %s/%d: %s", o.id, op.tp.Topic, op.tp.Partition, err)
 		}
 	}()
-	if internalTopics[op.tp.topic] {
+	if internalTopics[op.tp.Topic] {
 		<-op.stop // claimed; its messages are no concern of the tests
 		return
 	}
 
-	pom, err := o.offsets.ManagePartition(op.tp.topic, op.tp.partition)
+	pom, err := o.offsets.ManagePartition(op.tp.Topic, op.tp.Partition)
 	if err != nil {
-		t.Errorf("original %s: offset manager of %s/%d: %s", o.id, op.tp.topic, op.tp.partition, err)
+		t.Errorf("original %s: offset manager of %s/%d: %s", o.id, op.tp.Topic, op.tp.Partition, err)
 		<-op.stop
 		return
 	}
@@ -295,9 +295,9 @@ func (op *originalPartition) run(t testing.TB) {
 	case o.sarama19:
 		next++ // the committed offset is the last one processed
 	}
-	pc, err := o.consumer.ConsumePartition(op.tp.topic, op.tp.partition, next)
+	pc, err := o.consumer.ConsumePartition(op.tp.Topic, op.tp.Partition, next)
 	if err != nil {
-		t.Errorf("original %s: consume %s/%d at %d: %s", o.id, op.tp.topic, op.tp.partition, next, err)
+		t.Errorf("original %s: consume %s/%d at %d: %s", o.id, op.tp.Topic, op.tp.Partition, next, err)
 		<-op.stop
 		return
 	}

@@ -27,13 +27,6 @@ const stopGrace = 5 * time.Second
 // releaseShare is the part of stopGrace kept for the release of the claim.
 const releaseShare = time.Second
 
-// topicPartition identifies a partition. It is the key of the maps on the
-// Ack path, so that a lookup neither formats nor allocates.
-type topicPartition struct {
-	topic     string
-	partition int32
-}
-
 // partitionManager consumes one partition that its consumer manager assigned
 // to this instance, in its own goroutine (run), owned by the consumer
 // manager: it kills the tomb and waits for it.
@@ -41,22 +34,24 @@ type topicPartition struct {
 // run claims the partition in ZooKeeper, reads its committed offset into
 // the consumer's offset store, starts its partition consumer, and hands messages out on the shared Messages channel
 // until it is killed. Then it stops (see stop): it waits for the acks of
-// what it handed out, commits the acked prefix and releases the claim,
-// all within MaxProcessingTime + stopGrace of the kill.
+// what it handed out, takes back what sits unread in the channel, commits
+// the acked prefix and releases the claim, all within MaxProcessingTime +
+// stopGrace of the kill.
 type partitionManager struct {
 	parent *consumerManager
-	tp     topicPartition
+	tp     TopicPartition
 	log    *slog.Logger // the consumer's, with the partition's attributes
 	// legacyRecords is set by run when its batch fetcher met a message
 	// set older than record batches: its partition consumers are
 	// sarama's from then on (see batchFetcher).
 	legacyRecords bool
-	// hold: run claims the partition and keeps the claim until killed,
+	// claimOnly: run claims the partition and keeps the claim until killed,
 	// but consumes nothing. In a group with instances of the original
 	// library, whose white and black lists select Kafka's internal topics,
-	// the internal topics' partitions that fall to this instance are held
-	// (see mixed.go). Stats and OnRebalance leave held partitions out.
-	hold bool
+	// the internal topics' partitions that fall to this instance are
+	// claim-only (see mixed.go). Stats and OnRebalance leave claim-only
+	// partitions out.
+	claimOnly bool
 	// initial resolves Offsets.Initial, and committed reads the committed
 	// offset, together with the other partitions that the same
 	// distribution started; nil when started alone.
@@ -74,6 +69,11 @@ type partitionManager struct {
 	// wake receives a token, without blocking the sender, when waiting is set
 	// and an ack or withdrawal resolves a pending message.
 	wake chan struct{}
+
+	// sending is set while the consume loop hands out on the shared
+	// channel, not parked by a hand-out hold (see handOutHold); written
+	// by the consume loop only.
+	sending atomic.Bool
 
 	// pauseMu orders Pause and Resume with each other and with the start
 	// of a partition consumer, so that the partition consumer ends up
@@ -122,11 +122,11 @@ type partitionManager struct {
 }
 
 func newPartitionManager(parent *consumerManager, partition *kazoo.Partition) *partitionManager {
-	tp := topicPartition{topic: partition.Topic().Name, partition: partition.ID}
+	tp := TopicPartition{Topic: partition.Topic().Name, Partition: partition.ID}
 	return &partitionManager{
 		parent:        parent,
 		tp:            tp,
-		log:           parent.log.With(attrTopic, tp.topic, attrPartition, tp.partition),
+		log:           parent.log.With(attrTopic, tp.Topic, attrPartition, tp.Partition),
 		wake:          make(chan struct{}, 1),
 		pending:       newPendingAcks(parent.config.MaxPendingAcks),
 		lastHandedOut: -1,
@@ -139,7 +139,7 @@ func (pm *partitionManager) stats() PartitionStats {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	s := PartitionStats{
-		TopicPartition: pm.public(),
+		TopicPartition: pm.tp,
 		Claimed:        pm.claimed,
 		Paused:         pm.paused,
 		PausedByUser:   pm.userPaused,
@@ -173,15 +173,10 @@ func (pm *partitionManager) logf(level slog.Level, format string, args ...interf
 	logf(pm.log, level, format, args...)
 }
 
-// public returns the partition as the API names it.
-func (pm *partitionManager) public() TopicPartition {
-	return TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition}
-}
-
 // errorf returns a *sarama.ConsumerError of this partition, as Errors()
 // carries them, wrapping the formatted error.
 func (pm *partitionManager) errorf(format string, args ...interface{}) error {
-	return &sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: fmt.Errorf(format, args...)}
+	return &sarama.ConsumerError{Topic: pm.tp.Topic, Partition: pm.tp.Partition, Err: fmt.Errorf(format, args...)}
 }
 
 // run is the partition manager's goroutine: claim, read the committed
@@ -190,7 +185,7 @@ func (pm *partitionManager) errorf(format string, args ...interface{}) error {
 func (pm *partitionManager) run() {
 	defer pm.t.Done()
 	if pm.claim() {
-		if pm.hold {
+		if pm.claimOnly {
 			pm.logf(slog.LevelDebug, "Claimed; held for the instances of the original library, not consumed.")
 			<-pm.t.Dying()
 		} else if pm.startOffsets() {
@@ -202,7 +197,8 @@ func (pm *partitionManager) run() {
 
 // stop ends run once the partition manager is killed. One deadline bounds
 // it: it waits for the acks of what was handed out until MaxProcessingTime
-// has passed, then commits the acked prefix and releases the claim within
+// has passed, then takes back what sits unread in the channel
+// (withdrawUnread), commits the acked prefix and releases the claim within
 // stopGrace more. It returns what did not complete in time. A partition
 // whose claim was lost (see lost) commits nothing: another instance may
 // own it now, and its next owner consumes again what was acked since the
@@ -220,7 +216,10 @@ func (pm *partitionManager) stop() error {
 			pm.logf(slog.LevelWarn, "Claim lost with the ZooKeeper session: nothing committed; the next owner consumes again what was acked since the last commit.")
 		} else {
 			// The last second is the release's, which must be tried
-			// even when the commit took its time.
+			// even when the commit took its time. What sits unread in
+			// the channel is taken back first: it is not committed, and
+			// it cannot be received here once the claim is released.
+			pm.withdrawUnread(deadline.Add(-releaseShare))
 			pm.commitErr = pm.closeOffsets(deadline.Add(-releaseShare))
 		}
 	}
@@ -237,7 +236,8 @@ func (pm *partitionManager) isLost() bool {
 }
 
 // waitForAcks waits until no handed-out message is pending, until due, or
-// until a Shutdown's context is done (the consumer manager's hurry).
+// until a Shutdown's context is done (the consumer manager's
+// shutdownCtxDone).
 func (pm *partitionManager) waitForAcks(due time.Time) {
 	pm.mu.Lock()
 	left := pm.pending.pending()
@@ -262,7 +262,7 @@ func (pm *partitionManager) waitForAcks(due time.Time) {
 			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked within MaxProcessingTime (%s); the next owner consumes them again.",
 				left, pm.parent.config.MaxProcessingTime)
 			return
-		case <-pm.parent.hurry:
+		case <-pm.parent.shutdownCtxDone:
 			pm.logf(slog.LevelWarn, "%d handed-out messages were not acked before the deadline of Shutdown; the next owner consumes them again.", left)
 			return
 		}
@@ -285,17 +285,17 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 	committed := cm.offsets.close(pm.tp)
 
 	// A Shutdown's context that ends moves the deadline closer (bound).
-	hurry := cm.hurry
-	timeout := time.NewTimer(time.Until(cm.bound(deadline, hurryCommit)))
+	ctxDone := cm.shutdownCtxDone
+	timeout := time.NewTimer(time.Until(cm.bound(deadline, commitsAfterCtxDone)))
 	defer timeout.Stop()
 	for attempt := 0; ; {
 		select {
 		case <-committed:
 			return nil
 		case <-cm.commit():
-		case <-hurry:
-			hurry = nil
-			timeout.Reset(time.Until(cm.bound(deadline, hurryCommit)))
+		case <-ctxDone:
+			ctxDone = nil
+			timeout.Reset(time.Until(cm.bound(deadline, commitsAfterCtxDone)))
 			continue
 		case <-timeout.C:
 			return pm.commitTimeout(committed)
@@ -310,9 +310,9 @@ func (pm *partitionManager) closeOffsets(deadline time.Time) error {
 			retry.Stop()
 			return nil
 		case <-retry.C:
-		case <-hurry:
-			hurry = nil
-			timeout.Reset(time.Until(cm.bound(deadline, hurryCommit)))
+		case <-ctxDone:
+			ctxDone = nil
+			timeout.Reset(time.Until(cm.bound(deadline, commitsAfterCtxDone)))
 			goto wait
 		case <-timeout.C:
 			retry.Stop()

@@ -54,9 +54,9 @@ func (pm *partitionManager) readCommitted() (int64, error) {
 			return offset, nil
 		}
 	}
-	var offsets map[topicPartition]int64
+	var offsets map[TopicPartition]int64
 	err := pm.call(func() (err error) {
-		offsets, err = pm.parent.offsets.fetch([]topicPartition{pm.tp})
+		offsets, err = pm.parent.offsets.fetch([]TopicPartition{pm.tp})
 		return err
 	})
 	if err != nil {
@@ -164,7 +164,7 @@ func (pm *partitionManager) startConsumer() sarama.PartitionConsumer {
 		pm.logf(slog.LevelWarn, "Failed to start partition consumer at offset %d: %s. Trying again.", offset, err)
 		if msg := err.Error(); msg != reported {
 			reported = msg
-			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.topic, Partition: pm.tp.partition, Err: err})
+			pm.parent.sendError(&sarama.ConsumerError{Topic: pm.tp.Topic, Partition: pm.tp.Partition, Err: err})
 		}
 		if !sleepOrDie(&pm.t, attempt) {
 			return nil
@@ -228,7 +228,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 	var err error
 	if !batched {
 		err = pm.call(func() (err error) {
-			start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.topic, pm.tp.partition, cm.config.Offsets.Initial)
+			start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.Topic, pm.tp.Partition, cm.config.Offsets.Initial)
 			return err
 		})
 	}
@@ -287,14 +287,14 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 // of its own, and returns its error, or tomb.ErrDying when the partition
 // manager is killed first: sarama's requests cannot be interrupted, and
 // against a hung broker a coordinator lookup lasts several Net.ReadTimeout.
-// The goroutine is counted in the consumer manager's closers: closeKafka
+// The goroutine is counted in the consumer manager's kafkaCalls: closeKafka
 // waits for it, after it cut the connections under it if need be. f must
 // only write what its caller reads after a nil or f's error.
 func (pm *partitionManager) call(f func() error) error {
 	done := make(chan error, 1)
-	pm.parent.closers.Add(1)
-	go func() { // owned by closeKafka, which waits for closers
-		defer pm.parent.closers.Done()
+	pm.parent.kafkaCalls.Add(1)
+	go func() { // owned by closeKafka, which waits for kafkaCalls
+		defer pm.parent.kafkaCalls.Done()
 		done <- f()
 	}()
 	select {
@@ -317,9 +317,9 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 	hub := cm.fetcherOf(pm.tp).hub
 	batchFetch := hub != nil && !pm.legacyRecords
 	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
-	cm.closers.Add(1)
-	go func() { // owned by closeKafka, which waits for closers
-		defer cm.closers.Done()
+	cm.kafkaCalls.Add(1)
+	go func() { // owned by closeKafka, which waits for kafkaCalls
+		defer cm.kafkaCalls.Done()
 		var pc sarama.PartitionConsumer
 		var err error
 		if batchFetch {
@@ -328,7 +328,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 				pc = f
 			}
 		} else {
-			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.topic, pm.tp.partition, offset)
+			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.Topic, pm.tp.Partition, offset)
 		}
 		select {
 		case done <- started{pc, err}:

@@ -20,8 +20,8 @@ func (cm *consumerManager) Resume(topic string, partition int32) error {
 
 // setPaused pauses or resumes the partition manager of a partition.
 func (cm *consumerManager) setPaused(topic string, partition int32, paused bool) error {
-	pm := (*cm.pms.Load())[topicPartition{topic: topic, partition: partition}]
-	if pm == nil || pm.hold {
+	pm := (*cm.pms.Load())[TopicPartition{Topic: topic, Partition: partition}]
+	if pm == nil || pm.claimOnly {
 		return fmt.Errorf("%w: %s/%d", ErrPartitionNotHeld, topic, partition)
 	}
 	pm.setPaused(paused)

@@ -63,8 +63,7 @@ func statsOf(t *testing.T, c Consumer, p int32) PartitionStats {
 // nothing for 10 s while the instance's other partition flows, and its
 // acks still commit; Resume then hands out everything it held back.
 func TestIntegrationPauseHoldsAPartition(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-pause")
@@ -130,8 +129,7 @@ func TestIntegrationPauseHoldsAPartition(t *testing.T) {
 // ones that moved are not paused on the second, which consumes them; after
 // Resume the first hands out what it held back.
 func TestIntegrationPauseSurvivesRebalance(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-pause-rebalance")

@@ -9,7 +9,7 @@ type slotState uint8
 const (
 	slotPending   slotState = iota // handed out, not acked yet
 	slotAcked                      // acked
-	slotWithdrawn                  // taken back unprocessed at Close: resolved, never committed
+	slotWithdrawn                  // taken back unprocessed (Close, withdrawUnread): resolved, never committed
 )
 
 type slot struct {

@@ -65,10 +65,10 @@ func (cm *consumerManager) run() {
 
 		cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
 		distribution := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))
-		assigned := make(map[topicPartition]assignment)
+		assigned := make(map[TopicPartition]assignment)
 		for _, p := range distribution[cm.instance.ID] {
-			tp := topicPartition{topic: p.Topic().Name, partition: p.ID}
-			assigned[tp] = assignment{partition: p, hold: cm.holds(tp.topic, cm.originals)}
+			tp := TopicPartition{Topic: p.Topic().Name, Partition: p.ID}
+			assigned[tp] = assignment{partition: p, claimOnly: cm.claimOnlyTopic(tp.Topic, cm.originals)}
 		}
 		cm.reportStops(cm.managePartitionManagers(assigned))
 
@@ -139,7 +139,8 @@ func (cm *consumerManager) watchSubscription() (kazoo.PartitionList, <-chan zk.E
 		return cm.watchMetadata()
 	}
 	for attempt := 0; ; attempt++ {
-		partitions, changed, err := watchPartitions(cm.subscription, cm.kz, &cm.watches, cm.originals)
+		topics := sessionTopics{conn: cm.zkConn, chroot: cm.config.Zookeeper.Chroot}
+		partitions, changed, err := watchPartitions(cm.subscription, topics, cm.kz, &cm.watches, cm.originals)
 		if err == nil {
 			return partitions, changed, true
 		}
@@ -218,9 +219,9 @@ func (cm *consumerManager) register() bool {
 // assignment is a partition of this instance's share.
 type assignment struct {
 	partition *kazoo.Partition
-	// hold: claim the partition but do not consume it (see
-	// partitionManager.hold).
-	hold bool
+	// claimOnly: claim the partition but do not consume it (see
+	// partitionManager.claimOnly).
+	claimOnly bool
 }
 
 // managePartitionManagers makes the running partition managers those of the
@@ -230,7 +231,7 @@ type assignment struct {
 // assigned is nil when the instance stops all its partitions without a
 // distribution (a lost registration, the shutdown); the first call with a
 // distribution closes firstRound.
-func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]assignment) (stopped []*partitionManager) {
+func (cm *consumerManager) managePartitionManagers(assigned map[TopicPartition]assignment) (stopped []*partitionManager) {
 	began := time.Now()
 	current := *cm.pms.Load()
 	var stopping []*partitionManager
@@ -247,7 +248,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 	for tp, a := range assigned {
 		if _, ok := current[tp]; !ok {
 			pm := newPartitionManager(cm, a.partition)
-			pm.hold = a.hold
+			pm.claimOnly = a.claimOnly
 			next[tp] = pm
 			started = append(started, pm)
 		}
@@ -263,17 +264,17 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 		during[pm.tp] = pm
 	}
 	if len(started) > 0 {
-		all := make([]topicPartition, 0, len(started))
-		consumed := make([]topicPartition, 0, len(started)) // not held
+		all := make([]TopicPartition, 0, len(started))
+		consumed := make([]TopicPartition, 0, len(started)) // not claim-only
 		for _, pm := range started {
 			all = append(all, pm.tp)
-			if !pm.hold {
+			if !pm.claimOnly {
 				consumed = append(consumed, pm.tp)
 			}
 		}
-		initial := newInitialOffsets(&cm.closers, cm.client, cm.config.Offsets.Initial, consumed)
+		initial := newInitialOffsets(&cm.kafkaCalls, cm.client, cm.config.Offsets.Initial, consumed)
 		claims := newClaimBatch(cm, all)
-		committed := newCommittedOffsets(&cm.closers, cm.offsets, claims, consumed)
+		committed := newCommittedOffsets(&cm.kafkaCalls, cm.offsets, claims, consumed)
 		for _, pm := range started {
 			pm.initial, pm.claims, pm.committed = initial, claims, committed
 		}
@@ -310,12 +311,12 @@ func (cm *consumerManager) managePartitionManagers(assigned map[topicPartition]a
 }
 
 // sortedPartitions returns the partitions of pms in order, leaving out the
-// held ones (which Stats and OnRebalance do not show).
+// claim-only ones (which Stats and OnRebalance do not show).
 func sortedPartitions(pms []*partitionManager) []TopicPartition {
 	result := make([]TopicPartition, 0, len(pms))
 	for _, pm := range pms {
-		if !pm.hold {
-			result = append(result, TopicPartition{Topic: pm.tp.topic, Partition: pm.tp.partition})
+		if !pm.claimOnly {
+			result = append(result, pm.tp)
 		}
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].less(result[j]) })

@@ -23,10 +23,9 @@ import (
 // same content: /consumers/<group>/ids/<id> holds the subscription,
 // /consumers/<group>/owners/<topic>/<partition> the owner's ID; both
 // ephemeral. kazoo-go's ClaimPartition checks each of the four parents with
-// Exists twice before it creates the node: nine requests a partition,
-// which made ZooKeeper most of the start-up of 1,000 partitions
-// (BENCHMARKS.md, round 4). claim makes one, and creates the parents only
-// when ZooKeeper says they are missing.
+// Exists twice before it creates the node: nine requests a partition, each
+// a round trip. claim makes one, and creates the parents only when
+// ZooKeeper says they are missing (BENCHMARKS.md, round 4).
 
 // groupNode returns the path of the group's node below /consumers, with the
 // chroot, joined with elems.
@@ -35,8 +34,8 @@ func (cm *consumerManager) groupNode(elems ...string) string {
 }
 
 // ownerNode returns the path of tp's owner node.
-func (cm *consumerManager) ownerNode(tp topicPartition) string {
-	return cm.groupNode("owners", tp.topic, strconv.Itoa(int(tp.partition)))
+func (cm *consumerManager) ownerNode(tp TopicPartition) string {
+	return cm.groupNode("owners", tp.Topic, strconv.Itoa(int(tp.Partition)))
 }
 
 // createNode creates node, and its missing parents (persistent, empty) when
@@ -70,7 +69,7 @@ func (cm *consumerManager) mkdirs(dir string) error {
 // holds this instance's ID already (left by an earlier session, or by an
 // attempt whose answer was lost) is taken over; another instance's node
 // gives kazoo.ErrPartitionClaimedByOther.
-func (cm *consumerManager) claimNode(tp topicPartition) error {
+func (cm *consumerManager) claimNode(tp TopicPartition) error {
 	node := cm.ownerNode(tp)
 	id := []byte(cm.instance.ID)
 	for attempt := 0; ; attempt++ {
@@ -94,9 +93,9 @@ func (cm *consumerManager) claimNode(tp topicPartition) error {
 
 // watchOwner returns the ID in tp's owner node and a watch on the node;
 // "" and no watch when the partition has no owner.
-func (cm *consumerManager) watchOwner(tp topicPartition) (string, <-chan zk.Event, error) {
-	if h := cm.config.hooks; h != nil && h.watchOwner != nil {
-		if err := h.watchOwner(tp.topic, tp.partition); err != nil {
+func (cm *consumerManager) watchOwner(tp TopicPartition) (string, <-chan zk.Event, error) {
+	if h := cm.hooks; h != nil && h.watchOwner != nil {
+		if err := h.watchOwner(tp.Topic, tp.Partition); err != nil {
 			return "", nil, err
 		}
 	}
@@ -112,7 +111,7 @@ func (cm *consumerManager) watchOwner(tp topicPartition) (string, <-chan zk.Even
 
 // releaseNode deletes tp's owner node if it holds this instance's ID;
 // kazoo.ErrPartitionNotClaimed when it is gone or another instance's.
-func (cm *consumerManager) releaseNode(tp topicPartition) error {
+func (cm *consumerManager) releaseNode(tp TopicPartition) error {
 	node := cm.ownerNode(tp)
 	data, stat, err := cm.zkConn.Get(node)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -194,6 +193,22 @@ func closeSession(conn *zk.Conn, conns *connSet) {
 	conns.cutAll()
 }
 
+// zkSession is what the consumer manager asks of its ZooKeeper session
+// (zkConn): sessionConn in production; the unit tests put an in-memory
+// fake in its place.
+type zkSession interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
+	Delete(path string, version int32) error
+	Exists(path string) (bool, *zk.Stat, error)
+	Multi(ops ...interface{}) ([]zk.MultiResponse, error)
+	Sync(path string) (string, error)
+}
+
+var _ zkSession = sessionConn{}
+
 // sessionConn is the instance's ZooKeeper connection with a gate: a request
 // is sent only while the session is connected, and fails at once with
 // zk.ErrNoServer otherwise (its callers retry, or give up at their
@@ -201,9 +216,9 @@ func closeSession(conn *zk.Conn, conns *connSet) {
 // and sends it as soon as it reconnects, where the answer's zxid, written
 // by its receive loop, races with its re-setting of the watches, which
 // reads the last zxid without a lock: a data race that -race reports
-// (go-zookeeper/zk PR #35, open since 2020). Only a request made in the
-// microseconds between the connection's end and the state's change can
-// still be queued so.
+// (go-zookeeper/zk PR #35). Only a request made in the microseconds
+// between the connection's end and the state's change can still be queued
+// so.
 type sessionConn struct{ *zk.Conn }
 
 // ready returns zk.ErrNoServer unless the session is connected.
@@ -261,4 +276,11 @@ func (c sessionConn) Multi(ops ...interface{}) ([]zk.MultiResponse, error) {
 		return nil, err
 	}
 	return c.Conn.Multi(ops...)
+}
+
+func (c sessionConn) Sync(path string) (string, error) {
+	if err := c.ready(); err != nil {
+		return "", err
+	}
+	return c.Conn.Sync(path)
 }

@@ -20,8 +20,7 @@ import (
 // error, commits only what was acked, and the next owner gets the rest.
 // MaxProcessingTime is a minute, so only the context can end the wait.
 func TestIntegrationShutdownDeadline(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("shutdown")
@@ -154,17 +153,17 @@ func TestWaitForAcksCountsWithdrawn(t *testing.T) {
 }
 
 func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
+	topic := newTopic(t, 4)
 	client := newTestClient(t)
 	group := uniqueName("it.drain")
-	start := startGroupAt(t, client, group, "test.4")
-	values := produce(t, client, "test.4", group, 100)
+	start := startGroupAt(t, client, group, topic)
+	values := produce(t, client, topic, group, 100)
 
 	config := testConfig()
 	config.MaxProcessingTime = 500 * time.Millisecond
 	// The first instance receives messages and acks none of them.
-	first := join(t, group, TopicSubscription("test.4"), config)
+	first := join(t, group, TopicSubscription(topic), config)
 	col1 := collect(first, func(*sarama.ConsumerMessage) bool { return false })
 	waitFor(t, 30*time.Second, "some messages", func() bool { return col1.received(values) >= 10 })
 	closed := time.Now()
@@ -175,11 +174,11 @@ func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
 	}
 
 	// Everything it received is consumed again.
-	second := join(t, group, TopicSubscription("test.4"), nil)
+	second := join(t, group, TopicSubscription(topic), nil)
 	col2 := collect(second, nil)
 	waitFor(t, 30*time.Second, "every message again", func() bool { return col2.has(values) })
 	col2.close(t)
-	checkCommitted(t, client, group, start, map[string]int{"test.4": 100})
+	checkCommitted(t, client, group, start, map[string]int{topic: 100})
 	checkDeregistered(t, group, first, second)
 }
 
@@ -188,13 +187,9 @@ func TestIntegrationCloseDrainsAndRedelivers(t *testing.T) {
 // commit afterwards. While Close runs, a hook fails every commit round as
 // long as a claim of the group remains in ZooKeeper: the partitions' final
 // commits fail until they give up and release their claims; a round after
-// that succeeds. Before, Close ran commit rounds of its own after the
-// partitions stopped, back to back: it committed the given-up offsets
-// then, behind the partitions' reports and after their claims had gone to
-// whoever took them next.
+// that succeeds, and must not commit the given-up offsets.
 func TestIntegrationCloseErrorAgreesWithCommit(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-agrees")
@@ -207,7 +202,7 @@ func TestIntegrationCloseErrorAgreesWithCommit(t *testing.T) {
 	var closing, failed, after atomic.Bool
 	config := testConfig()
 	config.MaxProcessingTime = time.Second
-	config.hooks = &testHooks{commitRound: func() error {
+	hooks := &testHooks{commitRound: func() error {
 		if !closing.Load() {
 			return nil
 		}
@@ -218,7 +213,7 @@ func TestIntegrationCloseErrorAgreesWithCommit(t *testing.T) {
 		after.Store(true)
 		return nil
 	}}
-	c, err := Join(group, TopicSubscription(topic), zookeeperPeers, config)
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,17 @@
 package kafkaconsumer
 
+// Subscriptions: what a group consumes. The public API first (the
+// Subscription interface and the constructors of this package's
+// subscriptions), then their implementations: a static list of topics,
+// white and black lists, the registration JSON they store, and how the
+// consumer watches their partitions through its watch cache
+// (watch_cache.go), on its own ZooKeeper session (topics.go).
+
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -13,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	samuelzk "github.com/samuel/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 )
 
@@ -25,16 +30,24 @@ type Subscription interface {
 	// that receives one event (and is then closed) at the first change to
 	// them. When an error is returned, the caller tries again later.
 	//
-	// The consumer calls it again each time the channel fires. kazoo-go's
-	// watches are one-shot, and its ZooKeeper client keeps every watch it
-	// sets until that watch fires: an implementation that sets a watch on
-	// each of many nodes at every call leaves one more watcher per node
-	// that did not change, each time. For the subscriptions of this
-	// package, the consumer avoids that: it keeps the watches that have not
-	// fired yet and reuses them (it keeps them itself, so one subscription
-	// value may serve several consumers); their WatchPartitions, called
-	// directly, sets new watches every time. A custom Subscription's
-	// WatchPartitions is called as it is.
+	// The consumer does not call it for the subscriptions of this package:
+	// it reads and watches their topics on its own ZooKeeper session, the
+	// one that holds its registration and claims, and keeps the watches
+	// that have not fired yet to reuse them (it keeps them itself, so one
+	// subscription value may serve several consumers). Their
+	// WatchPartitions, called directly, reads through the given kazoo and
+	// sets new watches every time.
+	//
+	// A custom Subscription's WatchPartitions is called with a kazoo-go
+	// connection that the consumer opens for it alone, a second ZooKeeper
+	// session, again each time the channel fires. kazoo-go's watches are
+	// one-shot, and its ZooKeeper client keeps every watch it sets until
+	// that watch fires: an implementation that sets a watch on each of
+	// many nodes at every call leaves one more watcher per node that did
+	// not change, each time. That session is closed with the consumer, but
+	// kazoo-go's client, which cannot be given a dialer, is not cut as the
+	// consumer's own session is: when ZooKeeper does not answer at Close,
+	// it may still connect afterwards to send its close.
 	WatchPartitions(kazoo *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error)
 
 	// JSON returns the subscription as it is stored with the instance's
@@ -55,6 +68,43 @@ const (
 	SubscriptionPatternWhiteList SubscriptionPattern = "white_list"
 	SubscriptionPatternBlackList SubscriptionPattern = "black_list"
 )
+
+// TopicSubscription returns a static subscription to all partitions of the
+// given topics. A topic that does not exist is skipped (with a log line) and
+// picked up when it is created.
+func TopicSubscription(topics ...string) Subscription {
+	m := make(map[string]int, len(topics))
+	for _, topic := range topics {
+		m[topic] = 1
+	}
+	return StaticSubscription(m)
+}
+
+// StaticSubscription returns a static subscription to the topics that are
+// the keys of the map. The values are the stream counts of Kafka's old
+// consumer: they are stored in the registration, and have no other effect.
+// The map is copied.
+func StaticSubscription(topics map[string]int) Subscription {
+	m := make(map[string]int, len(topics))
+	for topic, streams := range topics {
+		m[topic] = streams
+	}
+	return &staticSubscription{topics: m}
+}
+
+// WhitelistSubscription returns a subscription to every topic whose name
+// matches the pattern, except Kafka's internal topics. Topics created later
+// are picked up.
+func WhitelistSubscription(pattern *regexp.Regexp) Subscription {
+	return &regexpSubscription{pattern: SubscriptionPatternWhiteList, regexp: pattern, include: true}
+}
+
+// BlacklistSubscription returns a subscription to every topic whose name does
+// not match the pattern, except Kafka's internal topics. Topics created later
+// are picked up.
+func BlacklistSubscription(pattern *regexp.Regexp) Subscription {
+	return &regexpSubscription{pattern: SubscriptionPatternBlackList, regexp: pattern, include: false}
+}
 
 // internalTopics are never selected by a white or black list, as Kafka's
 // own consumers do with exclude.internal.topics=true.
@@ -80,29 +130,8 @@ func marshalRegistration(pattern SubscriptionPattern, subscription map[string]in
 	})
 }
 
-// TopicSubscription returns a static subscription to all partitions of the
-// given topics. A topic that does not exist is skipped (with a log line) and
-// picked up when it is created.
-func TopicSubscription(topics ...string) Subscription {
-	m := make(map[string]int, len(topics))
-	for _, topic := range topics {
-		m[topic] = 1
-	}
-	return StaticSubscription(m)
-}
-
-// StaticSubscription returns a static subscription to the topics that are
-// the keys of the map. The values are the stream counts of Kafka's old
-// consumer: they are stored in the registration, and have no other effect.
-// The map is copied.
-func StaticSubscription(topics map[string]int) Subscription {
-	m := make(map[string]int, len(topics))
-	for topic, streams := range topics {
-		m[topic] = streams
-	}
-	return &staticSubscription{topics: m}
-}
-
+// staticSubscription is what TopicSubscription and StaticSubscription
+// return.
 type staticSubscription struct {
 	topics map[string]int // read only after construction
 }
@@ -121,11 +150,11 @@ func (ss *staticSubscription) validate() error {
 
 // WatchPartitions implements Subscription. Every call sets new watches.
 func (ss *staticSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
-	return ss.watchPartitionsCached(kz, new(watchCache), false)
+	return ss.watchPartitionsCached(kazooTopics{kz}, new(watchCache), false)
 }
 
 // watchPartitionsCached implements cachingSubscription.
-func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, _ bool) (kazoo.PartitionList, <-chan zk.Event, error) {
+func (ss *staticSubscription) watchPartitionsCached(r topicWatcher, cache *watchCache, _ bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	names := make([]string, 0, len(ss.topics))
 	for topic := range ss.topics {
 		names = append(names, topic)
@@ -139,15 +168,15 @@ func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 			missing []string
 		)
 		for _, name := range names {
-			partitions, err := cache.watchTopic(kz, name)
-			if errors.Is(err, samuelzk.ErrNoNode) {
+			partitions, err := cache.watchTopic(r, name)
+			if errors.Is(err, zk.ErrNoNode) {
 				missing = append(missing, name)
 				if cache.missingTopic != nil {
 					cache.missingTopic(name)
 				}
 				continue
 			} else if err != nil {
-				return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", name, convertError(err))
+				return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", name, err)
 			}
 			result = append(result, partitions...)
 		}
@@ -157,9 +186,9 @@ func (ss *staticSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 		// A missing topic has no node to watch: watch the topic list, so
 		// that its creation wakes the manager. A topic created after its
 		// read and before this watch would not: read again then.
-		topics, err := cache.watchTopics(kz)
+		topics, err := cache.watchTopics(r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("watch topic list: %w", convertError(err))
+			return nil, nil, fmt.Errorf("watch topic list: %w", err)
 		}
 		if !anyListed(topics, missing) {
 			for _, name := range missing {
@@ -185,20 +214,8 @@ func (ss *staticSubscription) JSON() ([]byte, error) {
 	return marshalRegistration(SubscriptionPatternStatic, ss.topics, time.Now())
 }
 
-// WhitelistSubscription returns a subscription to every topic whose name
-// matches the pattern, except Kafka's internal topics. Topics created later
-// are picked up.
-func WhitelistSubscription(pattern *regexp.Regexp) Subscription {
-	return &regexpSubscription{pattern: SubscriptionPatternWhiteList, regexp: pattern, include: true}
-}
-
-// BlacklistSubscription returns a subscription to every topic whose name does
-// not match the pattern, except Kafka's internal topics. Topics created later
-// are picked up.
-func BlacklistSubscription(pattern *regexp.Regexp) Subscription {
-	return &regexpSubscription{pattern: SubscriptionPatternBlackList, regexp: pattern, include: false}
-}
-
+// regexpSubscription is what WhitelistSubscription and
+// BlacklistSubscription return.
 type regexpSubscription struct {
 	pattern SubscriptionPattern
 	regexp  *regexp.Regexp
@@ -220,15 +237,15 @@ func (rs *regexpSubscription) selects(topic string, internal bool) bool {
 
 // WatchPartitions implements Subscription. Every call sets new watches.
 func (rs *regexpSubscription) WatchPartitions(kz *kazoo.Kazoo) (kazoo.PartitionList, <-chan zk.Event, error) {
-	return rs.watchPartitionsCached(kz, new(watchCache), false)
+	return rs.watchPartitionsCached(kazooTopics{kz}, new(watchCache), false)
 }
 
 // watchPartitionsCached implements cachingSubscription.
-func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
+func (rs *regexpSubscription) watchPartitionsCached(r topicWatcher, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	cache.begin()
-	topics, err := cache.watchTopics(kz)
+	topics, err := cache.watchTopics(r)
 	if err != nil {
-		return nil, nil, fmt.Errorf("watch topic list: %w", convertError(err))
+		return nil, nil, fmt.Errorf("watch topic list: %w", err)
 	}
 	sort.Sort(topics) // the cache's copy: sorted once, then already in order
 
@@ -237,11 +254,11 @@ func (rs *regexpSubscription) watchPartitionsCached(kz *kazoo.Kazoo, cache *watc
 		if !rs.selects(topic.Name, internal) {
 			continue
 		}
-		partitions, err := cache.watchTopic(kz, topic.Name)
-		if errors.Is(err, samuelzk.ErrNoNode) {
+		partitions, err := cache.watchTopic(r, topic.Name)
+		if errors.Is(err, zk.ErrNoNode) {
 			continue // deleted since it was listed: the list watch fires
 		} else if err != nil {
-			return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", topic.Name, convertError(err))
+			return nil, nil, fmt.Errorf("watch partitions of topic %s: %w", topic.Name, err)
 		}
 		result = append(result, partitions...)
 	}
@@ -266,271 +283,30 @@ func validateTopicName(topic string) error {
 }
 
 // cachingSubscription is implemented by the subscriptions of this package.
-// watchPartitionsCached is WatchPartitions, but reuses the watches in cache
-// that have not fired yet instead of setting new ones next to them, and
-// leaves the watches it sets there for the next call. With internal set,
-// white and black lists select Kafka's internal topics too, as the
-// original library's do (see mixed.go).
+// watchPartitionsCached is WatchPartitions, but reads through r (the
+// instance's session, for a consumer), reuses the watches in cache that
+// have not fired yet instead of setting new ones next to them, and leaves
+// the watches it sets there for the next call. With internal set, white
+// and black lists select Kafka's internal topics too, as the original
+// library's do (see mixed.go).
 type cachingSubscription interface {
-	watchPartitionsCached(kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error)
+	watchPartitionsCached(r topicWatcher, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error)
 }
 
-// watchPartitions watches the partitions of s: through cache when s is one
-// of this package's subscriptions, else with s.WatchPartitions.
-func watchPartitions(s Subscription, kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
+// errNoKazoo is what watchPartitions returns for a custom Subscription
+// without the kazoo-go connection that connect opens for it: a broken
+// invariant, reported rather than a nil dereference in the user's code.
+var errNoKazoo = errors.New("kafkaconsumer: no kazoo-go connection for a custom Subscription")
+
+// watchPartitions watches the partitions of s: through cache on r when s
+// is one of this package's subscriptions, else with s.WatchPartitions and
+// kz, the kazoo-go connection opened for a custom Subscription.
+func watchPartitions(s Subscription, r topicWatcher, kz *kazoo.Kazoo, cache *watchCache, internal bool) (kazoo.PartitionList, <-chan zk.Event, error) {
 	if cs, ok := s.(cachingSubscription); ok {
-		return cs.watchPartitionsCached(kz, cache, internal)
+		return cs.watchPartitionsCached(r, cache, internal)
+	}
+	if kz == nil {
+		return nil, nil, errNoKazoo
 	}
 	return s.WatchPartitions(kz)
-}
-
-// watchCache holds the watches that a consumer's subscription set and that
-// have not fired yet, each with what was read when it was set.
-//
-// kazoo-go's watches are one-shot, and the ZooKeeper client keeps each of
-// them (a buffered channel in its watcher list) until its node changes or
-// the connection closes. The consumer watches its subscription again each
-// time one watch fires, e.g. the topic list at every topic created in the
-// cluster; setting a new watch on every subscribed topic then would leave
-// one more watcher per topic each time. Through the cache, a topic whose
-// watch has not fired keeps its watch and the partitions read with it (they
-// cannot have changed, or the watch would have fired), so the client holds
-// one watcher per watched node.
-//
-// A round of watching is begin, then watchTopics and watchTopic for what the
-// subscription needs, then end, which merges the round's watches into one
-// channel with a goroutine (merger). No channel of a watch is ever read by
-// two parties: begin stops the last round's merger, and notes the watch
-// whose event it took, before the cache looks at any watch itself.
-//
-// A watchCache belongs to one consumer and is used by its manager goroutine
-// only: it is not safe for concurrent use. Its zero value is empty and ready
-// to use.
-type watchCache struct {
-	// log is the consumer's logger; nil for a subscription's
-	// WatchPartitions called directly (then the package Logger).
-	log *slog.Logger
-
-	topics map[string]*pendingWatch // topic name -> the watch on its node
-	// missingTopic, when set (a test hook), is called when a topic of a
-	// static subscription is found missing, before the topic list's watch.
-	missingTopic func(topic string)
-	list         *pendingWatch // the watch on the topic list, or nil
-
-	round uint64          // counts the rounds; a topic watch not used in the last one is dropped
-	used  []*pendingWatch // the watches of the round, in the order of merge's cases
-	// merge is the goroutine that waits for the first event of the last
-	// ended round's watches, or nil. Started by end, stopped by the next
-	// begin; it also ends at the first event, and when the ZooKeeper
-	// connection closes (which closes every watch's channel).
-	merge *merger
-}
-
-// pendingWatch is a watch that the cache holds, and what was read when it
-// was set.
-type pendingWatch struct {
-	changed    <-chan samuelzk.Event
-	fired      bool                // its event was taken (by a merger or by hasFired)
-	partitions kazoo.PartitionList // of a topic's watch
-	topics     kazoo.TopicList     // of the topic list's watch
-	round      uint64              // the last round that used it
-}
-
-// hasFired tells whether the watch fired; it takes the event to find out,
-// which is safe only when no merger may be reading the channel.
-func (w *pendingWatch) hasFired() bool {
-	if !w.fired {
-		select {
-		case <-w.changed: // the event, or the close that follows it
-			w.fired = true
-		default:
-		}
-	}
-	return w.fired
-}
-
-// logf logs through the consumer's logger, or the package Logger.
-func (c *watchCache) logf(level slog.Level, format string, args ...interface{}) {
-	if c.log == nil {
-		Logger.Printf(format, args...)
-		return
-	}
-	logf(c.log, level, format, args...)
-}
-
-// stop stops the merger of the last round, if any, and waits for it: for
-// the consumer's shutdown, so that no goroutine of the cache outlives it.
-func (c *watchCache) stop() {
-	if c.merge != nil {
-		c.merge.stop()
-		c.merge = nil
-	}
-}
-
-// begin starts a round: it stops the merger of the last round, and marks the
-// watch whose event that merger took as fired.
-func (c *watchCache) begin() {
-	if c.merge != nil {
-		if i := c.merge.stop(); i >= 0 {
-			c.used[i].fired = true
-		}
-		c.merge = nil
-	}
-	c.used = c.used[:0]
-	c.round++
-}
-
-// watchTopics returns the topic list and adds its watch to the round: the
-// pending one when it has not fired, else a new one.
-func (c *watchCache) watchTopics(kz *kazoo.Kazoo) (kazoo.TopicList, error) {
-	if c.list == nil || c.list.hasFired() {
-		c.list = nil
-		topics, changed, err := kz.WatchTopics()
-		if err != nil {
-			return nil, err
-		}
-		c.list = &pendingWatch{changed: changed, topics: topics}
-	}
-	c.list.round = c.round
-	c.used = append(c.used, c.list)
-	return c.list.topics, nil
-}
-
-// watchTopic returns the partitions of the topic and adds the watch on its
-// node to the round: the pending one when it has not fired, else a new one.
-func (c *watchCache) watchTopic(kz *kazoo.Kazoo, name string) (kazoo.PartitionList, error) {
-	w := c.topics[name]
-	if w == nil || w.hasFired() {
-		delete(c.topics, name)
-		partitions, changed, err := kz.Topic(name).WatchPartitions()
-		if err != nil {
-			return nil, err
-		}
-		w = &pendingWatch{changed: changed, partitions: partitions}
-		if c.topics == nil {
-			c.topics = make(map[string]*pendingWatch)
-		}
-		c.topics[name] = w
-	}
-	w.round = c.round
-	c.used = append(c.used, w)
-	return w.partitions, nil
-}
-
-// end ends the round: it drops the topic watches that the round did not use
-// (their topics were deleted or left the subscription; the client still
-// holds them until they fire), and returns a channel that receives the
-// first event of the round's watches (see startMerger). The topic list's
-// watch is kept even when unused, for a later round that needs it.
-func (c *watchCache) end() <-chan zk.Event {
-	for name, w := range c.topics {
-		if w.round != c.round {
-			delete(c.topics, name)
-		}
-	}
-	watches := make([]<-chan samuelzk.Event, len(c.used))
-	for i, w := range c.used {
-		watches[i] = w.changed
-	}
-	var out <-chan zk.Event
-	c.merge, out = startMerger(watches)
-	return out
-}
-
-// merger is a goroutine that waits for the first event of a set of watches
-// and passes it on, converted, to its output channel (buffered, so that it
-// never blocks); it then closes the channel and ends. stop ends it early,
-// closing the channel without an event.
-type merger struct {
-	quit chan struct{} // closed by stop
-	done chan struct{} // closed by the goroutine when it ends
-	// took is the index of the watch whose event (or close) the goroutine
-	// took, or -1; written by the goroutine before it closes done.
-	took int
-}
-
-// startMerger starts a merger of the watches and returns it with its output
-// channel. Without watches, it starts nothing, and the channel never fires.
-//
-// The merger turns one-shot ZooKeeper watches of kazoo-go (which uses the
-// archived samuel/go-zookeeper client) into one channel of go-zookeeper's
-// events: the one place where the two clients' types meet. The watches
-// that have not fired when it ends are left to the ZooKeeper client, which
-// sends their one event into a buffered channel and closes it when they
-// fire or when the connection is closed. Its owner stops it (stop), also
-// after it ended by itself.
-func startMerger(watches []<-chan samuelzk.Event) (*merger, <-chan zk.Event) {
-	m := &merger{quit: make(chan struct{}), done: make(chan struct{}), took: -1}
-	out := make(chan zk.Event, 1)
-	if len(watches) == 0 {
-		close(m.done)
-		return m, out
-	}
-	cases := make([]reflect.SelectCase, len(watches)+1)
-	for i, w := range watches {
-		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)}
-	}
-	cases[len(watches)] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(m.quit)}
-	go func() {
-		defer close(m.done)
-		defer close(out)
-		i, v, ok := reflect.Select(cases)
-		if i == len(watches) {
-			return // stopped: the output is abandoned
-		}
-		m.took = i
-		if !ok {
-			out <- zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Err: zk.ErrClosing}
-			return
-		}
-		out <- convertEvent(v.Interface().(samuelzk.Event))
-	}()
-	return m, out
-}
-
-// stop ends the merger, if it is still waiting, and waits until it is gone.
-// It returns the index of the watch whose event the merger took, or -1. It
-// is called once, by the merger's owner.
-func (m *merger) stop() int {
-	close(m.quit)
-	<-m.done
-	return m.took
-}
-
-// convertEvent converts an event of the archived ZooKeeper client into one of
-// go-zookeeper's. Both forks kept the numbering of event types and states.
-func convertEvent(ev samuelzk.Event) zk.Event {
-	return zk.Event{
-		Type:   zk.EventType(ev.Type),
-		State:  zk.State(ev.State),
-		Path:   ev.Path,
-		Err:    convertError(ev.Err),
-		Server: ev.Server,
-	}
-}
-
-// zkErrors maps the archived client's error values to go-zookeeper's, so
-// that errors.Is works with the package the API shows.
-var zkErrors = map[error]error{
-	samuelzk.ErrConnectionClosed: zk.ErrConnectionClosed,
-	samuelzk.ErrUnknown:          zk.ErrUnknown,
-	samuelzk.ErrAPIError:         zk.ErrAPIError,
-	samuelzk.ErrNoNode:           zk.ErrNoNode,
-	samuelzk.ErrNoAuth:           zk.ErrNoAuth,
-	samuelzk.ErrBadVersion:       zk.ErrBadVersion,
-	samuelzk.ErrNodeExists:       zk.ErrNodeExists,
-	samuelzk.ErrNotEmpty:         zk.ErrNotEmpty,
-	samuelzk.ErrSessionExpired:   zk.ErrSessionExpired,
-	samuelzk.ErrInvalidACL:       zk.ErrInvalidACL,
-	samuelzk.ErrAuthFailed:       zk.ErrAuthFailed,
-	samuelzk.ErrClosing:          zk.ErrClosing,
-	samuelzk.ErrNothing:          zk.ErrNothing,
-	samuelzk.ErrSessionMoved:     zk.ErrSessionMoved,
-}
-
-func convertError(err error) error {
-	if mapped, ok := zkErrors[err]; ok {
-		return mapped
-	}
-	return err
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,44 +138,64 @@ func TestSubscriptionValidation(t *testing.T) {
 
 // firstEvent starts a merger of the watches, stopped at the end of the
 // test, and returns its output.
-func firstEvent(t *testing.T, watches []<-chan samuelzk.Event) <-chan zk.Event {
+func firstEvent(t *testing.T, watches []watchChan) <-chan zk.Event {
 	m, out := startMerger(watches)
 	t.Cleanup(func() { m.stop() })
 	return out
 }
 
+// kazooWatches returns channels of kazoo-go's watches as watchChans.
+func kazooWatches(chans ...<-chan samuelzk.Event) []watchChan {
+	watches := make([]watchChan, len(chans))
+	for i, ch := range chans {
+		watches[i] = kazooWatch(ch)
+	}
+	return watches
+}
+
+// TestFirstEventMergesWatches: the merger passes on the first event of
+// its watches, of the instance's session or of kazoo-go, and no other.
 func TestFirstEventMergesWatches(t *testing.T) {
 	t.Parallel()
-	watches := make([]chan samuelzk.Event, 5)
-	in := make([]<-chan samuelzk.Event, len(watches))
-	for i := range watches {
-		watches[i] = make(chan samuelzk.Event, 1)
-		in[i] = watches[i]
-	}
-	out := firstEvent(t, in)
+	for _, first := range []string{"session", "kazoo"} {
+		t.Run(first, func(t *testing.T) {
+			t.Parallel()
+			// Watches 0 and 2 of the session, 1, 3 and 4 of kazoo-go.
+			session := []chan zk.Event{make(chan zk.Event, 1), make(chan zk.Event, 1)}
+			kazoo := []chan samuelzk.Event{make(chan samuelzk.Event, 1), make(chan samuelzk.Event, 1), make(chan samuelzk.Event, 1)}
+			out := firstEvent(t, []watchChan{sessionWatch(session[0]), kazooWatch(kazoo[0]), sessionWatch(session[1]), kazooWatch(kazoo[1]), kazooWatch(kazoo[2])})
 
-	// The third watch fires: its event comes out; then the first fires,
-	// and nothing more comes out.
-	watches[2] <- samuelzk.Event{Type: samuelzk.EventNodeChildrenChanged, State: samuelzk.StateHasSession, Path: "/brokers/topics"}
-	close(watches[2])
-	ev, ok := <-out
-	if !ok {
-		t.Fatal("merged channel closed without an event")
-	}
-	if ev.Type != zk.EventNodeChildrenChanged || ev.State != zk.StateHasSession || ev.Path != "/brokers/topics" {
-		t.Fatalf("event %+v, want the converted children-changed event", ev)
-	}
-	watches[0] <- samuelzk.Event{Type: samuelzk.EventNodeDataChanged}
-	close(watches[0])
-	if _, ok := <-out; ok {
-		t.Fatal("merged channel delivered a second event")
+			// One watch fires: its event comes out, converted; then
+			// another fires, and nothing more comes out.
+			if first == "session" {
+				session[1] <- zk.Event{Type: zk.EventNodeChildrenChanged, State: zk.StateHasSession, Path: "/brokers/topics"}
+				close(session[1])
+			} else {
+				kazoo[1] <- samuelzk.Event{Type: samuelzk.EventNodeChildrenChanged, State: samuelzk.StateHasSession, Path: "/brokers/topics"}
+				close(kazoo[1])
+			}
+			ev, ok := <-out
+			if !ok {
+				t.Fatal("merged channel closed without an event")
+			}
+			if ev.Type != zk.EventNodeChildrenChanged || ev.State != zk.StateHasSession || ev.Path != "/brokers/topics" {
+				t.Fatalf("event %+v, want the children-changed event", ev)
+			}
+			session[0] <- zk.Event{Type: zk.EventNodeDataChanged}
+			close(session[0])
+			kazoo[0] <- samuelzk.Event{Type: samuelzk.EventNodeDataChanged}
+			close(kazoo[0])
+			if _, ok := <-out; ok {
+				t.Fatal("merged channel delivered a second event")
+			}
+		})
 	}
 }
 
 func TestFirstEventConvertsSessionExpiry(t *testing.T) {
 	t.Parallel()
 	w := make(chan samuelzk.Event, 1)
-	out := firstEvent(t, []<-chan samuelzk.Event{w})
+	out := firstEvent(t, kazooWatches(w))
 	w <- samuelzk.Event{Type: samuelzk.EventNotWatching, State: samuelzk.StateDisconnected, Err: samuelzk.ErrSessionExpired}
 	close(w)
 	ev := <-out
@@ -187,12 +206,20 @@ func TestFirstEventConvertsSessionExpiry(t *testing.T) {
 
 func TestFirstEventClosedInput(t *testing.T) {
 	t.Parallel()
-	w := make(chan samuelzk.Event)
-	out := firstEvent(t, []<-chan samuelzk.Event{w})
-	close(w)
-	ev := <-out
-	if ev.Type != zk.EventNotWatching || !errors.Is(ev.Err, zk.ErrClosing) {
-		t.Fatalf("event %+v, want EventNotWatching with zk.ErrClosing", ev)
+	session, kazoo := make(chan zk.Event), make(chan samuelzk.Event)
+	for name, w := range map[string]struct {
+		watch watchChan
+		close func()
+	}{
+		"session": {sessionWatch(session), func() { close(session) }},
+		"kazoo":   {kazooWatch(kazoo), func() { close(kazoo) }},
+	} {
+		out := firstEvent(t, []watchChan{w.watch})
+		w.close()
+		ev := <-out
+		if ev.Type != zk.EventNotWatching || !errors.Is(ev.Err, zk.ErrClosing) {
+			t.Fatalf("%s: event %+v, want EventNotWatching with zk.ErrClosing", name, ev)
+		}
 	}
 }
 
@@ -220,7 +247,7 @@ func TestEventTypesAgree(t *testing.T) {
 }
 
 func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-wl")
@@ -240,7 +267,7 @@ func TestIntegrationWhitelistPicksUpNewTopics(t *testing.T) {
 }
 
 func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
-	needCluster(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-bl")
@@ -265,15 +292,17 @@ func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 		}
 		return n == 2
 	})
-	included := produce(t, client, prefix+".included", "in", 20)
-	excluded := produce(t, client, prefix+".excluded", "out", 20)
+	// Values of this test's own: the consumer also receives the messages
+	// of the other tests' topics.
+	included := produce(t, client, prefix+".included", prefix+".in", 20)
+	excluded := produce(t, client, prefix+".excluded", prefix+".out", 20)
 	waitFor(t, 30*time.Second, "messages of the new topic", func() bool { return col.has(included) })
 	col.close(t)
 	if n := col.received(excluded); n != 0 {
 		t.Errorf("received %d messages of the blacklisted topic", n)
 	}
 	for _, s := range c.Stats() {
-		if strings.HasPrefix(s.Topic, "__") {
+		if internalTopics[s.Topic] {
 			t.Errorf("internal topic %s is consumed", s.Topic)
 		}
 	}
@@ -281,27 +310,24 @@ func TestIntegrationBlacklistPicksUpNewTopics(t *testing.T) {
 
 // TestSubscriptionTopicCreatedWhileFoundMissing: a topic of the
 // subscription that is created after the manager found it missing and
-// before it set the watch on the topic list is consumed. The watch is set
-// after the creation, so it does not fire for it: before, the topic was
-// noticed only at the next change of the topic list, which may never
-// come (found by TestFaultCloseWhilePartitionsStart, which creates the
-// topic right after Join). ZooKeeper discovery only: not a TestIntegration,
-// which make test-kraft runs with DiscoverFromKafka too.
+// before it set the watch on the topic list is consumed, although the
+// watch, set after the creation, does not fire for it. ZooKeeper
+// discovery only: not a TestIntegration, which make test-kraft runs with
+// DiscoverFromKafka too.
 func TestSubscriptionTopicCreatedWhileFoundMissing(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	topic := uniqueName("it-created-missing")
 	created := make(chan error, 1)
 	var once sync.Once
 	config := testConfig()
-	config.hooks = &testHooks{missingTopic: func(name string) {
+	hooks := &testHooks{missingTopic: func(name string) {
 		once.Do(func() {
 			created <- admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false)
 		})
 	}}
-	c := joinWithCleanup(t, uniqueName("it.created.missing"), TopicSubscription(topic), config)
+	c := joinWithHooksCleanup(t, uniqueName("it.created.missing"), TopicSubscription(topic), config, hooks)
 	col := collect(c, nil)
 	if err := receiveWithin(t, (<-chan error)(created), "creation of the missing topic"); err != nil {
 		t.Fatal(err)

@@ -13,12 +13,13 @@ import (
 	"unsafe"
 
 	"github.com/go-zookeeper/zk"
-	samuelzk "github.com/samuel/go-zookeeper/zk"
 )
 
-// zkWatchers is a snapshot of the watches that a consumer's ZooKeeper client
-// (the archived samuel/go-zookeeper Conn inside kazoo-go) holds: one
-// buffered channel per watch set and not fired yet, by path and watch type.
+// zkWatchers is a snapshot of the watches that a consumer's ZooKeeper
+// session (its go-zookeeper Conn) holds: one buffered channel per watch
+// set and not fired yet, by path and watch type. Besides the
+// subscription's, the session watches the group's instances and the
+// owner nodes of the partitions it waits for.
 type zkWatchers struct {
 	keys     int            // watched (path, watch type) pairs
 	channels int            // watcher channels over all keys
@@ -62,17 +63,13 @@ func unexportedField(t testing.TB, v reflect.Value, name string) reflect.Value {
 	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 }
 
-// watchersOf counts the watcher channels of the consumer's ZooKeeper client.
-// It reads the unexported Conn.watchers map under the Conn's own
+// watchersOf counts the watcher channels of the consumer's ZooKeeper
+// session. It reads the unexported Conn.watchers map under the Conn's own
 // watchersLock, as the client does, so that it does not race with the
 // client's goroutines.
 func watchersOf(t testing.TB, c Consumer) zkWatchers {
 	t.Helper()
-	kz := c.(*consumerManager).kz // set by Join, read only afterwards
-	conn, ok := unexportedField(t, reflect.ValueOf(kz), "conn").Interface().(*samuelzk.Conn)
-	if !ok || conn == nil {
-		t.Fatal("kazoo.Kazoo.conn is not a *zk.Conn of samuel/go-zookeeper")
-	}
+	conn := c.(*consumerManager).zkProbe // set by Join, read only afterwards
 	lockField := unexportedField(t, reflect.ValueOf(conn), "watchersLock")
 	lock, ok := lockField.Addr().Interface().(*sync.Mutex)
 	if !ok {
@@ -128,8 +125,7 @@ func checkWatchers(t testing.TB, c Consumer, phase string) zkWatchers {
 // reused, not set again next to the old ones, so that the client holds about
 // one watcher per watched path however many topics are created.
 func TestIntegrationPatternWatchesBounded(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-pw")
@@ -173,7 +169,7 @@ func TestIntegrationPatternWatchesBounded(t *testing.T) {
 	}
 	after := check(fmt.Sprintf("after %d topic creations", matching-3+others))
 	heapAfter := heapInUse()
-	const chanBytes = 96 + int(unsafe.Sizeof(samuelzk.Event{})) // runtime.hchan plus its one-event buffer, on 64-bit
+	const chanBytes = 96 + int(unsafe.Sizeof(zk.Event{})) // runtime.hchan plus its one-event buffer, on 64-bit
 	t.Logf("watcher channels %d -> %d (about %d -> %d bytes of channels); live heap %d -> %d bytes (whole process, indicative only)",
 		before.channels, after.channels, before.channels*chanBytes, after.channels*chanBytes, heapBefore, heapAfter)
 
@@ -192,8 +188,7 @@ func TestIntegrationPatternWatchesBounded(t *testing.T) {
 // list until it is created, does not pile up watches on the topics it has
 // at every topic created meanwhile, and picks the missing one up.
 func TestIntegrationStaticSubscriptionWatchesBounded(t *testing.T) {
-	needCluster(t)
-	verifyNoClusterLeaks(t)
+	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
 	prefix := uniqueName("it-sw")
@@ -217,17 +212,17 @@ func TestIntegrationStaticSubscriptionWatchesBounded(t *testing.T) {
 // and leaves the events it did not take in their channels.
 func TestPatternWatchesMergerStop(t *testing.T) {
 	verifyNoLeaks(t) // every merger stopped or ended
-	newWatches := func(n int) ([]chan samuelzk.Event, []<-chan samuelzk.Event) {
-		chans := make([]chan samuelzk.Event, n)
-		in := make([]<-chan samuelzk.Event, n)
+	newWatches := func(n int) ([]chan zk.Event, []watchChan) {
+		chans := make([]chan zk.Event, n)
+		in := make([]watchChan, n)
 		for i := range chans {
-			chans[i] = make(chan samuelzk.Event, 1) // as the ZooKeeper client makes them
-			in[i] = chans[i]
+			chans[i] = make(chan zk.Event, 1) // as the ZooKeeper client makes them
+			in[i] = sessionWatch(chans[i])
 		}
 		return chans, in
 	}
-	fire := func(ch chan samuelzk.Event) {
-		ch <- samuelzk.Event{Type: samuelzk.EventNodeDataChanged}
+	fire := func(ch chan zk.Event) {
+		ch <- zk.Event{Type: zk.EventNodeDataChanged}
 		close(ch)
 	}
 
@@ -241,11 +236,11 @@ func TestPatternWatchesMergerStop(t *testing.T) {
 			t.Error("a stopped merger delivered an event")
 		}
 		fire(chans[1])
-		w := &pendingWatch{changed: chans[1]}
+		w := &pendingWatch{changed: in[1]}
 		if !w.hasFired() {
 			t.Error("the event of a watch fired after stop was lost")
 		}
-		if other := (&pendingWatch{changed: chans[0]}); other.hasFired() {
+		if other := (&pendingWatch{changed: in[0]}); other.hasFired() {
 			t.Error("a watch that did not fire reports fired")
 		}
 	})
@@ -261,7 +256,7 @@ func TestPatternWatchesMergerStop(t *testing.T) {
 			t.Fatalf("stop() = %d, want 2, the watch that fired", i)
 		}
 		for i := 0; i < 2; i++ {
-			if w := (&pendingWatch{changed: chans[i]}); w.hasFired() {
+			if w := (&pendingWatch{changed: in[i]}); w.hasFired() {
 				t.Errorf("watch %d did not fire, but reports fired", i)
 			}
 		}
@@ -285,14 +280,14 @@ func TestPatternWatchesMergerStop(t *testing.T) {
 // next round sets that watch again and reuses the others.
 func TestPatternWatchesCacheBegin(t *testing.T) {
 	verifyNoLeaks(t) // every merger stopped or ended
-	a, b := make(chan samuelzk.Event, 1), make(chan samuelzk.Event, 1)
-	wa, wb := &pendingWatch{changed: a}, &pendingWatch{changed: b}
+	a, b := make(chan zk.Event, 1), make(chan zk.Event, 1)
+	wa, wb := &pendingWatch{changed: sessionWatch(a)}, &pendingWatch{changed: sessionWatch(b)}
 	var c watchCache
 	c.begin()
 	c.used = append(c.used, wa, wb)
 	out := c.end()
 
-	a <- samuelzk.Event{Type: samuelzk.EventNodeDataChanged}
+	a <- zk.Event{Type: zk.EventNodeDataChanged}
 	close(a)
 	<-out // the manager wakes, and watches the subscription again
 	c.begin()

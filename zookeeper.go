@@ -102,13 +102,13 @@ func parseZookeeperServer(node string) (string, error) {
 // has not logged in, at its first request.
 const saslRequired = "unknown error: -124"
 
-// probeZookeeper opens a connection of its own to ZooKeeper and waits up
-// to the configured timeout for a session, so that Join fails fast and
-// leaves nothing behind when ZooKeeper cannot be reached (kazoo-go's client
-// would wait forever). With the session it makes one request, so that a
-// server that requires SASL authentication, which neither client supports,
-// is told apart. It returns the connection, which Join reads the broker
-// registrations through and then closes.
+// probeZookeeper opens the instance's ZooKeeper session and waits up to
+// the configured timeout for it, so that Join fails fast and leaves
+// nothing behind when ZooKeeper cannot be reached (go-zookeeper's client
+// would try for ever). With the session it makes one request, so that a
+// server that requires SASL authentication, which the library does not
+// do, is told apart. It returns the connection: the instance's one
+// session (see zkConn), broker discovery's first.
 // ctx cancelled ends the wait for a session with ctx's error.
 //
 // The session's negotiated timeout is recorded in negotiated (see
@@ -132,7 +132,7 @@ func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, n
 	})
 	if err != nil && err.Error() == saslRequired {
 		closeSession(conn, conns)
-		return nil, fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which kazoo-go's ZooKeeper client does not support", ErrZookeeperUnreachable, servers)
+		return nil, fmt.Errorf("%w: %s requires SASL authentication (it closed the session with error -124), which this library's ZooKeeper client does not do", ErrZookeeperUnreachable, servers)
 	}
 	// Any other outcome, a timeout included, is left to the rest of Join.
 	return conn, nil

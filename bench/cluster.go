@@ -73,15 +73,20 @@ func openCluster() (*cluster, error) {
 	}
 	c.minSession = 6 * time.Second // Kafka's default
 	if bs := c.client.Brokers(); len(bs) > 0 {
-		entries, err := c.admin.DescribeConfig(sarama.ConfigResource{
+		results, err := c.admin.DescribeConfigs([]*sarama.ConfigResource{{
 			Type:        sarama.BrokerResource,
 			Name:        strconv.Itoa(int(bs[0].ID())),
 			ConfigNames: []string{"group.min.session.timeout.ms"},
-		})
+		}}, sarama.DescribeConfigsOptions{})
+		if err == nil && len(results) == 1 && results[0].ErrorCode != sarama.ErrNoError {
+			err = results[0].ErrorCode
+		}
 		if err == nil {
-			for _, e := range entries {
-				if ms, err := strconv.Atoi(e.Value); err == nil && e.Name == "group.min.session.timeout.ms" {
-					c.minSession = time.Duration(ms) * time.Millisecond
+			for _, r := range results {
+				for _, e := range r.Configs {
+					if ms, err := strconv.Atoi(e.Value); err == nil && e.Name == "group.min.session.timeout.ms" {
+						c.minSession = time.Duration(ms) * time.Millisecond
+					}
 				}
 			}
 		} else {

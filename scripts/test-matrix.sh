@@ -32,7 +32,7 @@ GO=${GO:-go}
 PAIRS=${PAIRS:-"1.1.1/bundled 2.0.1/bundled 2.2.2/bundled 2.4.1/bundled 2.6.3/bundled 2.8.2/bundled 2.8.2/3.5.10 2.8.2/3.6.4 3.4.1/bundled 3.4.1/3.6.4 3.4.1/3.8.4 3.9.1/bundled 3.9.1/3.8.4 3.9.1/3.9.4"}
 MATRIX_DIR=${MATRIX_DIR:-.matrix}
 MATRIX_SKIP=${MATRIX_SKIP:-'^(TestFault|TestAckAnyOrderCrashRestart|TestIntegrationSecured|TestIntegrationZooKeeperSASL)'}
-MATRIX_FLAGS=${MATRIX_FLAGS:-"-race -count=1 -timeout 20m"}
+MATRIX_FLAGS=${MATRIX_FLAGS:-"-race -count=1 -timeout 20m -parallel 8"}
 mkdir -p "$MATRIX_DIR"
 
 rows=()

@@ -5,7 +5,10 @@ package main
 // hit a real process. It joins the group, acks what it is handed in a
 // random order (it holds up to holdMessages and acks a random one of them),
 // and writes each event as one line of JSON with one write, so that a
-// kill -9 loses nothing written.
+// kill -9 loses nothing written. It reaches ZooKeeper and each broker
+// through the driver's proxies of this instance (instance). On stallSignal
+// it stops reading Messages and acking, as a consumer stuck in its
+// processing does, until resumeSignal.
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand"
+	"net"
 	"os"
 	"os/signal"
 	"regexp"
@@ -27,8 +31,15 @@ import (
 )
 
 // childEnv names the child's settings: instance name, ZooKeeper connection
-// string, event file, seed, separated by spaces.
+// string, event file, seed, and the routes to the brokers
+// ("broker=proxy,..."), separated by spaces.
 const childEnv = "KAFKACONSUMER_SOAK_CHILD"
+
+// The signals that stall a child and resume it (the nemesis's stall).
+const (
+	stallSignal  = syscall.SIGUSR1
+	resumeSignal = syscall.SIGUSR2
+)
 
 // holdMessages is how many handed-out messages a child holds before it
 // acks one of them, chosen at random.
@@ -56,9 +67,14 @@ func (l *eventLog) writeAt(at int64, kind string, topic string, partition int32,
 }
 
 func childMain(settings string) int {
-	var inst, zookeeper, path string
+	// First, so that the driver's stall cannot kill a process that has
+	// just started (their default action is to exit).
+	stall, resume := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(stall, stallSignal)
+	signal.Notify(resume, resumeSignal)
+	var inst, zookeeper, path, routes string
 	var seed int64
-	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed); err != nil {
+	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed, &routes); err != nil {
 		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
 		return 2
 	}
@@ -71,14 +87,21 @@ func childMain(settings string) int {
 	log := &eventLog{f: f, inst: inst}
 
 	config := kafkaconsumer.NewConfig()
+	dialer, err := newBrokerDialer(routes, config.Net.DialTimeout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
+		return 2
+	}
 	// The instance's ID, for the driver's check that the group is stable
 	// (see soak.stable): the consumer's logger carries it.
 	config.Logger = slog.New(idHandler{found: func(id string) {
 		_ = os.WriteFile(idPath(path), []byte(id), 0o644)
 	}})
 	config.Version = sarama.V2_8_0_0
+	config.Net.Proxy.Enable = true
+	config.Net.Proxy.Dialer = dialer
 	config.Zookeeper.Timeout = sessionTimeout
-	config.MaxProcessingTime = 2 * time.Second
+	config.MaxProcessingTime = maxProcessingTime
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.DiscoveryInterval = time.Second
 	// The partitions held: from the first of OnRebalance's assignment and
@@ -135,7 +158,9 @@ func childMain(settings string) int {
 	}()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	shutDown := make(chan struct{}) // closed when Shutdown returned
 	go func() {
+		defer close(shutDown)
 		<-signals
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -171,8 +196,54 @@ func childMain(settings string) int {
 			for len(pending) > 0 {
 				ack(rng.Intn(len(pending)))
 			}
+		case <-stall:
+			// Stuck: nothing read, nothing acked, until resumed (or shut
+			// down: Messages is closed by then). A resume from before
+			// the stall is stale.
+			select {
+			case <-resume:
+			default:
+			}
+			fmt.Fprintf(os.Stderr, "soak child %s: stalled at %s with %d messages not acked\n", inst, time.Now().Format("15:04:05.000"), len(pending))
+			select {
+			case <-resume:
+			case <-shutDown:
+			}
+			fmt.Fprintf(os.Stderr, "soak child %s: resumed at %s\n", inst, time.Now().Format("15:04:05.000"))
 		}
 	}
+}
+
+// brokerDialer dials each broker through the proxy of its route: the
+// driver's proxies of this instance (Config.Net.Proxy.Dialer; the consumer
+// dials through it). An address without a route fails, so that a broker
+// reached around the proxies shows.
+type brokerDialer struct {
+	dialer net.Dialer
+	routes map[string]string // broker address -> proxy address
+}
+
+// newBrokerDialer reads the routes "broker=proxy,..."; its dials time out
+// after timeout.
+func newBrokerDialer(routes string, timeout time.Duration) (*brokerDialer, error) {
+	d := &brokerDialer{dialer: net.Dialer{Timeout: timeout}, routes: make(map[string]string)}
+	for _, route := range strings.Split(routes, ",") {
+		broker, proxy, ok := strings.Cut(route, "=")
+		if !ok {
+			return nil, fmt.Errorf("bad route %q", route)
+		}
+		d.routes[broker] = proxy
+	}
+	return d, nil
+}
+
+// Dial dials the proxy of addr.
+func (d *brokerDialer) Dial(network, addr string) (net.Conn, error) {
+	proxy, ok := d.routes[addr]
+	if !ok {
+		return nil, fmt.Errorf("soak child: no proxy for broker %s", addr)
+	}
+	return d.dialer.Dial(network, proxy)
 }
 
 // idPath is where an instance whose event log is at path writes its ID.

@@ -21,6 +21,9 @@ const (
 	groupName      = "soak"
 	topicPattern   = `^soak\.`
 	sessionTimeout = 6 * time.Second
+	// maxProcessingTime is the instances' Config.MaxProcessingTime: how
+	// long a partition they stop waits for the acks of what it handed out.
+	maxProcessingTime = 2 * time.Second
 )
 
 func main() {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -10,12 +12,26 @@ import (
 )
 
 // A fault is injected, held for a while, and healed; inject returns the
-// heal, and a description of what it hit.
+// heal, and a description of what it hit. It draws its targets and amounts
+// from so.rng alone, so that SOAK_SEED replays them. When it fails after
+// it broke something, it returns the heal with its error: the nemesis
+// heals whatever inject returns.
 type fault struct {
-	kind   string
+	kind   string // its row in the report
 	inject func(so *soak) (what string, heal func() error, err error)
 }
 
+// How long the faults on one instance's network last: a broker cut off
+// (no session to lose there: the client's requests wait, or fail and are
+// retried), and a latency.
+const (
+	brokerCutHold = 6 * time.Second
+	latencyHold   = 10 * time.Second
+)
+
+// faults are the kinds of fault, which the nemesis deals once per round
+// in a random order; the report's table lists them in this order. Adding
+// a kind is adding an entry.
 var faults = []fault{
 	{"instance killed (kill -9), restarted", func(so *soak) (string, func() error, error) {
 		in := so.pickInstance()
@@ -39,15 +55,32 @@ var faults = []fault{
 	}},
 	{"instance leaves (Shutdown) and joins again", func(so *soak) (string, func() error, error) {
 		in := so.pickInstance()
-		if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			return "", nil, err
-		}
-		select {
-		case <-in.exited:
-		case <-time.After(30 * time.Second):
-			return in.name, nil, fmt.Errorf("%s did not exit within 30 s of SIGTERM", in.name)
+		if err := so.leave(in); err != nil {
+			return in.name, nil, err
 		}
 		return in.name, func() error { return so.start(in) }, nil
+	}},
+	// The instance stops reading its messages, and acking, as a consumer
+	// stuck in its processing does; while it is stuck another instance
+	// leaves and joins again, and each of these rebalances may stop
+	// partitions of the stuck one, which wait MaxProcessingTime for acks
+	// that do not come, commit what was acked, and let go. Without a
+	// rebalance a stall only stops the flow.
+	{"instance stalls past MaxProcessingTime while another leaves and joins", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		other := so.pickInstance(in)
+		what := fmt.Sprintf("%s stalls, %s leaves and joins", in.name, other.name)
+		if err := in.cmd.Process.Signal(stallSignal); err != nil {
+			return what, nil, err
+		}
+		resume := func() error { return in.cmd.Process.Signal(resumeSignal) }
+		if err := so.rejoin(other); err != nil {
+			return what, resume, err
+		}
+		// The join's rebalance may have begun only now: the stall
+		// outlasts the stops it makes.
+		so.hold(maxProcessingTime + 2*time.Second)
+		return what, resume, nil
 	}},
 	{"broker killed, restarted", func(so *soak) (string, func() error, error) {
 		i := so.rng.Intn(3)
@@ -93,11 +126,64 @@ var faults = []fault{
 			return nil
 		}, nil
 	}},
+	// A follower cut off from the quorum leader (its quorum and election
+	// traffic held) keeps its clients' connections and answers their
+	// reads alone until syncLimit × tickTime later, while the leader
+	// expires the sessions it no longer hears of: the instances on it must
+	// fence themselves in time.
+	{"ZooKeeper follower cut off from the quorum, healed", func(so *soak) (string, func() error, error) {
+		leader, err := so.cluster.ZooKeeperLeader()
+		if err != nil {
+			return "", nil, err
+		}
+		i := (leader + 1 + so.rng.Intn(2)) % 3
+		if err := so.cluster.CutZooKeeperFromQuorum(i); err != nil {
+			return "", nil, err
+		}
+		so.hold(sessionTimeout + 3*time.Second)
+		return fmt.Sprintf("zookeeper %d", i), func() error { return so.cluster.RestoreZooKeeperQuorum(i) }, nil
+	}},
+	// An instance's network: its own proxies to every ZooKeeper node,
+	// to one broker or to every broker hold (packets dropped, connections
+	// kept), reset, or delay what passes. The ZooKeeper cuts last past the
+	// session timeout.
 	{"instance cut off from ZooKeeper (held), healed", func(so *soak) (string, func() error, error) {
-		return so.cut((*testcluster.Proxy).Hold)
+		in := so.pickInstance()
+		return in.name, so.degrade(in.zookeeper, (*testcluster.Proxy).Hold, sessionTimeout+3*time.Second), nil
 	}},
 	{"instance cut off from ZooKeeper (reset), healed", func(so *soak) (string, func() error, error) {
-		return so.cut((*testcluster.Proxy).Reset)
+		in := so.pickInstance()
+		return in.name, so.degrade(in.zookeeper, (*testcluster.Proxy).Reset, sessionTimeout+3*time.Second), nil
+	}},
+	{"instance cut off from one broker (held), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		i := so.rng.Intn(len(in.brokers))
+		return fmt.Sprintf("%s from broker %d", in.name, i), so.degrade(in.brokers[i:i+1], (*testcluster.Proxy).Hold, brokerCutHold), nil
+	}},
+	{"instance cut off from one broker (reset), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		i := so.rng.Intn(len(in.brokers))
+		return fmt.Sprintf("%s from broker %d", in.name, i), so.degrade(in.brokers[i:i+1], (*testcluster.Proxy).Reset, brokerCutHold), nil
+	}},
+	{"instance cut off from every broker (held), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		return in.name, so.degrade(in.brokers, (*testcluster.Proxy).Hold, brokerCutHold), nil
+	}},
+	{"instance cut off from every broker (reset), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		return in.name, so.degrade(in.brokers, (*testcluster.Proxy).Reset, brokerCutHold), nil
+	}},
+	// Under a second each way: the round trip stays within go-zookeeper's
+	// receive timeout (two thirds of the session timeout).
+	{"ZooKeeper slow for an instance (latency), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		d := so.pickDuration(200*time.Millisecond, time.Second)
+		return fmt.Sprintf("%s, %s each way", in.name, d), so.degrade(in.zookeeper, delay(d), latencyHold), nil
+	}},
+	{"Kafka slow for an instance (latency), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		d := so.pickDuration(100*time.Millisecond, 500*time.Millisecond)
+		return fmt.Sprintf("%s, %s each way", in.name, d), so.degrade(in.brokers, delay(d), latencyHold), nil
 	}},
 	{"topic created (the white list picks it up)", func(so *soak) (string, func() error, error) {
 		so.mu.Lock()
@@ -113,31 +199,73 @@ var faults = []fault{
 	}},
 }
 
-// cut cuts an instance off from every ZooKeeper node past its session
-// timeout.
-func (so *soak) cut(mode func(*testcluster.Proxy)) (string, func() error, error) {
-	in := so.pickInstance()
-	for _, p := range in.proxies {
+// degrade sets proxies to a mode (a cut, a reset, a delay) for d, and
+// returns the heal, which lets them pass again.
+func (so *soak) degrade(proxies []*testcluster.Proxy, mode func(*testcluster.Proxy), d time.Duration) func() error {
+	for _, p := range proxies {
 		mode(p)
 	}
-	so.hold(sessionTimeout + 3*time.Second)
-	return in.name, func() error {
-		for _, p := range in.proxies {
+	so.hold(d)
+	return func() error {
+		for _, p := range proxies {
 			p.Pass()
 		}
 		return nil
-	}, nil
+	}
 }
 
-// pickInstance returns a live, running instance at random.
-func (so *soak) pickInstance() *instance {
+// delay is the mode of a proxy that delays what passes by d.
+func delay(d time.Duration) func(*testcluster.Proxy) {
+	return func(p *testcluster.Proxy) { p.Delay(d) }
+}
+
+// leave stops an instance gracefully (SIGTERM: Shutdown) and waits until
+// it exited, at most 30 s.
+func (so *soak) leave(in *instance) error {
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-in.exited:
+		return nil
+	case <-timeout.C:
+		return fmt.Errorf("%s did not exit within 30 s of SIGTERM", in.name)
+	}
+}
+
+// rejoin makes an instance leave and join again, and waits until the
+// group is stable (at most a minute): two rebalances, during another
+// instance's fault.
+func (so *soak) rejoin(in *instance) error {
+	if err := so.leave(in); err != nil {
+		return err
+	}
+	if err := so.start(in); err != nil {
+		return err
+	}
+	if _, ok := so.waitStable(time.Minute); !ok {
+		return fmt.Errorf("the group was not stable a minute after %s joined again", in.name)
+	}
+	return nil
+}
+
+// pickInstance returns a live, running instance at random, other than
+// those of except.
+func (so *soak) pickInstance(except ...*instance) *instance {
 	var live []*instance
 	for _, in := range so.insts {
-		if in.alive() && !in.stopped {
+		if in.alive() && !in.stopped && !slices.Contains(except, in) {
 			live = append(live, in)
 		}
 	}
 	return live[so.rng.Intn(len(live))]
+}
+
+// pickDuration returns a duration in [lo, hi) at random, in milliseconds.
+func (so *soak) pickDuration(lo, hi time.Duration) time.Duration {
+	return (lo + time.Duration(so.rng.Int63n(int64(hi-lo)))).Truncate(time.Millisecond)
 }
 
 // hold keeps a fault in place for d: the length of the fault, not
@@ -158,8 +286,8 @@ func (so *soak) nemesis(end time.Time) {
 		deck = deck[1:]
 		so.log.write(soakcheck.Fault, "", 0, 0, f.kind)
 		what, heal, err := f.inject(so)
-		if err == nil && heal != nil {
-			err = heal()
+		if heal != nil {
+			err = errors.Join(err, heal())
 		}
 		so.log.write(soakcheck.Healed, "", 0, 0, f.kind)
 		if err != nil {

@@ -46,15 +46,22 @@ type soak struct {
 	unstable   []string                 // faults after which the group was not stable in time
 }
 
-// instance is one consumer process and its proxies to ZooKeeper.
+// instance is one consumer process and the proxies it reaches the cluster
+// through, its own: one per ZooKeeper node (its connection string names
+// them) and one per broker (its dialer routes each broker's address to
+// its proxy; the brokers advertise their own addresses), so that a fault
+// can cut or slow one instance's connections, to one broker or to all,
+// while the others' pass. The proxies outlive the process: a restarted
+// instance is given the same.
 type instance struct {
-	name    string
-	proxies []*testcluster.Proxy
-	path    string // its event log
-	seed    int64
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd ended
-	stopped bool          // SIGSTOPped
+	name      string
+	zookeeper []*testcluster.Proxy // to ZooKeeper node i
+	brokers   []*testcluster.Proxy // to broker i
+	path      string               // its event log
+	seed      int64
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when cmd ended
+	stopped   bool          // SIGSTOPped
 }
 
 func logf(format string, args ...any) {
@@ -65,7 +72,8 @@ func run(s settings) (bool, error) {
 	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), faults: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
 	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
-		Logf: func(format string, args ...any) { logf("cluster: "+format, args...) }})
+		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
+		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }})
 	if err != nil {
 		return false, err
 	}
@@ -112,7 +120,15 @@ func run(s settings) (bool, error) {
 				return false, err
 			}
 			defer p.Close()
-			in.proxies = append(in.proxies, p)
+			in.zookeeper = append(in.zookeeper, p)
+		}
+		for _, broker := range cluster.KafkaPeers() {
+			p, err := testcluster.NewProxy(broker)
+			if err != nil {
+				return false, err
+			}
+			defer p.Close()
+			in.brokers = append(in.brokers, p)
 		}
 		if err := so.start(in); err != nil {
 			return false, err
@@ -169,9 +185,13 @@ func openEventLog(path, inst string) (*eventLog, error) {
 
 // start starts an instance's process.
 func (so *soak) start(in *instance) error {
-	addrs := make([]string, len(in.proxies))
-	for i, p := range in.proxies {
-		addrs[i] = p.Addr()
+	zookeeper := make([]string, len(in.zookeeper))
+	for i, p := range in.zookeeper {
+		zookeeper[i] = p.Addr()
+	}
+	routes := make([]string, len(in.brokers))
+	for i, p := range in.brokers {
+		routes[i] = p.Target() + "=" + p.Addr()
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -179,7 +199,7 @@ func (so *soak) start(in *instance) error {
 	}
 	_ = os.Remove(idPath(in.path)) // the new process writes its own
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d", childEnv, in.name, strings.Join(addrs, ","), in.path, in.seed))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ",")))
 	stderr, err := os.OpenFile(filepath.Join(so.s.dir, in.name+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

@@ -90,6 +90,41 @@ type Options struct {
 	// needs Kafka 3.9 or later and Security SecurityPlaintext without
 	// ZooKeeper SASL; Kafka 4 or later runs only in it.
 	Mode string
+	// ZooKeeperTickTime is ZooKeeper's tickTime, the unit of its timeouts,
+	// a whole number of milliseconds. Default (0): 500 ms; production
+	// ensembles usually run 2 s. The other settings follow from it:
+	//   - initLimit, the ticks a follower has to connect to and sync with
+	//     a new leader: max(2 × syncLimit, ⌈10 s / tickTime⌉), so never
+	//     less than 10 s (20 ticks with the defaults, 10 with 2 s ticks and
+	//     syncLimit 5, as in production);
+	//   - minSessionTimeout: 2 × tickTime, ZooKeeper's own rule (1 s with
+	//     the default): a client that asks for less gets that, so with 2 s
+	//     ticks no session is shorter than 4 s, and the brokers' 6 s
+	//     sessions (zookeeper.session.timeout.ms) grow once tickTime
+	//     passes 3 s;
+	//   - maxSessionTimeout: max(60 s, 20 × tickTime).
+	// ZooKeeper checks sessions once a tick, so a session expires up to a
+	// tick after its timeout.
+	ZooKeeperTickTime time.Duration
+	// ZooKeeperSyncLimit is ZooKeeper's syncLimit, in ticks. Default (0):
+	// 10; production ensembles usually run 5. A follower that has heard
+	// nothing from its leader for syncLimit × tickTime (5 s with the
+	// defaults, 10 s with 2 s ticks and syncLimit 5) drops out of the
+	// quorum: it closes its clients' connections and serves nothing until
+	// it has joined a quorum again; the leader drops such a follower, and
+	// a leader without a quorum of followers for that long steps down.
+	// It matters to an ensemble only (ZooKeepers > 1).
+	ZooKeeperSyncLimit int
+	// ZooKeeperQuorumProxies routes all quorum and leader-election traffic
+	// of the ensemble (the server.N=host:quorumPort:electionPort entries)
+	// through Proxies that the Cluster owns, one per ordered pair of nodes
+	// and port: each node listens on its own ports and reaches every other
+	// node through proxies, so that CutZooKeeperFromQuorum can cut one
+	// node off from the others while its client port stays open. The
+	// proxies keep their ports across StopZooKeeper and StartZooKeeper
+	// and end with Close. Needs ZooKeepers > 1, and not Detached (the
+	// proxies live in the process that calls Start).
+	ZooKeeperQuorumProxies bool
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -116,6 +151,15 @@ type Cluster struct {
 
 	mode      string // ModeZooKeeper or ModeKRaft
 	clusterID string // the KRaft cluster ID, in ModeKRaft
+
+	zkTick      time.Duration // Options.ZooKeeperTickTime, with its default; 0 after Load
+	zkSyncLimit int           // Options.ZooKeeperSyncLimit, with its default; 0 after Load
+	// links are the quorum proxies (Options.ZooKeeperQuorumProxies):
+	// links[a][b] is how ZooKeeper node a reaches node b, nil for a == b.
+	// Nil without quorum proxies. Set by start, closed by Close.
+	links [][]*quorumLink
+	cutMu sync.Mutex // guards cut and serialises the changes of the links' modes
+	cut   []bool     // the ZooKeeper nodes cut from the quorum, by index; with links
 
 	// ctx is cancelled by Close, which ends every wait in progress.
 	ctx    context.Context
@@ -327,6 +371,15 @@ func Start(opts Options) (*Cluster, error) {
 		// ssl.keystore.certificate.chain, KIP-651), which Kafka 2.7 added.
 		return nil, fmt.Errorf("testcluster: Security %q needs Kafka 2.7 or later (PEM key stores in the broker's properties), not %s", security, opts.KafkaVersion)
 	}
+	if _, _, err := zooKeeperTiming(opts); err != nil {
+		return nil, err
+	}
+	if opts.ZooKeeperQuorumProxies && opts.ZooKeepers < 2 {
+		return nil, fmt.Errorf("testcluster: ZooKeeperQuorumProxies needs an ensemble, not %d ZooKeeper node", opts.ZooKeepers)
+	}
+	if opts.ZooKeeperQuorumProxies && opts.Detached {
+		return nil, errors.New("testcluster: ZooKeeperQuorumProxies does not go with Detached: the proxies end with the process that calls Start")
+	}
 	if opts.Mode == ModeKRaft {
 		if security != SecurityPlaintext || opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired {
 			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext)
@@ -374,6 +427,9 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
 		zkRequired:   opts.ZooKeeperSASLRequired,
 		mode:         opts.Mode,
+	}
+	if c.zkTick, c.zkSyncLimit, err = zooKeeperTiming(opts); err != nil {
+		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -452,6 +508,11 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 			n.quorumPort, n.electionPort = next(), next()
 		}
 		c.zks = append(c.zks, n)
+	}
+	if opts.ZooKeeperQuorumProxies {
+		if err := c.startQuorumProxies(); err != nil {
+			return nil, err
+		}
 	}
 	for i := 0; i < opts.Brokers; i++ {
 		n := &node{kind: brokerNode, index: i, id: i, port: next(),
@@ -638,20 +699,18 @@ func (c *Cluster) writeZooKeeperConfig(n *node) error {
 		return fmt.Errorf("testcluster: %w", err)
 	}
 	props := map[string]string{
-		"tickTime":          "500",
-		"initLimit":         "20",
-		"syncLimit":         "10",
 		"dataDir":           data,
 		"clientPort":        strconv.Itoa(n.port),
 		"clientPortAddress": "127.0.0.1",
 		"maxClientCnxns":    "0",
-		"minSessionTimeout": "1000",
-		"maxSessionTimeout": "60000",
 		// Unknown keys become zookeeper.* system properties.
 		"admin.enableServer":     "false",
 		"4lw.commands.whitelist": "*",
 		"forceSync":              "no",
 		"preAllocSize":           "4096",
+	}
+	for k, v := range c.timingProps() {
+		props[k] = v
 	}
 	if c.zkSASL {
 		if err := c.writeZooKeeperSASL(n, props); err != nil {
@@ -659,10 +718,13 @@ func (c *Cluster) writeZooKeeperConfig(n *node) error {
 		}
 	}
 	if len(c.zks) > 1 {
+		// A static configuration: the nodes' server.N entries differ with
+		// quorum proxies, and with reconfigEnabled false no node takes
+		// another's (the leader's, sent when a follower joins) as its own.
 		props["reconfigEnabled"] = "false"
 		props["cnxTimeout"] = "2000"
 		for _, z := range c.zks {
-			props[fmt.Sprintf("server.%d", z.id)] = fmt.Sprintf("127.0.0.1:%d:%d", z.quorumPort, z.electionPort)
+			props[fmt.Sprintf("server.%d", z.id)] = c.serverAddress(n, z)
 		}
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(n.id)+"\n"), 0o644); err != nil {
 			return fmt.Errorf("testcluster: %w", err)
@@ -979,9 +1041,37 @@ func (c *Cluster) KillZooKeeper(i int) error {
 	return c.stopNode(n, syscall.SIGKILL)
 }
 
+// ZooKeeperLeader returns the index of the ZooKeeper node that leads the
+// ensemble (as its srvr answer says), or an error if no running node does;
+// a single node leads itself.
+func (c *Cluster) ZooKeeperLeader() (int, error) {
+	if err := c.checkOpen(); err != nil {
+		return -1, err
+	}
+	var modes []string
+	for i, n := range c.zks {
+		if n.running() == nil {
+			modes = append(modes, n.String()+": stopped")
+			continue
+		}
+		mode, err := zkMode(n.addr())
+		if err != nil {
+			modes = append(modes, n.String()+": "+err.Error())
+			continue
+		}
+		if mode == "leader" || mode == "standalone" {
+			return i, nil
+		}
+		modes = append(modes, n.String()+": "+mode)
+	}
+	return -1, fmt.Errorf("testcluster: no ZooKeeper node leads (%s)", strings.Join(modes, "; "))
+}
+
 // StartZooKeeper starts ZooKeeper node i again with the same id, ports and
 // data, and waits until it serves (in an ensemble: until it has joined a
-// quorum). Starting a running node does nothing.
+// quorum); a node cut from the quorum (CutZooKeeperFromQuorum) cannot, and
+// StartZooKeeper waits only until it answers. Starting a running node does
+// nothing.
 func (c *Cluster) StartZooKeeper(i int) error {
 	n, err := c.zookeeper(i)
 	if err != nil {
@@ -1045,9 +1135,17 @@ func (c *Cluster) startNode(n *node) error {
 		return err
 	}
 	var err error
-	if n.kind == zookeeperNode {
+	switch {
+	case n.kind == zookeeperNode && c.isCut(n):
+		err = c.waitUntil(c.ctx, n.String()+" (cut from the quorum)", []*node{n}, func() error {
+			if _, err := zkMode(n.addr()); err != nil && !errors.Is(err, ErrZooKeeperNotServing) {
+				return err
+			}
+			return nil
+		})
+	case n.kind == zookeeperNode:
 		err = c.waitZooKeepers(c.ctx, []*node{n})
-	} else {
+	default:
 		err = c.waitBrokers(c.ctx, []*node{n})
 	}
 	if err != nil {
@@ -1125,6 +1223,9 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The quorum proxies once the nodes are dead: no node sees its quorum
+	// connections end and starts an election before it dies.
+	c.closeQuorumProxies()
 	if c.detached {
 		// JVMs of this cluster that the state file lost track of (an
 		// interrupted start): found by their marker under Dir.

@@ -40,6 +40,24 @@
 // ZooKeeperSASLUser and create their nodes with ACLs
 // (zookeeper.set.acl=true).
 //
+// Options.ZooKeeperTickTime and ZooKeeperSyncLimit set the ensemble's
+// timing (default 500 ms and 10 ticks; production ensembles run about
+// 2 s and 5). Options.ZooKeeperQuorumProxies puts a Proxy on every way
+// from one ZooKeeper node to another's quorum and election ports, so that
+// a test can cut one node off from the quorum while its clients still
+// reach it:
+//
+//	c, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, ZooKeeperQuorumProxies: true})
+//	...
+//	if err := c.CutZooKeeperFromQuorum(i); err != nil { // node i still serves reads, for now
+//		t.Fatal(err)
+//	}
+//	// syncLimit × tickTime later it stops serving (ZooKeeperMode fails
+//	// with ErrZooKeeperNotServing); if it led, the others elect another
+//	if err := c.RestoreZooKeeperQuorum(i); err != nil {
+//		t.Fatal(err)
+//	}
+//
 // Child JVMs of a non-detached cluster die with the process that started
 // them (Linux: PR_SET_PDEATHSIG), even when a test binary is killed. A
 // detached cluster (Options.Detached) outlives its starter; its state is

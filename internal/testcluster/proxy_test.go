@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -190,5 +191,216 @@ func TestProxyCloseEndsConnections(t *testing.T) {
 	}
 	if n := p.Conns(); n != 0 {
 		t.Fatalf("Conns() after Close = %d", n)
+	}
+}
+
+// A close is held like bytes: in ProxyHold the other side learns of it
+// only once the mode changes.
+func TestProxyHoldHoldsClose(t *testing.T) {
+	t.Parallel()
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	p, err := NewProxy(target.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, _ := dial(t, p.Addr())
+	server, err := target.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	p.Hold()
+	_ = c.Close()
+	_ = server.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := server.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("held: the target read %v, want a timeout", err)
+	}
+	p.Pass()
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := server.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("after hold: the target read %v, want EOF", err)
+	}
+}
+
+// A proxy with dialRetry connects a client to a target that starts
+// listening a moment after the client connected.
+func TestProxyDialRetry(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ln.Addr().String()
+	ln.Close() // refuses, for now
+	pl, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := serveProxy(pl, target, proxyOptions{dialRetry: 5 * time.Second})
+	defer p.Close()
+	c, r := dial(t, p.Addr())
+	if _, err := c.Write([]byte("early\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Not a synchronisation: time for the proxy to have some dials
+	// refused (the test passes without, testing less).
+	time.Sleep(200 * time.Millisecond)
+	ln, err = net.Listen("tcp", target)
+	if err != nil {
+		t.Skipf("the target's port was taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	go func() { _, _ = io.Copy(server, server) }()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "early\n" {
+		t.Fatalf("read %q, %v; want the line sent before the target listened", got, err)
+	}
+}
+
+// TestProxyBlackHole: in ProxyBlackHole a new connection neither connects
+// nor is refused: the client's connect is still pending a while later
+// (the kernel drops its SYNs), and an open connection passes nothing.
+// After Pass the pending connect completes (at the client's next SYN
+// retransmission, within seconds) and is served, and what the open
+// connection held flows.
+func TestProxyBlackHole(t *testing.T) {
+	t.Parallel()
+	p := newTestProxy(t)
+	open, openR := dial(t, p.Addr())
+	if err := roundTrip(open, openR, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BlackHole(); err != nil {
+		t.Fatal(err)
+	}
+	if m := p.Mode(); m != ProxyBlackHole {
+		t.Fatalf("Mode() = %s, want %s", m, ProxyBlackHole)
+	}
+	if err := roundTrip(open, openR, "held", 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("black hole: round trip on an open connection = %v, want a timeout", err)
+	}
+
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	pending := make(chan dialed, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", p.Addr())
+		pending <- dialed{c, err}
+	}()
+	// Still pending after a while: neither accepted nor refused. (The
+	// timer bounds how long the test looks, as the read deadlines above.)
+	select {
+	case d := <-pending:
+		if d.conn != nil {
+			_ = d.conn.Close()
+		}
+		t.Fatalf("a dial to a black hole returned (%v); want it pending", d.err)
+	case <-time.After(1500 * time.Millisecond): // past the first SYN retransmission
+	}
+
+	p.Pass()
+	var d dialed
+	select {
+	case d = <-pending:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pending dial did not complete within 10 s of Pass")
+	}
+	if d.err != nil {
+		t.Fatalf("the pending dial failed after Pass: %v", d.err)
+	}
+	t.Cleanup(func() { _ = d.conn.Close() })
+	if err := roundTrip(d.conn, bufio.NewReader(d.conn), "after", 5*time.Second); err != nil {
+		t.Fatalf("the connection dialed through the black hole: %v", err)
+	}
+	_ = open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := openR.ReadString('\n'); err != nil || got != "held\n" {
+		t.Fatalf("after black hole: read %q, %v; want the held line", got, err)
+	}
+	// The connections that filled the queue are gone: two clients.
+	waitConns(t, p, 2)
+
+	// Again, and the proxy closes while black-holed.
+	if err := p.BlackHole(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitConns waits until p has n connections open.
+func waitConns(t *testing.T, p *Proxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Conns() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Conns() = %d, want %d", p.Conns(), n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+// waitProxy polls cond until it holds, failing the test with what after 5 s.
+func waitProxy(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// TestProxyCounts: Accepted counts the connections, Held those waiting to
+// be connected, and Conversations those whose client sent again after an
+// answer; a client that closed while held is not one, although what it
+// sent goes through once the proxy passes again.
+func TestProxyCounts(t *testing.T) {
+	t.Parallel()
+	p := newTestProxy(t)
+	c, r := dial(t, p.Addr())
+	if err := roundTrip(c, r, "one", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a, n := p.Accepted(), p.Conversations(); a != 1 || n != 0 {
+		t.Fatalf("after one round trip: Accepted() = %d, Conversations() = %d; want 1, 0", a, n)
+	}
+	if err := roundTrip(c, r, "two", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Conversations(); n != 1 {
+		t.Fatalf("after a second round trip: Conversations() = %d, want 1", n)
+	}
+
+	p.Hold()
+	gone, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Write([]byte("sent before closing\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitProxy(t, "the new connection to be held", func() bool { return p.Held() == 1 })
+	_ = gone.Close()
+	p.Pass()
+	waitProxy(t, "the closed connection to go", func() bool { return p.Held() == 0 && p.Conns() == 1 })
+	if a, n := p.Accepted(), p.Conversations(); a != 2 || n != 1 {
+		t.Fatalf("after a connection closed while held: Accepted() = %d, Conversations() = %d; want 2, 1", a, n)
 	}
 }

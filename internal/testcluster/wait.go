@@ -65,7 +65,8 @@ func nodeFailure(n *node, what string) error {
 
 // zkMode asks a ZooKeeper server for its status with the srvr four-letter
 // word and returns its mode (standalone, leader or follower); a server that
-// runs but has no quorum answers that it is not serving requests.
+// runs but has no quorum answers that it is not serving requests, an error
+// wrapping ErrZooKeeperNotServing.
 func zkMode(addr string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -84,6 +85,9 @@ func zkMode(addr string) (string, error) {
 		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(mode), nil
 		}
+	}
+	if strings.Contains(string(b), "not currently serving requests") {
+		return "", fmt.Errorf("%s: %w", addr, ErrZooKeeperNotServing)
 	}
 	return "", fmt.Errorf("%s answered srvr with %q", addr, firstLine(strings.TrimSpace(string(b))))
 }
