@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -48,13 +49,23 @@ func validMode(mode, kafkaVersion string) (string, error) {
 }
 
 // newClusterID returns a KRaft cluster ID: 16 random bytes, URL-safe
-// base64 without padding, as kafka-storage random-uuid prints.
+// base64 without padding, as kafka-storage random-uuid prints, never
+// starting with '-' (kafka-storage would read it as an option).
 func newClusterID() (string, error) {
+	return newClusterIDFrom(rand.Reader)
+}
+
+// newClusterIDFrom is newClusterID drawing its bytes from src.
+func newClusterIDFrom(src io.Reader) (string, error) {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("testcluster: %w", err)
+	for {
+		if _, err := io.ReadFull(src, b[:]); err != nil {
+			return "", fmt.Errorf("testcluster: %w", err)
+		}
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id, nil
+		}
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // kraftProps returns the settings of broker n in ModeKRaft that replace

@@ -1,6 +1,8 @@
 package testcluster
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -66,5 +68,22 @@ func TestKRaftProps(t *testing.T) {
 	id, err := newClusterID()
 	if err != nil || len(id) != 22 {
 		t.Errorf("newClusterID() = %q, %v; want 22 characters", id, err)
+	}
+}
+
+// TestNewClusterIDNeverStartsWithDash: kafka-storage reads a cluster ID
+// that begins with '-' as an option and refuses to format ("argument
+// --cluster-id: expected one argument"), so newClusterID draws again.
+func TestNewClusterIDNeverStartsWithDash(t *testing.T) {
+	t.Parallel()
+	// 0xf8 encodes to '-' as the first base64url character.
+	dash := bytes.Repeat([]byte{0xf8}, 16)
+	src := io.MultiReader(bytes.NewReader(dash), bytes.NewReader(dash), bytes.NewReader(make([]byte, 16)))
+	id, err := newClusterIDFrom(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(id, "-") || len(id) != 22 {
+		t.Fatalf("newClusterIDFrom = %q; want 22 characters, not starting with '-'", id)
 	}
 }
