@@ -306,7 +306,7 @@ func (b *claimBatch) create(chunk []TopicPartition) error {
 	id := []byte(b.cm.instance.ID)
 	ops := make([]interface{}, len(chunk))
 	for i, tp := range chunk {
-		ops[i] = &zk.CreateRequest{Path: b.cm.ownerNode(tp), Data: id, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeral}
+		ops[i] = &zk.CreateRequest{Path: b.cm.ownerNode(tp), Data: id, Acl: b.cm.nodeACL(b.cm.ownerNode(tp)), Flags: zk.FlagEphemeral}
 	}
 	responses, err := b.cm.zkConn.Multi(ops...)
 	for _, r := range responses {

@@ -515,11 +515,18 @@ func testKazoo(t testing.TB) *kazoo.Kazoo {
 
 func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
 	t.Helper()
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	checkDeregisteredOn(t, conn, chroot, group, consumers...)
+}
+
+// checkDeregisteredOn is checkDeregistered with the ZooKeeper connection
+// conn, to the chroot.
+func checkDeregisteredOn(t testing.TB, conn *zk.Conn, chroot, group string, consumers ...Consumer) {
+	t.Helper()
 	ids := make(map[string]bool)
 	for _, c := range consumers {
 		ids[c.(*consumerManager).instance.ID] = true
 	}
-	conn, chroot := testZookeeper(t, zookeeperPeers)
 	base := chroot + "/consumers/" + group
 	registered, _, err := conn.Children(base + "/ids")
 	if err != nil && err != zk.ErrNoNode {

@@ -1,6 +1,7 @@
 package kafkaconsumer
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 )
 
@@ -89,6 +91,40 @@ type Config struct {
 	// Logger defaults to one that writes to the consumer's logger
 	// (Config.Logger, or the package Logger when that is nil).
 	Zookeeper *kazoo.Config
+
+	// ZookeeperTLS, when set, makes every ZooKeeper connection of the
+	// consumer a TLS one with this configuration (the servers' TLS port,
+	// ZooKeeper's secureClientPort), presenting its client certificate
+	// when the server asks for one: ZooKeeper's x509 authentication
+	// provider then knows the session as x509:<certificate subject>. The
+	// server's name is verified against the name in the connection
+	// string, unless ServerName is set. A server whose certificate does
+	// not verify, or that refuses this one, gives no session: Join fails
+	// within Zookeeper.Timeout with ErrZookeeperUnreachable, naming the
+	// server and the TLS error. Default nil: plaintext.
+	ZookeeperTLS *tls.Config
+
+	// ZookeeperAuth are credentials the consumer's ZooKeeper session
+	// presents (ZooKeeper's addauth) once it has a session, and again on
+	// every reconnection, before any other request: for example
+	// DigestCredential(user, password). Default nil: none.
+	ZookeeperAuth []ZookeeperCredential
+
+	// ZookeeperACL is the ACL of the nodes the consumer creates for its
+	// group: the group's node, ids/, owners/ and owners/<topic>, and the
+	// registration and claim nodes in them (the parents above the group,
+	// /consumers, stay open). For example
+	// zk.DigestACL(zk.PermAll, user, password), or
+	// []zk.ACL{{Perms: zk.PermAll, Scheme: "x509", ID: "CN=orders"}} with
+	// ZookeeperTLS. Nodes that exist keep their ACL: set theirs with
+	// ZooKeeper's setAcl (see docs/security.md for the order in which to
+	// move a running group onto an ACL). Join fails with an error wrapping
+	// ErrZookeeperAccessDenied, naming the node, the ACL and this
+	// instance's identities, before it registers, when the group's nodes
+	// do not let it create, delete and read what a member does.
+	// Default nil: zk.WorldACL(zk.PermAll), open to everyone, as the
+	// original library's nodes are.
+	ZookeeperACL []zk.ACL
 
 	// Brokers, when not empty, are the Kafka addresses ("host:port") that
 	// sarama's client bootstraps from, instead of those of the brokers
@@ -294,6 +330,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: DiscoveryInterval must be positive, got %s", ErrInvalidConfig, c.DiscoveryInterval)
 	}
 	if err := c.validateDiscovery(); err != nil {
+		return err
+	}
+	if err := c.validateZookeeperSecurity(); err != nil {
 		return err
 	}
 	for _, addr := range c.Brokers {

@@ -8,16 +8,22 @@ package kafkaconsumer
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/net/proxy"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/zktls"
 )
 
 // errDialerClosed is the error of a Kafka dial after Close cut the
@@ -120,29 +126,83 @@ func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
 // zookeeperDialer returns a go-zookeeper dialer whose connections record
 // the negotiated session timeout in negotiated, and are kept in conns, so
 // that Close can cut them, and the dial in flight (closeSession). Each
-// dial waits up to go-zookeeper's timeout (a second).
-func zookeeperDialer(negotiated *atomic.Int64, conns *connSet) zk.Dialer {
+// dial, TLS handshake included when tlsConfig is set, waits up to
+// go-zookeeper's timeout (a second). Why a connection failed before its
+// session's first answer goes to failures, for Join's error.
+func zookeeperDialer(negotiated *atomic.Int64, conns *connSet, tlsConfig *tls.Config, failures *dialFailures) zk.Dialer {
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
 		return conns.open(func(ctx context.Context) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			d := net.Dialer{}
 			c, err := d.DialContext(ctx, network, address)
+			if err == nil && tlsConfig != nil {
+				tc := tls.Client(c, zktls.ForServer(tlsConfig, address))
+				if err = tc.HandshakeContext(ctx); err != nil {
+					_ = c.Close()
+					err = fmt.Errorf("TLS handshake: %w%s", err, handshakeHint(err))
+				}
+				c = tc
+			}
 			if err != nil {
+				failures.record(address, err)
 				return nil, err
 			}
-			return &connectResponseConn{Conn: c, negotiated: negotiated}, nil
+			return &connectResponseConn{Conn: c, negotiated: negotiated, failures: failures, server: address, tls: tlsConfig != nil}, nil
 		})
 	}
+}
+
+// handshakeHint says what a TLS handshake that a server ended without a
+// word likely means.
+func handshakeHint(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		return " (the server closed the connection: is it ZooKeeper's secureClientPort?)"
+	}
+	return ""
+}
+
+// dialFailures keeps why the last ZooKeeper connection failed before its
+// session's first answer: a dial, a TLS handshake, or a server that
+// closed the connection (one refusing the client's certificate does so
+// after the handshake, in TLS 1.3).
+type dialFailures struct {
+	mu     sync.Mutex
+	server string
+	err    error
+}
+
+// record keeps err as the last failure, with server.
+func (f *dialFailures) record(server string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.server, f.err = server, err
+}
+
+// describe returns "; last failure: <server>: <error>", or "" when no
+// connection failed.
+func (f *dialFailures) describe() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		return ""
+	}
+	return fmt.Sprintf("; last failure: %s: %v", f.server, f.err)
 }
 
 // connectResponseConn records the session timeout from the first answer of
 // a ZooKeeper server on a new connection, the connect response: its
 // frame's length (4 bytes), protocol version (4) and timeout in
 // milliseconds (4). go-zookeeper keeps the negotiated timeout to itself.
-// Only one goroutine reads the connection at a time (go-zookeeper's
-// authenticate, then its receive loop, started after it).
+// A read that fails before that answer goes to failures. Only one
+// goroutine reads the connection at a time (go-zookeeper's authenticate,
+// then its receive loop, started after it).
 type connectResponseConn struct {
 	net.Conn
 	negotiated *atomic.Int64
+	failures   *dialFailures
+	server     string
+	tls        bool // a TLS connection
 	head       [12]byte
 	n          int
 }
@@ -158,6 +218,13 @@ func (c *connectResponseConn) Read(p []byte) (int, error) {
 				c.negotiated.Store(int64(ms))
 			}
 		}
+	}
+	if err != nil && c.n < len(c.head) {
+		hint := ""
+		if !c.tls && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			hint = " (a TLS port? see Config.ZookeeperTLS)"
+		}
+		c.failures.record(c.server, fmt.Errorf("the server closed the connection before answering: %w%s", err, hint))
 	}
 	return n, err
 }

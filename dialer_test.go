@@ -274,7 +274,7 @@ func TestKafkaDialerBackoff(t *testing.T) {
 func TestZookeeperDialerCutEndsDialInFlight(t *testing.T) {
 	t.Parallel()
 	conns := newConnSet()
-	dial := zookeeperDialer(new(atomic.Int64), conns)
+	dial := zookeeperDialer(new(atomic.Int64), conns, nil, new(dialFailures))
 	addr := blackHole(t)
 	done := make(chan error, 1)
 	go func() {

@@ -26,6 +26,15 @@ var (
 	// requires SASL authentication, which is not supported.
 	ErrZookeeperUnreachable = errors.New("kafkaconsumer: zookeeper unreachable")
 
+	// ErrZookeeperAccessDenied is returned by Join when ZooKeeper refuses
+	// the session's credentials (Config.ZookeeperAuth), or when the ACLs
+	// of the group's nodes do not let this instance read them and create
+	// and delete nodes in ids/ and owners/ (see Config.ZookeeperACL). The
+	// error names the node, its ACL and the instance's identities. Join
+	// checks this before it registers: nothing of the instance is left in
+	// ZooKeeper.
+	ErrZookeeperAccessDenied = errors.New("kafkaconsumer: zookeeper access denied")
+
 	// ErrRegistrationLost is sent on Errors() when the instance finds its
 	// ZooKeeper registration gone, usually because its session expired (a
 	// pause or partition longer than Zookeeper.Timeout). Its partition

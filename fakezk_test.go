@@ -726,3 +726,9 @@ func TestFakeZKAnswersAsZooKeeper(t *testing.T) {
 	release(zk.ErrConnectionClosed)
 	check("released call", receiveWithin(t, held, "the released call"), zk.ErrConnectionClosed)
 }
+
+// GetACL returns the open ACL of every node: the fake keeps no ACLs.
+func (f *fakeZK) GetACL(p string) ([]zk.ACL, *zk.Stat, error) {
+	_, _, stat, _, err := f.read("GetACL", p, nil)
+	return zk.WorldACL(zk.PermAll), stat, err
+}

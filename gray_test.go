@@ -831,7 +831,7 @@ func TestFaultCloseSessionLeavesNoConnection(t *testing.T) {
 	}
 	conns := newConnSet()
 	dials := new(atomic.Int64)
-	dialer := zookeeperDialer(new(atomic.Int64), conns)
+	dialer := zookeeperDialer(new(atomic.Int64), conns, nil, new(dialFailures))
 	conn, _, err := zk.Connect(nodes, 2*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}),
 		zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
 			dials.Add(1)

@@ -39,6 +39,9 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	if _, ok := subscription.(topicSelector); !ok && config != nil && config.Discovery == DiscoverFromKafka {
 		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
 	}
+	if _, ok := subscription.(topicSelector); !ok && config != nil && (config.ZookeeperTLS != nil || len(config.ZookeeperAuth) > 0) {
+		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions through a kazoo-go connection of its own, which cannot use Config.ZookeeperTLS or Config.ZookeeperAuth; use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	}
 	nodes, chroot, err := parseZookeeper(zookeeper)
 	if err != nil {
 		return nil, err
@@ -78,7 +81,8 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	cfg.Zookeeper = &kzConfig
 
 	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
-	probe, err := probeZookeeper(ctx, nodes, &kzConfig, negotiated, zkConns, states)
+	security := zkSecurity{tls: config.ZookeeperTLS, auth: config.ZookeeperAuth}
+	probe, err := probeZookeeper(ctx, nodes, &kzConfig, security, negotiated, zkConns, states)
 	if err != nil {
 		return nil, err
 	}
@@ -270,12 +274,15 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
 	}
 
+	if err := cm.zkCall(cm.zkTimeout(), cm.checkAccess); err != nil {
+		return fmt.Errorf("join group %s: %w", cm.group, convertError(err))
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	sent := time.Now()
 	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
-		return fmt.Errorf("register instance %s: %w", id, convertError(err))
+		return fmt.Errorf("register instance %s: %w", id, convertError(cm.registrationDenied(err)))
 	}
 	cm.registered = true
 	cm.startGuard(sent)

@@ -39,10 +39,10 @@ func (cm *consumerManager) ownerNode(tp TopicPartition) string {
 }
 
 // createNode creates node, and its missing parents (persistent, empty) when
-// ZooKeeper reports them missing.
+// ZooKeeper reports them missing, each with its nodeACL.
 func (cm *consumerManager) createNode(node string, data []byte, flags int32) error {
 	for attempt := 0; ; attempt++ {
-		_, err := cm.zkConn.Create(node, data, flags, zk.WorldACL(zk.PermAll))
+		_, err := cm.zkConn.Create(node, data, flags, cm.nodeACL(node))
 		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
 			return err
 		}
@@ -205,6 +205,7 @@ type zkSession interface {
 	Exists(path string) (bool, *zk.Stat, error)
 	Multi(ops ...interface{}) ([]zk.MultiResponse, error)
 	Sync(path string) (string, error)
+	GetACL(path string) ([]zk.ACL, *zk.Stat, error)
 }
 
 var _ zkSession = sessionConn{}
@@ -283,4 +284,11 @@ func (c sessionConn) Sync(path string) (string, error) {
 		return "", err
 	}
 	return c.Conn.Sync(path)
+}
+
+func (c sessionConn) GetACL(path string) ([]zk.ACL, *zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return nil, nil, err
+	}
+	return c.Conn.GetACL(path)
 }

@@ -6,6 +6,7 @@ package kafkaconsumer
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/zktls"
 )
 
 // newInstanceID returns "<hostname>:<random UUID>", the form of kazoo-go's
@@ -111,18 +114,30 @@ const saslRequired = "unknown error: -124"
 // session (see zkConn), broker discovery's first.
 // ctx cancelled ends the wait for a session with ctx's error.
 //
+// security says how the session connects and authenticates: over TLS,
+// and with the credentials it presents once it has a session.
 // The session's negotiated timeout is recorded in negotiated (see
 // connectResponseConn), its connections are kept in conns, and every
 // change of its state sends a token on states without blocking, for the
 // guard goroutine (fence.go).
-func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, negotiated *atomic.Int64, conns *connSet, states chan<- struct{}) (*zk.Conn, error) {
+func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, security zkSecurity, negotiated *atomic.Int64, conns *connSet, states chan<- struct{}) (*zk.Conn, error) {
+	failures := new(dialFailures)
+	var hosts zk.HostProvider = &zk.DNSHostProvider{}
+	if security.tls != nil {
+		hosts = &zktls.NamedHosts{}
+	}
 	conn, events, err := zk.Connect(nodes, config.Timeout, zk.WithLogger(config.Logger), zk.WithLogInfo(false),
-		zk.WithDialer(zookeeperDialer(negotiated, conns)), zk.WithEventCallback(notifyStates(states)))
+		zk.WithDialer(zookeeperDialer(negotiated, conns, security.tls, failures)), zk.WithEventCallback(notifyStates(states)),
+		zk.WithHostProvider(hosts))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrZookeeperUnreachable, err)
 	}
 	servers := strings.Join(nodes, ",")
-	if err := waitSession(ctx, events, config.Timeout, servers); err != nil {
+	if err := waitSession(ctx, events, config.Timeout, servers, failures); err != nil {
+		closeSession(conn, conns)
+		return nil, err
+	}
+	if err := authenticate(conn, security.auth, config.Timeout, servers); err != nil {
 		closeSession(conn, conns)
 		return nil, err
 	}
@@ -140,8 +155,9 @@ func probeZookeeper(ctx context.Context, nodes []string, config *kazoo.Config, n
 
 // waitSession waits up to timeout for the events of a new connection to
 // servers to report a session, or until ctx is done (it returns ctx's
-// error then).
-func waitSession(ctx context.Context, events <-chan zk.Event, timeout time.Duration, servers string) error {
+// error then). Its timeout's error says why the last connection failed
+// (failures).
+func waitSession(ctx context.Context, events <-chan zk.Event, timeout time.Duration, servers string, failures *dialFailures) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -159,9 +175,16 @@ func waitSession(ctx context.Context, events <-chan zk.Event, timeout time.Durat
 				return fmt.Errorf("%w: %s: authentication failed", ErrZookeeperUnreachable, servers)
 			}
 		case <-t.C:
-			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)", ErrZookeeperUnreachable, servers, timeout)
+			return fmt.Errorf("%w: no session with %s within %s (Zookeeper.Timeout)%s", ErrZookeeperUnreachable, servers, timeout, failures.describe())
 		}
 	}
+}
+
+// zkSecurity is how the consumer's ZooKeeper session connects
+// (Config.ZookeeperTLS) and authenticates (Config.ZookeeperAuth).
+type zkSecurity struct {
+	tls  *tls.Config
+	auth []ZookeeperCredential
 }
 
 // withDeadline runs f, which makes requests on conn, and closes conn if f

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"maps"
 	"path"
 	"regexp"
@@ -147,12 +145,12 @@ type GroupSummary struct {
 // connection string such as "zk1:2181,zk2:2181/chroot". It gives up after
 // timeout, whether ZooKeeper or Kafka does not answer, with an error
 // wrapping ErrTimeout.
-func describeGroup(zookeeper, group string, timeout time.Duration, access kafkaAccess) (*GroupDescription, error) {
+func describeGroup(zookeeper string, zkAccess zookeeperAccess, group string, timeout time.Duration, access kafkaAccess) (*GroupDescription, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("invalid group name %q", group)
 	}
 	var desc *GroupDescription
-	err := withZookeeper(zookeeper, timeout, func(s *zkSession) error {
+	err := withZookeeper(zookeeper, zkAccess, timeout, func(s *zkSession) error {
 		var err error
 		desc, err = s.describe(group, access)
 		return err
@@ -163,9 +161,9 @@ func describeGroup(zookeeper, group string, timeout time.Duration, access kafkaA
 // listGroups returns the consumer groups registered in ZooKeeper, sorted
 // by name, with their number of registered instances. It gives up after
 // timeout with an error wrapping ErrTimeout.
-func listGroups(zookeeper string, timeout time.Duration) ([]GroupSummary, error) {
+func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duration) ([]GroupSummary, error) {
 	var groups []GroupSummary
-	err := withZookeeper(zookeeper, timeout, func(s *zkSession) error {
+	err := withZookeeper(zookeeper, zkAccess, timeout, func(s *zkSession) error {
 		names, err := s.children("/consumers")
 		if err != nil {
 			return err
@@ -200,7 +198,7 @@ type zkSession struct {
 // withZookeeper connects to ZooKeeper, waits for a session and runs fn
 // with it, all within timeout; then it closes the connection. Errors due
 // to the deadline are reported as wrapping ErrTimeout.
-func withZookeeper(zookeeper string, timeout time.Duration, fn func(*zkSession) error) error {
+func withZookeeper(zookeeper string, access zookeeperAccess, timeout time.Duration, fn func(*zkSession) error) error {
 	if timeout <= 0 {
 		return fmt.Errorf("timeout must be positive, got %s", timeout)
 	}
@@ -214,7 +212,7 @@ func withZookeeper(zookeeper string, timeout time.Duration, fn func(*zkSession) 
 
 	// The session timeout only matters to ephemeral nodes and watches,
 	// which this tool does not use; the server clamps it to its range.
-	conn, events, err := zk.Connect(nodes, timeout, zk.WithLogger(log.New(io.Discard, "", 0)), zk.WithLogInfo(false))
+	conn, events, err := access.connect(nodes, timeout)
 	if err != nil {
 		return fmt.Errorf("connect to zookeeper %s: %w", zookeeper, err)
 	}
@@ -241,6 +239,9 @@ func withZookeeper(zookeeper string, timeout time.Duration, fn func(*zkSession) 
 	}
 	if err := s.waitForSession(events); err != nil {
 		return err
+	}
+	if err := access.authenticate(conn); err != nil {
+		return s.check("authenticate", err)
 	}
 	return fn(s)
 }

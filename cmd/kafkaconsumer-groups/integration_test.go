@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 	"github.com/kafkaconsumer/kafkaconsumer"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
@@ -309,7 +310,7 @@ func TestDescribeUnknownGroupIntegration(t *testing.T) {
 	zookeeper, _ := clusterPeers(t)
 	checkLeaks(t)
 	group := fmt.Sprintf("cli-test.no-such-group.%d", time.Now().UnixNano())
-	_, err := describeGroup(zookeeper, group, 20*time.Second, kafkaAccess{})
+	_, err := describeGroup(zookeeper, zookeeperAccess{}, group, 20*time.Second, kafkaAccess{})
 	if !errors.Is(err, ErrUnknownGroup) {
 		t.Fatalf("got %v, want an error wrapping ErrUnknownGroup", err)
 	}
@@ -319,5 +320,47 @@ func TestDescribeUnknownGroupIntegration(t *testing.T) {
 	}
 	if want := fmt.Sprintf("unknown consumer group %q", group); !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr lacks %q: %s", want, stderr.String())
+	}
+}
+
+// TestDescribeDigestGroupIntegration: a group whose nodes have a digest
+// ACL is described with --zookeeper-digest-user and the password in
+// $ZOOKEEPER_DIGEST_PASSWORD; without them the command fails, saying that
+// ZooKeeper refused.
+func TestDescribeDigestGroupIntegration(t *testing.T) {
+	zookeeper, brokers := clusterPeers(t)
+	checkLeaks(t)
+	topic := createTopic(t, brokers, 2)
+	group := "cli-digest." + topic
+	produce(t, brokers, topic, 10)
+
+	config := kafkaconsumer.NewConfig()
+	config.ZookeeperAuth = []kafkaconsumer.ZookeeperCredential{kafkaconsumer.DigestCredential("cli", "secret")}
+	config.ZookeeperACL = zk.DigestACL(zk.PermAll, "cli", "secret")
+	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
+	if err != nil {
+		t.Fatalf("join: %s", err)
+	}
+	defer func() { _ = consumer.Close() }()
+	consumeAll(t, consumer, 10)
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--zookeeper", zookeeper, "--group", group, "--timeout", "20s"}, &stdout, &stderr); code != exitError ||
+		!strings.Contains(stderr.String(), "not authenticated") {
+		t.Errorf("without credentials: exit status %d, stderr %q; want %d and ZooKeeper's \"not authenticated\"", code, stderr.String(), exitError)
+	}
+	t.Setenv("ZOOKEEPER_DIGEST_PASSWORD", "secret")
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"--zookeeper", zookeeper, "--group", group, "--zookeeper-digest-user", "cli", "--json", "--timeout", "20s"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("with credentials: exit status %d: %s", code, stderr.String())
+	}
+	var desc GroupDescription
+	if err := json.Unmarshal(stdout.Bytes(), &desc); err != nil {
+		t.Fatalf("decode %s: %v", stdout.String(), err)
+	}
+	if len(desc.Instances) != 1 {
+		t.Errorf("with credentials: %d instances, want 1: %s", len(desc.Instances), stdout.String())
 	}
 }

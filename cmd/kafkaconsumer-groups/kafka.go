@@ -93,24 +93,11 @@ func (f accessFlags) access() (kafkaAccess, error) {
 		return a, errors.New("give both --tls-cert and --tls-key, or neither")
 	}
 	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsInsecure {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: f.tlsInsecure}
-		if f.tlsCA != "" {
-			pemData, err := os.ReadFile(f.tlsCA)
-			if err != nil {
-				return a, fmt.Errorf("--tls-ca: %w", err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pemData) {
-				return a, fmt.Errorf("--tls-ca: no PEM certificate in %s", f.tlsCA)
-			}
+		cfg, err := loadTLS("--tls", f.tlsCA, f.tlsCert, f.tlsKey)
+		if err != nil {
+			return a, err
 		}
-		if f.tlsCert != "" {
-			cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-			if err != nil {
-				return a, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
+		cfg.InsecureSkipVerify = f.tlsInsecure
 		a.tls = cfg
 	}
 	switch {
@@ -148,4 +135,30 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// loadTLS returns a TLS configuration that trusts the CA certificates of
+// the PEM file ca (the system's when ""), with the client certificate and
+// key of the PEM files cert and key when given. Errors name the flag,
+// prefix-ca, prefix-cert or prefix-key.
+func loadTLS(prefix, ca, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pemData, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("%s-ca: %w", prefix, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("%s-ca: no PEM certificate in %s", prefix, ca)
+		}
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s-cert/%s-key: %w", prefix, prefix, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }

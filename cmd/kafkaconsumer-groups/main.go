@@ -81,6 +81,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&af.tlsInsecure, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (tests only)")
 	fs.StringVar(&af.saslMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password is read from $KAFKA_SASL_PASSWORD")
 	fs.StringVar(&af.saslUser, "sasl-user", "", "SASL user name")
+	var zf zookeeperFlags
+	fs.StringVar(&zf.tlsCA, "zookeeper-tls-ca", os.Getenv("ZOOKEEPER_TLS_CA"), "connect to ZooKeeper with TLS, trusting the CA certificates of this PEM file (default $ZOOKEEPER_TLS_CA)")
+	fs.StringVar(&zf.tlsCert, "zookeeper-tls-cert", os.Getenv("ZOOKEEPER_TLS_CERT"), "connect to ZooKeeper with TLS, with the client certificate of this PEM file (with --zookeeper-tls-key; default $ZOOKEEPER_TLS_CERT)")
+	fs.StringVar(&zf.tlsKey, "zookeeper-tls-key", os.Getenv("ZOOKEEPER_TLS_KEY"), "PEM file of the ZooKeeper client certificate's private key (default $ZOOKEEPER_TLS_KEY)")
+	fs.StringVar(&zf.digestUser, "zookeeper-digest-user", "", "authenticate to ZooKeeper with its digest scheme as this user; the password is read from $ZOOKEEPER_DIGEST_PASSWORD")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
@@ -117,15 +122,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError("%s", err)
 	}
+	zf.digestPassword = os.Getenv("ZOOKEEPER_DIGEST_PASSWORD")
+	zkAccess, err := zf.access()
+	if err != nil {
+		return usageError("%s", err)
+	}
 
 	if *list {
 		var groups []GroupSummary
-		if groups, err = listGroups(*zookeeper, *timeout); err == nil {
+		if groups, err = listGroups(*zookeeper, zkAccess, *timeout); err == nil {
 			err = renderGroups(stdout, groups, *asJSON)
 		}
 	} else {
 		var desc *GroupDescription
-		if desc, err = describeGroup(*zookeeper, *group, *timeout, access); err == nil {
+		if desc, err = describeGroup(*zookeeper, zkAccess, *group, *timeout, access); err == nil {
 			err = render(stdout, desc, *asJSON)
 		}
 	}

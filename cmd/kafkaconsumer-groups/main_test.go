@@ -28,6 +28,9 @@ func checkLeaks(t *testing.T) {
 func TestRunUsageErrors(t *testing.T) {
 	t.Setenv("ZOOKEEPER_PEERS", "") // the default of --zookeeper
 	t.Setenv("KAFKA_SASL_PASSWORD", "")
+	for _, name := range []string{"ZOOKEEPER_DIGEST_PASSWORD", "ZOOKEEPER_TLS_CA", "ZOOKEEPER_TLS_CERT", "ZOOKEEPER_TLS_KEY"} {
+		t.Setenv(name, "")
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -48,6 +51,9 @@ func TestRunUsageErrors(t *testing.T) {
 		{"SASL user alone", []string{"--zookeeper", "zk:2181", "--group", "g", "--sasl-user", "u"}, "--sasl-user needs --sasl-mechanism"},
 		{"certificate without key", []string{"--zookeeper", "zk:2181", "--group", "g", "--tls-cert", "c.pem"}, "both --tls-cert and --tls-key"},
 		{"missing CA file", []string{"--zookeeper", "zk:2181", "--group", "g", "--tls-ca", "/nonexistent/ca.pem"}, "--tls-ca"},
+		{"ZooKeeper certificate without key", []string{"--zookeeper", "zk:2181", "--group", "g", "--zookeeper-tls-cert", "c.pem"}, "both --zookeeper-tls-cert and --zookeeper-tls-key"},
+		{"missing ZooKeeper CA file", []string{"--zookeeper", "zk:2181", "--group", "g", "--zookeeper-tls-ca", "/nonexistent/ca.pem"}, "--zookeeper-tls-ca"},
+		{"digest user without password", []string{"--zookeeper", "zk:2181", "--group", "g", "--zookeeper-digest-user", "u"}, "$ZOOKEEPER_DIGEST_PASSWORD"},
 		{"bootstrap and listener", []string{"--zookeeper", "zk:2181", "--group", "g", "--bootstrap-server", "k:9092", "--listener", "EXTERNAL"}, "either --bootstrap-server or --listener"},
 		{"bad bootstrap", []string{"--zookeeper", "zk:2181", "--group", "g", "--bootstrap-server", "k:9092,k2"}, `"k2" is not host:port`},
 	} {
@@ -81,7 +87,7 @@ func TestRunHelp(t *testing.T) {
 func TestDescribeGroupInvalidName(t *testing.T) {
 	t.Parallel()
 	for _, group := range []string{"", "a/b", ".."} {
-		if _, err := describeGroup("127.0.0.1:2181", group, time.Second, kafkaAccess{}); err == nil || !strings.Contains(err.Error(), "invalid group name") {
+		if _, err := describeGroup("127.0.0.1:2181", zookeeperAccess{}, group, time.Second, kafkaAccess{}); err == nil || !strings.Contains(err.Error(), "invalid group name") {
 			t.Errorf("group %q: got error %v, want invalid group name", group, err)
 		}
 	}
@@ -167,11 +173,11 @@ func TestRunZookeeperUnresponsive(t *testing.T) {
 
 func TestDescribeGroupTimeoutError(t *testing.T) {
 	checkLeaks(t) // not parallel: goleak sees every goroutine
-	_, err := describeGroup(blackHole(t), "g", 200*time.Millisecond, kafkaAccess{})
+	_, err := describeGroup(blackHole(t), zookeeperAccess{}, "g", 200*time.Millisecond, kafkaAccess{})
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
-	_, err = listGroups(blackHole(t), 200*time.Millisecond)
+	_, err = listGroups(blackHole(t), zookeeperAccess{}, 200*time.Millisecond)
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
