@@ -14,10 +14,17 @@
 #   make bench         the benchmark program (bench/)
 #   make demo          the example group (examples/)
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
-#                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft);
+#                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft
+#                      ZOOKEEPER_SECURITY=plaintext|tls);
 #                      then `. .cluster/env` exports ZOOKEEPER_PEERS and
 #                      KAFKA_PEERS (and, secured, KAFKA_SECURITY, KAFKA_TLS_CA,
-#                      KAFKA_SASL_*; MODE=kraft: KAFKA_MODE=kraft). MODE=kraft
+#                      KAFKA_SASL_*; MODE=kraft: KAFKA_MODE=kraft).
+#                      ZOOKEEPER_SECURITY=tls: ZooKeeper's only client port
+#                      is TLS and needs a client certificate (Kafka 2.5+);
+#                      ZOOKEEPER_PEERS are its addresses, and the env adds
+#                      ZOOKEEPER_SECURITY, ZOOKEEPER_TLS_CA and two client
+#                      certificates, ZOOKEEPER_TLS_CERT/_KEY and
+#                      ZOOKEEPER_TLS_CERT2/_KEY2. MODE=kraft
 #                      runs KRaft brokers (broker+controller) and a stand-alone
 #                      ZooKeeper for the groups only; Kafka 4 runs only so:
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
@@ -40,6 +47,7 @@ TESTCLUSTER := $(GO) run ./internal/testcluster/cmd/testcluster
 ZOOKEEPERS ?= 1
 BROKERS ?= 1
 SECURITY ?= plaintext
+ZOOKEEPER_SECURITY ?= plaintext
 MODE ?= zookeeper
 STATICCHECK_VERSION ?= v0.8.2
 TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
@@ -57,7 +65,8 @@ jars:
 	$(TESTCLUSTER) jars
 
 cluster-up:
-	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY) -mode $(MODE)
+	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY) -mode $(MODE) \
+		-zookeeper-security $(ZOOKEEPER_SECURITY)
 
 cluster-down:
 	$(TESTCLUSTER) down
@@ -71,7 +80,7 @@ cluster-status:
 test: fmt-check vet
 ifeq ($(strip $(ZOOKEEPER_PEERS)),)
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
-	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext && \
+	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext ZOOKEEPER_SECURITY=plaintext && \
 	source .cluster/env && \
 	$(MAKE) --no-print-directory test-run
 else
@@ -96,7 +105,7 @@ KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
-	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext MODE=kraft && \
+	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext ZOOKEEPER_SECURITY=plaintext MODE=kraft && \
 	source .cluster/env && \
 	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' .
 

@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -73,6 +74,21 @@ type Options struct {
 	// in either, so StartBroker cannot start a killed broker again (it
 	// waits for its old registration to expire).
 	ZooKeeperSASLRequired bool
+	// ZooKeeperSecurity is how clients reach ZooKeeper:
+	// ZooKeeperSecurityPlaintext ("" too, the default) or
+	// ZooKeeperSecurityTLS, a TLS client port only (ZooKeeper's
+	// secureClientPort; ZookeeperPeers are its addresses) that requires a
+	// client certificate of the cluster's CA (ssl.clientAuth=need) and
+	// names each session by its certificate's subject (x509 identities,
+	// e.g. ZooKeeperTLSIdentity). The CA (the secured modes' own), a
+	// server certificate and the client certificates are made at start
+	// (ZooKeeperTLSFiles); ZooKeeperDialer and ZooKeeperTLSConfig connect
+	// go-zookeeper. The brokers connect over TLS too (zookeeper.ssl.*) and
+	// create their nodes without ACLs. ZooKeeperSecurityTLS needs Kafka
+	// 2.5 or later in ModeZooKeeper, a ZooKeeperVersion of 3.5.5 or later
+	// when one is given, and no ZooKeeper SASL; the ZooKeeper quorum's
+	// own connections stay plaintext.
+	ZooKeeperSecurity string
 	// KafkaVersion is the Apache Kafka release to run (its jars are
 	// fetched with Maven and cached per version; see EnsureKafkaJars).
 	// Empty: DefaultKafkaVersion. VersionsFromEnv reads $KAFKA_VERSION.
@@ -143,11 +159,18 @@ type Cluster struct {
 	logf         func(format string, args ...any)
 
 	security     string   // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
-	tls          tlsFiles // in the secured modes
+	tls          tlsFiles // in the secured modes and ZooKeeperSecurityTLS
 	saslPassword string   // of SASLUser, in the secured modes
 	zkSASL       bool     // Options.ZooKeeperSASL
 	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
 	zkRequired   bool     // Options.ZooKeeperSASLRequired
+	zkSecurity   string   // ZooKeeperSecurityPlaintext or ZooKeeperSecurityTLS
+	// zkHarnessTLS and zkClientTLS are the client TLS configurations of
+	// the harness's ZooKeeper sessions (ZooKeeperBrokerIdentity) and of
+	// ZooKeeperTLSConfig (ZooKeeperTLSIdentity); nil unless zkSecurity is
+	// ZooKeeperSecurityTLS. Never changed after Start or Load.
+	zkHarnessTLS *tls.Config
+	zkClientTLS  *tls.Config
 
 	mode      string // ModeZooKeeper or ModeKRaft
 	clusterID string // the KRaft cluster ID, in ModeKRaft
@@ -353,6 +376,9 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts.Security = security
+	if opts.ZooKeeperSecurity, err = validZooKeeperSecurity(opts.ZooKeeperSecurity); err != nil {
+		return nil, err
+	}
 	if opts.ZooKeeperSASLRequired && security != SecurityPlaintext {
 		return nil, fmt.Errorf("testcluster: ZooKeeperSASLRequired needs Security %q, not %q", SecurityPlaintext, security)
 	}
@@ -385,6 +411,11 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext)
 		}
 		opts.ZooKeeperVersion = ZooKeeperVersionFor(opts.KafkaVersion, opts.ZooKeeperVersion)
+	}
+	if opts.ZooKeeperSecurity == ZooKeeperSecurityTLS {
+		if err := checkZooKeeperTLS(opts); err != nil {
+			return nil, err
+		}
 	}
 	java, err := pickJava(opts.KafkaVersion, opts.ZooKeeperVersion, opts.Logf)
 	if err != nil {
@@ -426,6 +457,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		security:     opts.Security,
 		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
 		zkRequired:   opts.ZooKeeperSASLRequired,
+		zkSecurity:   opts.ZooKeeperSecurity,
 		mode:         opts.Mode,
 	}
 	if c.zkTick, c.zkSyncLimit, err = zooKeeperTiming(opts); err != nil {
@@ -482,11 +514,18 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	if c.security != SecurityPlaintext {
+	if c.security != SecurityPlaintext || c.zkSecurity == ZooKeeperSecurityTLS {
 		c.tls = newTLSFiles(c.dir)
-		if err := generateTLS(c.tls); err != nil {
+		if err := generateTLS(c.tls, c.zkSecurity == ZooKeeperSecurityTLS, nil, 0o600); err != nil {
 			return nil, fmt.Errorf("testcluster: TLS certificates: %w", err)
 		}
+	}
+	if c.zkSecurity == ZooKeeperSecurityTLS {
+		if err := c.loadZooKeeperTLS(); err != nil {
+			return nil, err
+		}
+	}
+	if c.security != SecurityPlaintext {
 		if c.saslPassword, err = newPassword(); err != nil {
 			return nil, fmt.Errorf("testcluster: %w", err)
 		}
@@ -556,7 +595,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 	if err := c.waitZooKeepers(ctx, c.zks); err != nil {
 		return nil, err
 	}
-	c.logf("testcluster: ZooKeeper serving at %s (%.1fs)", c.ZookeeperPeers(), time.Since(began).Seconds())
+	c.logf("testcluster: ZooKeeper serving at %s (%s, %.1fs)", c.ZookeeperPeers(), c.zkSecurity, time.Since(began).Seconds())
 	if c.security != SecurityPlaintext {
 		if err := c.writeSCRAMUser(ctx); err != nil {
 			return nil, err
@@ -717,6 +756,9 @@ func (c *Cluster) writeZooKeeperConfig(n *node) error {
 			return fmt.Errorf("testcluster: %w", err)
 		}
 	}
+	if c.zkSecurity == ZooKeeperSecurityTLS {
+		c.zooKeeperTLSProps(n, props)
+	}
 	if len(c.zks) > 1 {
 		// A static configuration: the nodes' server.N entries differ with
 		// quorum proxies, and with reconfigEnabled false no node takes
@@ -800,6 +842,9 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 		if err := c.writeBrokerZooKeeperSASL(n, props); err != nil {
 			return fmt.Errorf("testcluster: %w", err)
 		}
+	}
+	if c.zkSecurity == ZooKeeperSecurityTLS && c.mode != ModeKRaft {
+		c.brokerZooKeeperTLSProps(props)
 	}
 	for k, v := range extra {
 		props[k] = v
@@ -1054,7 +1099,7 @@ func (c *Cluster) ZooKeeperLeader() (int, error) {
 			modes = append(modes, n.String()+": stopped")
 			continue
 		}
-		mode, err := zkMode(n.addr())
+		mode, err := c.zkMode(n)
 		if err != nil {
 			modes = append(modes, n.String()+": "+err.Error())
 			continue
@@ -1138,7 +1183,7 @@ func (c *Cluster) startNode(n *node) error {
 	switch {
 	case n.kind == zookeeperNode && c.isCut(n):
 		err = c.waitUntil(c.ctx, n.String()+" (cut from the quorum)", []*node{n}, func() error {
-			if _, err := zkMode(n.addr()); err != nil && !errors.Is(err, ErrZooKeeperNotServing) {
+			if _, err := c.zkMode(n); err != nil && !errors.Is(err, ErrZooKeeperNotServing) {
 				return err
 			}
 			return nil
@@ -1261,6 +1306,10 @@ type stateFile struct {
 	ZooKeeperSASL     bool   `json:"zookeeper_sasl,omitempty"`
 	ZooKeeperPassword string `json:"zookeeper_password,omitempty"`
 	ZooKeeperRequired bool   `json:"zookeeper_sasl_required,omitempty"`
+	// ZooKeeperSecurity (Options.ZooKeeperSecurity); absent in older state
+	// files, whose ZooKeeper is plaintext. Its certificates are in
+	// TLSDir.
+	ZooKeeperSecurity string `json:"zookeeper_security,omitempty"`
 	// The versions (Options.KafkaVersion, Options.ZooKeeperVersion) and
 	// the ZooKeeper release's jars; absent in older state files, which
 	// ran DefaultKafkaVersion and its ZooKeeper.
@@ -1299,10 +1348,10 @@ func (c *Cluster) saveState() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
-		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired,
+		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired, ZooKeeperSecurity: c.zkSecurity,
 		KafkaVersion: c.kafkaVersion, ZooKeeperVersion: c.zkVersion, ZooKeeperJars: c.zkJars,
 		Mode: c.mode, ClusterID: c.clusterID}
-	if c.security != SecurityPlaintext {
+	if c.tls.ca != "" {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
 	for _, list := range []struct {
@@ -1363,9 +1412,23 @@ func Load(dir string) (*Cluster, error) {
 	if c.security, err = validSecurity(st.Security); err != nil {
 		return nil, err
 	}
-	if c.security != SecurityPlaintext {
+	if c.zkSecurity, err = validZooKeeperSecurity(st.ZooKeeperSecurity); err != nil {
+		return nil, err
+	}
+	if c.security != SecurityPlaintext || c.zkSecurity == ZooKeeperSecurityTLS {
+		if st.TLSDir == "" {
+			return nil, fmt.Errorf("testcluster: %s names no directory of TLS certificates (Security %s, ZooKeeperSecurity %s)",
+				filepath.Join(abs, StateFile), c.security, c.zkSecurity)
+		}
 		c.tls = newTLSFiles(filepath.Dir(st.TLSDir))
+	}
+	if c.security != SecurityPlaintext {
 		c.saslPassword = st.SASLPassword
+	}
+	if c.zkSecurity == ZooKeeperSecurityTLS {
+		if err := c.loadZooKeeperTLS(); err != nil {
+			return nil, err
+		}
 	}
 	c.zkSASL, c.zkPassword, c.zkRequired = st.ZooKeeperSASL, st.ZooKeeperPassword, st.ZooKeeperRequired
 	c.kafkaVersion, c.zkVersion, c.zkJars = st.KafkaVersion, st.ZooKeeperVersion, st.ZooKeeperJars

@@ -40,6 +40,17 @@
 // ZooKeeperSASLUser and create their nodes with ACLs
 // (zookeeper.set.acl=true).
 //
+// Options.ZooKeeperSecurity ZooKeeperSecurityTLS runs ZooKeeper with a TLS
+// client port only, which requires a client certificate signed by the
+// cluster's CA and names each session by its certificate's subject (x509
+// ACLs); the brokers and the harness connect over TLS too. The client
+// certificates of two identities are made at start (ZooKeeperTLSFiles);
+// ZooKeeperDialer connects go-zookeeper as the first:
+//
+//	c, err := testcluster.Start(testcluster.Options{ZooKeeperSecurity: testcluster.ZooKeeperSecurityTLS})
+//	...
+//	conn, _, err := zk.Connect(strings.Split(c.ZookeeperPeers(), ","), 10*time.Second, zk.WithDialer(c.ZooKeeperDialer()))
+//
 // Options.ZooKeeperTickTime and ZooKeeperSyncLimit set the ensemble's
 // timing (default 500 ms and 10 ticks; production ensembles run about
 // 2 s and 5). Options.ZooKeeperQuorumProxies puts a Proxy on every way

@@ -39,7 +39,7 @@ func (c *Cluster) ZooKeeperMode(i int) (string, error) {
 	if n.running() == nil {
 		return "", fmt.Errorf("testcluster: %s is not running", n)
 	}
-	mode, err := zkMode(n.addr())
+	mode, err := c.zkMode(n)
 	if err != nil {
 		return "", fmt.Errorf("testcluster: %s: %w", n, err)
 	}

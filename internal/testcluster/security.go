@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,74 +75,175 @@ func validSecurity(s string) (string, error) {
 	return "", fmt.Errorf("testcluster: unknown Security %q (want %q, %q or %q)", s, SecurityPlaintext, SecuritySASLSSL, SecurityMixed)
 }
 
-// tlsFiles are the PEM files of a secured cluster, in Dir/tls.
+// tlsFiles are the PEM files of a cluster's certificates, in Dir/tls: the
+// secured modes' (ca, cert, key) and ZooKeeperSecurityTLS's (all of them).
+// The private keys are PKCS#8, not encrypted.
 type tlsFiles struct {
 	ca   string // the CA certificate
-	cert string // the brokers' certificate, for 127.0.0.1 and localhost
-	key  string // its private key, PKCS#8, not encrypted
+	cert string // the server certificate, for 127.0.0.1, ::1 and localhost: the brokers' and ZooKeeper's
+	key  string // its private key
+
+	// zkServer is the server's key and certificate in one file: the
+	// ZooKeeper nodes' PEM key store.
+	zkServer string
+	// zkBroker is the key and certificate of ZooKeeperBrokerIdentity in
+	// one file: the brokers' PEM key store for ZooKeeper, and the
+	// harness's ZooKeeper client certificate.
+	zkBroker string
+	// The ZooKeeper client certificates of ZooKeeperTLSIdentity and
+	// ZooKeeperTLSIdentity2, and their keys.
+	zkClientCert, zkClientKey   string
+	zkClient2Cert, zkClient2Key string
 }
 
-func newTLSFiles(dir string) tlsFiles {
-	dir = filepath.Join(dir, "tls")
-	return tlsFiles{ca: filepath.Join(dir, "ca.pem"), cert: filepath.Join(dir, "server-cert.pem"), key: filepath.Join(dir, "server-key.pem")}
+// newTLSFiles returns the files of a cluster whose Dir is dir, in dir/tls.
+func newTLSFiles(dir string) tlsFiles { return tlsFilesIn(filepath.Join(dir, "tls")) }
+
+// tlsFilesIn returns the files of tlsFiles in dir.
+func tlsFilesIn(dir string) tlsFiles {
+	f := func(name string) string { return filepath.Join(dir, name) }
+	return tlsFiles{ca: f("ca.pem"), cert: f("server-cert.pem"), key: f("server-key.pem"),
+		zkServer: f(ZooKeeperServerKeyStoreFile), zkBroker: f(ZooKeeperBrokerKeyStoreFile),
+		zkClientCert: f("zookeeper-client-cert.pem"), zkClientKey: f("zookeeper-client-key.pem"),
+		zkClient2Cert: f("zookeeper-client2-cert.pem"), zkClient2Key: f("zookeeper-client2-key.pem")}
 }
 
-// generateTLS makes a CA and a server certificate it signs (ECDSA P-256,
-// valid for a week, for 127.0.0.1, ::1 and localhost), and writes them as
-// PEM files.
-func generateTLS(files tlsFiles) error {
-	if err := os.MkdirAll(filepath.Dir(files.ca), 0o755); err != nil {
-		return err
+// certValidity is how long the certificates of generateTLS are valid.
+const certValidity = 7 * 24 * time.Hour
+
+// certAuthority signs the certificates of generateTLS.
+type certAuthority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// pemCert is a certificate and its private key, PEM-encoded.
+type pemCert struct{ cert, key []byte }
+
+// serverHosts are the hosts of every server certificate of generateTLS.
+var serverHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// issue makes a key (ECDSA P-256) and a certificate of it that the CA
+// signs, for subject CN=cn: a server certificate (for TLS clients too)
+// for hosts (DNS names or IP addresses) when there are any, else a
+// client certificate.
+func (ca *certAuthority) issue(cn string, hosts []string) (pemCert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return pemCert{}, err
 	}
 	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
+	template := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(certValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	caTemplate := &x509.Certificate{
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			template.IPAddresses = append(template.IPAddresses, ip)
+		} else {
+			template.DNSNames = append(template.DNSNames, h)
+		}
+	}
+	if len(hosts) > 0 {
+		template.ExtKeyUsage = append(template.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return pemCert{}, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return pemCert{}, err
+	}
+	return pemCert{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}, nil
+}
+
+// newCertAuthority makes a CA (ECDSA P-256, valid for certValidity).
+func newCertAuthority() (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	template := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "kafkaconsumer testcluster CA"},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
+		NotAfter:              now.Add(certValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &certAuthority{cert: cert, key: key}, nil
+}
+
+// generateTLS makes a CA and a server certificate it signs (CN=localhost,
+// for serverHosts and extraHosts) and writes them as PEM files with
+// permissions perm; with zookeeper (ZooKeeperSecurityTLS), also
+// ZooKeeper's key store and the client certificates of
+// ZooKeeperBrokerIdentity, ZooKeeperTLSIdentity and ZooKeeperTLSIdentity2.
+// Every certificate is valid for a week.
+func generateTLS(files tlsFiles, zookeeper bool, extraHosts []string, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(files.ca), 0o755); err != nil {
+		return err
+	}
+	ca, err := newCertAuthority()
 	if err != nil {
 		return err
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	server, err := ca.issue("localhost", slices.Concat(serverHosts, extraHosts))
 	if err != nil {
 		return err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
+	type file struct {
+		path     string
+		contents []byte
 	}
-	template := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(7 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	out := []file{
+		{files.ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})},
+		{files.cert, server.cert},
+		{files.key, server.key},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return err
+	if zookeeper {
+		// ZooKeeper (and so Kafka's ZooKeeper client) reads a PEM key
+		// store as one file holding the key and its certificate.
+		out = append(out, file{files.zkServer, slices.Concat(server.key, server.cert)})
+		broker, err := ca.issue(zooKeeperBrokerCN, nil)
+		if err != nil {
+			return err
+		}
+		out = append(out, file{files.zkBroker, slices.Concat(broker.key, broker.cert)})
+		for _, c := range []struct{ cn, cert, key string }{
+			{zooKeeperClientCN, files.zkClientCert, files.zkClientKey},
+			{zooKeeperClient2CN, files.zkClient2Cert, files.zkClient2Key},
+		} {
+			client, err := ca.issue(c.cn, nil)
+			if err != nil {
+				return err
+			}
+			out = append(out, file{c.cert, client.cert}, file{c.key, client.key})
+		}
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		path, kind string
-		der        []byte
-	}{{files.ca, "CERTIFICATE", caDER}, {files.cert, "CERTIFICATE", der}, {files.key, "PRIVATE KEY", keyDER}} {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), 0o600); err != nil {
+	for _, f := range out {
+		if err := os.WriteFile(f.path, f.contents, perm); err != nil {
+			return err
+		}
+		if err := os.Chmod(f.path, perm); err != nil { // an older file's, or the umask's
 			return err
 		}
 	}
@@ -204,11 +306,7 @@ func (c *Cluster) writeSCRAMUser(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
-	var servers []string
-	for _, n := range c.zks {
-		servers = append(servers, n.addr())
-	}
-	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(nopLogger{}))
+	conn, err := c.connectZooKeeper()
 	if err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
@@ -316,18 +414,27 @@ func (c *Cluster) SecureConfig(cfg *sarama.Config) error {
 	if c.security == SecurityPlaintext {
 		return errors.New("testcluster: the cluster is plaintext")
 	}
-	caPEM, err := os.ReadFile(c.tls.ca)
+	pool, err := loadCAPool(c.tls.ca)
 	if err != nil {
-		return fmt.Errorf("testcluster: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return fmt.Errorf("testcluster: no certificate in %s", c.tls.ca)
+		return err
 	}
 	cfg.Net.TLS.Enable = true
 	cfg.Net.TLS.Config = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	scramclient.Configure(cfg, SASLMechanism, SASLUser, c.saslPassword)
 	return nil
+}
+
+// loadCAPool returns a pool of the certificates in the PEM file path.
+func loadCAPool(path string) (*x509.CertPool, error) {
+	caPEM, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("testcluster: no certificate in %s", path)
+	}
+	return pool, nil
 }
 
 // Security returns the cluster's security mode: SecurityPlaintext,

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/go-zookeeper/zk"
 )
 
 const pollInterval = 100 * time.Millisecond
@@ -63,12 +61,14 @@ func nodeFailure(n *node, what string) error {
 	return err
 }
 
-// zkMode asks a ZooKeeper server for its status with the srvr four-letter
-// word and returns its mode (standalone, leader or follower); a server that
+// zkMode asks ZooKeeper node n for its status with the srvr four-letter
+// word (over TLS in ZooKeeperSecurityTLS: the only port is the secure one)
+// and returns its mode (standalone, leader or follower); a server that
 // runs but has no quorum answers that it is not serving requests, an error
 // wrapping ErrZooKeeperNotServing.
-func zkMode(addr string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func (c *Cluster) zkMode(n *node) (string, error) {
+	addr := n.addr()
+	conn, err := c.zkDialer()("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
@@ -100,7 +100,7 @@ func (c *Cluster) waitZooKeepers(ctx context.Context, nodes []*node) error {
 	}
 	return c.waitUntil(ctx, what, nodes, func() error {
 		for _, n := range nodes {
-			if _, err := zkMode(n.addr()); err != nil {
+			if _, err := c.zkMode(n); err != nil {
 				return err
 			}
 		}
@@ -196,11 +196,7 @@ func (nopLogger) Printf(string, ...any) {}
 
 // waitZNodesGone waits until none of paths exists in ZooKeeper.
 func (c *Cluster) waitZNodesGone(ctx context.Context, paths []string, timeout time.Duration) error {
-	var servers []string
-	for _, n := range c.zks {
-		servers = append(servers, n.addr())
-	}
-	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(nopLogger{}))
+	conn, err := c.connectZooKeeper()
 	if err != nil {
 		return err
 	}

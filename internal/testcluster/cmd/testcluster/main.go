@@ -2,13 +2,14 @@
 // cluster that `make cluster-up` / `make cluster-down` / `make test` use.
 //
 //	testcluster [-dir .cluster] up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed] [-mode zookeeper|kraft]
-//	                               [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
+//	                               [-zookeeper-security plaintext|tls] [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
 //	testcluster [-dir .cluster] down
 //	testcluster [-dir .cluster] status | env
 //	testcluster [-dir .cluster] stop-broker|kill-broker|start-broker N
 //	testcluster [-dir .cluster] stop-zookeeper|kill-zookeeper|start-zookeeper N
 //	testcluster [-dir .cluster] create-topic NAME PARTITIONS [REPLICATION]
 //	testcluster jars
+//	testcluster zookeeper-tls-files DIR [HOST ...]
 //
 // up starts the JVMs detached and returns; the cluster's state is kept in
 // DIR/state.json, and DIR/env holds the lines to source:
@@ -45,10 +46,29 @@
 // KAFKA_PEERS are the PLAINTEXT ones and KAFKA_SASL_SSL_PEERS the
 // SASL_SSL ones.
 //
+// -zookeeper-security tls (default $ZOOKEEPER_SECURITY, or plaintext) runs
+// ZooKeeper with a TLS client port only, which requires a client
+// certificate (x509 identities; Kafka 2.5 or later, ZooKeeper 3.5.5 or
+// later); ZOOKEEPER_PEERS are then the TLS addresses, and DIR/env adds
+// the CA and two client certificates, each with its key (the first is the
+// identity CN=kafkaconsumer-group-a, the second CN=kafkaconsumer-group-b):
+//
+//	export ZOOKEEPER_SECURITY=tls
+//	export ZOOKEEPER_TLS_CA=DIR/tls/ca.pem
+//	export ZOOKEEPER_TLS_CERT=DIR/tls/zookeeper-client-cert.pem
+//	export ZOOKEEPER_TLS_KEY=DIR/tls/zookeeper-client-key.pem
+//	export ZOOKEEPER_TLS_CERT2=DIR/tls/zookeeper-client2-cert.pem
+//	export ZOOKEEPER_TLS_KEY2=DIR/tls/zookeeper-client2-key.pem
+//
+// zookeeper-tls-files writes the certificates of -zookeeper-security tls
+// (new ones, starting nothing) in DIR, for a ZooKeeper run elsewhere: the
+// zookeeper-tls profile of docker-compose.yml, whose ZooKeeper's
+// certificate must also name the host the broker dials (HOST).
+//
 // up is idempotent: when a healthy cluster of the requested size and
 // security runs already, it only rewrites DIR/env. The sizes default to
-// $ZOOKEEPERS and $BROKERS, or 1; the security to $SECURITY, or
-// plaintext. up creates the topics test.1, test.4 and test.64 (1, 4 and
+// $ZOOKEEPERS and $BROKERS, or 1; the security to $SECURITY (and
+// $ZOOKEEPER_SECURITY), or plaintext. up creates the topics test.1, test.4 and test.64 (1, 4 and
 // 64 partitions, replicated on every broker).
 package main
 
@@ -86,9 +106,10 @@ func main() {
 
 commands:
   up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed] [-mode zookeeper|kraft]
-     [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
+     [-zookeeper-security plaintext|tls] [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
                                     start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1,
-                                    $SECURITY or plaintext), create test.1, test.4, test.64,
+                                    $SECURITY and $ZOOKEEPER_SECURITY or plaintext),
+                                    create test.1, test.4, test.64,
                                     write DIR/env (versions: $KAFKA_VERSION or 3.9.1,
                                     $ZOOKEEPER_VERSION or Kafka's own ZooKeeper)
   down                              kill the cluster and remove DIR
@@ -99,6 +120,9 @@ commands:
   create-topic NAME PARTITIONS [REPLICATION]
   jars                              fetch the jars of $KAFKA_VERSION (and $ZOOKEEPER_VERSION)
                                     with Maven and print their directories
+  zookeeper-tls-files DIR [HOST ...]
+                                    write new certificates of -zookeeper-security tls in DIR
+                                    (ZooKeeper's also for HOST), for docker-compose.yml
 `)
 		flag.PrintDefaults()
 	}
@@ -132,6 +156,19 @@ func run(dir, command string, args []string) error {
 		return nil
 	case "up":
 		return up(dir, args)
+	case "zookeeper-tls-files":
+		if len(args) < 1 {
+			return errors.New("usage: zookeeper-tls-files DIR [HOST ...]")
+		}
+		f, err := testcluster.WriteZooKeeperTLSFiles(args[0], args[1:]...)
+		if err != nil {
+			return err
+		}
+		for _, p := range []string{f.CA, filepath.Join(args[0], testcluster.ZooKeeperServerKeyStoreFile),
+			filepath.Join(args[0], testcluster.ZooKeeperBrokerKeyStoreFile), f.Cert, f.Key, f.Cert2, f.Key2} {
+			fmt.Println(p)
+		}
+		return nil
 	case "down":
 		return down(dir)
 	case "env":
@@ -222,6 +259,8 @@ func up(dir string, args []string) error {
 	zookeepers := fs.Int("zookeepers", envInt("ZOOKEEPERS", 1), "number of ZooKeeper nodes (1 or 3; default $ZOOKEEPERS)")
 	brokers := fs.Int("brokers", envInt("BROKERS", 1), "number of Kafka brokers (1 or 3; default $BROKERS)")
 	security := fs.String("security", os.Getenv("SECURITY"), "listeners: plaintext, sasl_ssl or mixed (default $SECURITY, or plaintext)")
+	zookeeperSecurity := fs.String("zookeeper-security", os.Getenv("ZOOKEEPER_SECURITY"),
+		"ZooKeeper's client port: plaintext, or tls (TLS only, client certificates required) (default $ZOOKEEPER_SECURITY, or plaintext)")
 	kafkaDefault, zookeeperDefault := testcluster.VersionsFromEnv()
 	kafkaVersion := fs.String("kafka-version", kafkaDefault, "Kafka release (default $KAFKA_VERSION, or "+testcluster.DefaultKafkaVersion+")")
 	zookeeperVersion := fs.String("zookeeper-version", zookeeperDefault, "ZooKeeper release, run from its own jars (default $ZOOKEEPER_VERSION, or the one the Kafka release brings)")
@@ -233,6 +272,9 @@ func up(dir string, args []string) error {
 	if *security == "" {
 		*security = testcluster.SecurityPlaintext
 	}
+	if *zookeeperSecurity == "" {
+		*zookeeperSecurity = testcluster.ZooKeeperSecurityPlaintext
+	}
 
 	if c, err := testcluster.Load(dir); err == nil {
 		switch {
@@ -240,6 +282,8 @@ func up(dir string, args []string) error {
 			logf("a %s-mode cluster runs in %s; replacing it", c.Mode(), dir)
 		case c.Security() != *security:
 			logf("a %s cluster runs in %s; replacing it", c.Security(), dir)
+		case c.ZooKeeperSecurity() != *zookeeperSecurity:
+			logf("a cluster with a %s ZooKeeper runs in %s; replacing it", c.ZooKeeperSecurity(), dir)
 		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != testcluster.ZooKeeperVersionFor(*kafkaVersion, *zookeeperVersion):
 			logf("a cluster of Kafka %s and ZooKeeper %s runs in %s; replacing it", c.KafkaVersion(), c.ZooKeeperVersion(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
@@ -267,18 +311,20 @@ func up(dir string, args []string) error {
 	if zk == "" {
 		zk = "the one Kafka brings"
 	}
-	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s in %s mode, ZooKeeper %s, %s)", *zookeepers, *brokers, dir, *kafkaVersion, *mode, zk, *security)
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s in %s mode, ZooKeeper %s, %s, ZooKeeper %s)",
+		*zookeepers, *brokers, dir, *kafkaVersion, *mode, zk, *security, *zookeeperSecurity)
 	c, err := testcluster.Start(testcluster.Options{
-		ZooKeepers:       *zookeepers,
-		Brokers:          *brokers,
-		Security:         *security,
-		Dir:              dir,
-		Logf:             logf,
-		Detached:         true,
-		Context:          ctx,
-		KafkaVersion:     *kafkaVersion,
-		ZooKeeperVersion: *zookeeperVersion,
-		Mode:             *mode,
+		ZooKeepers:        *zookeepers,
+		Brokers:           *brokers,
+		Security:          *security,
+		ZooKeeperSecurity: *zookeeperSecurity,
+		Dir:               dir,
+		Logf:              logf,
+		Detached:          true,
+		Context:           ctx,
+		KafkaVersion:      *kafkaVersion,
+		ZooKeeperVersion:  *zookeeperVersion,
+		Mode:              *mode,
 	})
 	if err != nil {
 		return err
@@ -322,6 +368,23 @@ func writeEnv(dir string, c *testcluster.Cluster) error {
 			c.Security(), ca, testcluster.SASLMechanism, testcluster.SASLUser, c.SASLPassword())
 		if c.Security() == testcluster.SecurityMixed {
 			env += fmt.Sprintf("export KAFKA_SASL_SSL_PEERS=%s\n", strings.Join(c.SecureKafkaPeers(), ","))
+		}
+	}
+	if c.ZooKeeperSecurity() == testcluster.ZooKeeperSecurityTLS {
+		f := c.ZooKeeperTLSFiles()
+		env += fmt.Sprintf("export ZOOKEEPER_SECURITY=%s\n", c.ZooKeeperSecurity())
+		for _, v := range []struct{ name, path string }{
+			{"ZOOKEEPER_TLS_CA", f.CA},
+			{"ZOOKEEPER_TLS_CERT", f.Cert},
+			{"ZOOKEEPER_TLS_KEY", f.Key},
+			{"ZOOKEEPER_TLS_CERT2", f.Cert2},
+			{"ZOOKEEPER_TLS_KEY2", f.Key2},
+		} {
+			abs, err := filepath.Abs(v.path)
+			if err != nil {
+				return err
+			}
+			env += fmt.Sprintf("export %s=%s\n", v.name, abs)
 		}
 	}
 	path := filepath.Join(dir, "env")
