@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -481,11 +482,18 @@ func join(t testing.TB, group string, subscription Subscription, config *Config)
 // chroot of the connection string.
 func testZookeeper(t testing.TB, zookeeper string) (*zk.Conn, string) {
 	t.Helper()
+	return testZookeeperWith(t, zookeeper, net.DialTimeout)
+}
+
+// testZookeeperWith is testZookeeper with the go-zookeeper dialer dial
+// (testcluster.Cluster.ZooKeeperDialer for a ZooKeeper over TLS).
+func testZookeeperWith(t testing.TB, zookeeper string, dial zk.Dialer) (*zk.Conn, string) {
+	t.Helper()
 	nodes, chroot, err := parseZookeeper(zookeeper)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}))
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(zookeeperLogger{}), zk.WithDialer(dial))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -153,11 +154,17 @@ func zookeeperDialer(negotiated *atomic.Int64, conns *connSet, tlsConfig *tls.Co
 	}
 }
 
-// handshakeHint says what a TLS handshake that a server ended without a
-// word likely means.
+// handshakeHint says what a failed TLS handshake with a ZooKeeper server
+// likely means.
 func handshakeHint(err error) string {
-	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
 		return " (the server closed the connection: is it ZooKeeper's secureClientPort?)"
+	case errors.As(err, &verify):
+		return " (the server's certificate did not verify with Config.ZookeeperTLS: RootCAs, ServerName)"
+	case strings.Contains(err.Error(), "remote error: tls:"):
+		return " (the server refused this client: its certificate is missing, expired, or not from a CA the server trusts; see Config.ZookeeperTLS.Certificates)"
 	}
 	return ""
 }

@@ -8,6 +8,7 @@ package kafkaconsumer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -326,6 +327,10 @@ type zookeeperCut struct {
 	zookeeperA, zookeeperB string
 	kafka                  []string
 	cut, heal              func()
+	// tls, when set, is the instances' Config.ZookeeperTLS, and dial the
+	// dialer of the test's own ZooKeeper sessions (nil: plain TCP).
+	tls  *tls.Config
+	dial zk.Dialer
 }
 
 // proxyCut returns the cut of A through a proxy of its own to the shared
@@ -370,6 +375,7 @@ func runZooKeeperCutOff(t *testing.T, zc zookeeperCut, cutFor time.Duration, blo
 		c.MaxProcessingTime = 2 * time.Second
 		c.OnRebalance = log.onRebalance
 		c.BatchSize = batch
+		c.ZookeeperTLS = zc.tls
 		return c
 	}
 	record := func(l *deliveryLog, c Consumer) {
@@ -419,7 +425,11 @@ func runZooKeeperCutOff(t *testing.T, zc zookeeperCut, cutFor time.Duration, blo
 
 	producer := produceSteadily(t, client, topic, 100)
 	sampler := sampleCommitted(t, client, group, topic)
-	conn, chroot := testZookeeper(t, zc.zookeeperB)
+	dial := zc.dial
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	conn, chroot := testZookeeperWith(t, zc.zookeeperB, dial)
 	stopWatch := make(chan struct{})
 	owners := watchOwners(t, conn, chroot, group, topic, partitions, a.(*consumerManager).instance.ID, stopWatch)
 	defer close(stopWatch)

@@ -61,37 +61,51 @@ func groupNodes(t testing.TB, conn *zk.Conn, chroot, group, topic string) (persi
 	return persistent, ephemeral
 }
 
-// checkLockedOut checks that a session of each identity of intruders (no
-// credential for an anonymous one) can delete none of the group's claims,
-// register in none of its nodes, and change none of them: ZooKeeper
-// answers NOAUTH.
-func checkLockedOut(t *testing.T, nodes []string, claims []string, intruders ...[]ZookeeperCredential) {
+// checkACL checks that each of nodes has the ACL want, read on conn.
+func checkACL(t *testing.T, conn *zk.Conn, nodes []string, want []zk.ACL) {
 	t.Helper()
-	for _, creds := range intruders {
-		conn, _ := testZookeeperAs(t, creds...)
+	for _, node := range nodes {
+		acl, _, err := conn.GetACL(node)
+		if err != nil {
+			t.Fatalf("GetACL(%s): %v", node, err)
+		}
+		if !sameACL(acl, want) {
+			t.Errorf("%s has ACL %s, want %s", node, describeACL(acl), describeACL(want))
+		}
+	}
+}
+
+// checkLockedOut checks that each session of intruders (by the identity
+// it is known by) can delete none of the group's claims, register in none
+// of its nodes, and change none of them or its claims: ZooKeeper answers
+// NOAUTH.
+func checkLockedOut(t *testing.T, nodes []string, claims []string, intruders map[string]*zk.Conn) {
+	t.Helper()
+	for who, conn := range intruders {
 		for _, claim := range claims {
 			if err := conn.Delete(claim, -1); !errors.Is(err, zk.ErrNoAuth) {
-				t.Errorf("%v deleted claim %s: %v, want NOAUTH", creds, claim, err)
+				t.Errorf("%s deleted claim %s: %v, want NOAUTH", who, claim, err)
 			}
 			if _, err := conn.Set(claim, []byte("intruder"), -1); !errors.Is(err, zk.ErrNoAuth) {
-				t.Errorf("%v changed claim %s: %v, want NOAUTH", creds, claim, err)
+				t.Errorf("%s changed claim %s: %v, want NOAUTH", who, claim, err)
 			}
 		}
 		for _, node := range nodes {
 			if _, err := conn.Create(node+"/intruder", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
-				t.Errorf("%v created a node in %s: %v, want NOAUTH", creds, node, err)
+				t.Errorf("%s created a node in %s: %v, want NOAUTH", who, node, err)
 			}
 			if _, err := conn.Set(node, []byte("intruder"), -1); !errors.Is(err, zk.ErrNoAuth) {
-				t.Errorf("%v changed %s: %v, want NOAUTH", creds, node, err)
+				t.Errorf("%s changed %s: %v, want NOAUTH", who, node, err)
 			}
 		}
 	}
 }
 
-// checkJoinDenied checks that an instance with config joining group fails
-// within a bound with ErrZookeeperAccessDenied naming identity, and
-// registers nothing (conn sees the group's registrations).
-func checkJoinDenied(t *testing.T, group, topic string, config *Config, identity string, conn *zk.Conn, chroot string) {
+// checkJoinDenied checks that an instance with config joining group
+// through the ZooKeeper of connection string zookeeper fails within a
+// bound with ErrZookeeperAccessDenied naming identity, and registers
+// nothing (conn sees the group's registrations).
+func checkJoinDenied(t *testing.T, zookeeper, group, topic string, config *Config, identity string, conn *zk.Conn, chroot string) {
 	t.Helper()
 	ids := path.Join(chroot, "/consumers", group, "ids")
 	before, _, err := conn.Children(ids)
@@ -99,7 +113,7 @@ func checkJoinDenied(t *testing.T, group, topic string, config *Config, identity
 		t.Fatal(err)
 	}
 	began := time.Now()
-	c, err := Join(group, TopicSubscription(topic), zookeeperPeers, config)
+	c, err := Join(group, TopicSubscription(topic), zookeeper, config)
 	took := time.Since(began)
 	if err == nil {
 		_ = c.Close()
@@ -150,21 +164,15 @@ func TestZookeeperDigestACL(t *testing.T) {
 	if len(ephemeral) != 5 {
 		t.Fatalf("the group's ephemeral nodes are %v, want a registration and 4 claims", ephemeral)
 	}
-	for _, node := range append(persistent, ephemeral...) {
-		acl, _, err := conn.GetACL(node)
-		if err != nil {
-			t.Fatalf("GetACL(%s): %v", node, err)
-		}
-		if !sameACL(acl, digestGroupACL) {
-			t.Errorf("%s has ACL %s, want %s", node, describeACL(acl), describeACL(digestGroupACL))
-		}
-	}
-	checkLockedOut(t, persistent, ephemeral[1:], []ZookeeperCredential{digestIntruder}, nil)
+	checkACL(t, conn, append(persistent, ephemeral...), digestGroupACL)
+	intruderConn, _ := testZookeeperAs(t, digestIntruder)
+	anonymous, _ := testZookeeperAs(t)
+	checkLockedOut(t, persistent, ephemeral[1:], map[string]*zk.Conn{"digest:group-b": intruderConn, "world:anyone": anonymous})
 
 	intruder := testConfig()
 	intruder.ZookeeperAuth = []ZookeeperCredential{digestIntruder}
-	checkJoinDenied(t, group, topic, intruder, "digest:group-b", conn, chroot)
-	checkJoinDenied(t, group, topic, testConfig(), "world:anyone", conn, chroot)
+	checkJoinDenied(t, zookeeperPeers, group, topic, intruder, "digest:group-b", conn, chroot)
+	checkJoinDenied(t, zookeeperPeers, group, topic, testConfig(), "world:anyone", conn, chroot)
 
 	col.close(t)
 	checkCommitted(t, client, group, start, map[string]int{topic: 100})
@@ -218,8 +226,9 @@ func TestZookeeperACLRollingUpgrade(t *testing.T) {
 			claims = append(claims, node)
 		}
 	}
-	checkLockedOut(t, persistent, claims, nil)
-	checkJoinDenied(t, group, topic, testConfig(), "world:anyone", conn, chroot)
+	anonymous, _ := testZookeeperAs(t)
+	checkLockedOut(t, persistent, claims, map[string]*zk.Conn{"world:anyone": anonymous})
+	checkJoinDenied(t, zookeeperPeers, group, topic, testConfig(), "world:anyone", conn, chroot)
 
 	waitFor(t, 30*time.Second, "every message", func() bool {
 		all, _ := union(values, every...)

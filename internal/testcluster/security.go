@@ -94,6 +94,9 @@ type tlsFiles struct {
 	// ZooKeeperTLSIdentity2, and their keys.
 	zkClientCert, zkClientKey   string
 	zkClient2Cert, zkClient2Key string
+	// A certificate of ZooKeeperTLSIdentity that expired an hour ago, and
+	// its key.
+	zkExpiredCert, zkExpiredKey string
 }
 
 // newTLSFiles returns the files of a cluster whose Dir is dir, in dir/tls.
@@ -105,7 +108,8 @@ func tlsFilesIn(dir string) tlsFiles {
 	return tlsFiles{ca: f("ca.pem"), cert: f("server-cert.pem"), key: f("server-key.pem"),
 		zkServer: f(ZooKeeperServerKeyStoreFile), zkBroker: f(ZooKeeperBrokerKeyStoreFile),
 		zkClientCert: f("zookeeper-client-cert.pem"), zkClientKey: f("zookeeper-client-key.pem"),
-		zkClient2Cert: f("zookeeper-client2-cert.pem"), zkClient2Key: f("zookeeper-client2-key.pem")}
+		zkClient2Cert: f("zookeeper-client2-cert.pem"), zkClient2Key: f("zookeeper-client2-key.pem"),
+		zkExpiredCert: f("zookeeper-client-expired-cert.pem"), zkExpiredKey: f("zookeeper-client-expired-key.pem")}
 }
 
 // certValidity is how long the certificates of generateTLS are valid.
@@ -128,16 +132,21 @@ var serverHosts = []string{"localhost", "127.0.0.1", "::1"}
 // for hosts (DNS names or IP addresses) when there are any, else a
 // client certificate.
 func (ca *certAuthority) issue(cn string, hosts []string) (pemCert, error) {
+	now := time.Now()
+	return ca.issueValid(cn, hosts, now.Add(-time.Hour), now.Add(certValidity))
+}
+
+// issueValid is issue, for a certificate valid from notBefore to notAfter.
+func (ca *certAuthority) issueValid(cn string, hosts []string, notBefore, notAfter time.Time) (pemCert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return pemCert{}, err
 	}
-	now := time.Now()
 	template := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certValidity),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
@@ -196,8 +205,9 @@ func newCertAuthority() (*certAuthority, error) {
 // for serverHosts and extraHosts) and writes them as PEM files with
 // permissions perm; with zookeeper (ZooKeeperSecurityTLS), also
 // ZooKeeper's key store and the client certificates of
-// ZooKeeperBrokerIdentity, ZooKeeperTLSIdentity and ZooKeeperTLSIdentity2.
-// Every certificate is valid for a week.
+// ZooKeeperBrokerIdentity, ZooKeeperTLSIdentity and ZooKeeperTLSIdentity2,
+// and one of ZooKeeperTLSIdentity that expired an hour ago. Every other
+// certificate is valid for a week.
 func generateTLS(files tlsFiles, zookeeper bool, extraHosts []string, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(files.ca), 0o755); err != nil {
 		return err
@@ -238,6 +248,12 @@ func generateTLS(files tlsFiles, zookeeper bool, extraHosts []string, perm os.Fi
 			}
 			out = append(out, file{c.cert, client.cert}, file{c.key, client.key})
 		}
+		now := time.Now()
+		expired, err := ca.issueValid(zooKeeperClientCN, nil, now.Add(-2*time.Hour), now.Add(-time.Hour))
+		if err != nil {
+			return err
+		}
+		out = append(out, file{files.zkExpiredCert, expired.cert}, file{files.zkExpiredKey, expired.key})
 	}
 	for _, f := range out {
 		if err := os.WriteFile(f.path, f.contents, perm); err != nil {

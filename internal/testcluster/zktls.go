@@ -205,6 +205,10 @@ type ZooKeeperTLSFiles struct {
 	// Cert2 and Key2 are the client certificate of ZooKeeperTLSIdentity2
 	// and its key.
 	Cert2, Key2 string
+	// ExpiredCert and ExpiredKey are a client certificate of
+	// ZooKeeperTLSIdentity that expired an hour before the cluster
+	// started, and its key.
+	ExpiredCert, ExpiredKey string
 }
 
 // ZooKeeperTLSFiles returns the PEM files of the cluster's ZooKeeper
@@ -218,7 +222,8 @@ func (c *Cluster) ZooKeeperTLSFiles() ZooKeeperTLSFiles {
 
 // zooKeeperClients returns the files of ZooKeeper's clients.
 func (f tlsFiles) zooKeeperClients() ZooKeeperTLSFiles {
-	return ZooKeeperTLSFiles{CA: f.ca, Cert: f.zkClientCert, Key: f.zkClientKey, Cert2: f.zkClient2Cert, Key2: f.zkClient2Key}
+	return ZooKeeperTLSFiles{CA: f.ca, Cert: f.zkClientCert, Key: f.zkClientKey, Cert2: f.zkClient2Cert, Key2: f.zkClient2Key,
+		ExpiredCert: f.zkExpiredCert, ExpiredKey: f.zkExpiredKey}
 }
 
 // ZooKeeperTLSConfig returns the TLS configuration of a ZooKeeper client of
