@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
 
 	"github.com/kafkaconsumer/kafkaconsumer"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
@@ -101,5 +102,55 @@ func TestDescribeSecuredIntegration(t *testing.T) {
 				t.Errorf("took %s, past --timeout 10s", took)
 			}
 		})
+	}
+}
+
+// TestDescribeOnTLSZooKeeper: on a cluster whose ZooKeeper takes TLS
+// clients with certificates only, a group locked with an x509 ACL is
+// described with --zookeeper-tls-ca, --zookeeper-tls-cert and
+// --zookeeper-tls-key; with the other identity's certificate the command
+// fails, saying that ZooKeeper refused.
+func TestDescribeOnTLSZooKeeper(t *testing.T) {
+	c := startCluster(t, testcluster.Options{ZooKeeperSecurity: testcluster.ZooKeeperSecurityTLS})
+	checkLeaks(t)
+	files := c.ZooKeeperTLSFiles()
+	groupTLS, err := testcluster.LoadZooKeeperTLSConfig(files.CA, files.Cert, files.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := createTopic(t, c.KafkaPeers(), 2)
+	group := "cli-tls." + topic
+	produce(t, c.KafkaPeers(), topic, 10)
+
+	config := kafkaconsumer.NewConfig()
+	config.ZookeeperTLS = groupTLS
+	config.ZookeeperACL = []zk.ACL{{Perms: zk.PermAll, Scheme: "x509", ID: testcluster.ZooKeeperTLSIdentity}}
+	config.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), c.ZookeeperPeers(), config)
+	if err != nil {
+		t.Fatalf("join: %s", err)
+	}
+	defer func() { _ = consumer.Close() }()
+	consumeAll(t, consumer, 10)
+
+	describe := func(cert, key string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"--zookeeper", c.ZookeeperPeers(), "--group", group, "--json", "--timeout", "20s",
+			"--zookeeper-tls-ca", files.CA, "--zookeeper-tls-cert", cert, "--zookeeper-tls-key", key}, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, stdout, stderr := describe(files.Cert, files.Key)
+	if code != exitOK {
+		t.Fatalf("with the group's certificate: exit status %d: %s", code, stderr)
+	}
+	var desc GroupDescription
+	if err := json.Unmarshal([]byte(stdout), &desc); err != nil {
+		t.Fatalf("decode %s: %v", stdout, err)
+	}
+	if len(desc.Instances) != 1 {
+		t.Errorf("with the group's certificate: %d instances, want 1: %s", len(desc.Instances), stdout)
+	}
+	if code, _, stderr := describe(files.Cert2, files.Key2); code != exitError || !strings.Contains(stderr, "not authenticated") {
+		t.Errorf("with the other certificate: exit status %d, stderr %q; want %d and ZooKeeper's \"not authenticated\"", code, stderr, exitError)
 	}
 }
