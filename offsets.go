@@ -467,9 +467,13 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 
 // broker returns the group's coordinator, looking it up when not known.
 func (s *offsetStore) broker() (*sarama.Broker, error) {
-	if s.noLookup.Load() && !s.brokerMu.TryLock() {
-		return nil, errNoLookup // a lookup is under way, and may last
-	} else if !s.noLookup.Load() {
+	// The flag is read once: whichever way it changes meanwhile, the
+	// mutex is locked exactly once here.
+	if s.noLookup.Load() {
+		if !s.brokerMu.TryLock() {
+			return nil, errNoLookup // a lookup is under way, and may last
+		}
+	} else {
 		s.brokerMu.Lock()
 	}
 	defer s.brokerMu.Unlock()

@@ -706,3 +706,67 @@ func TestIntegrationCommitLastProcessed(t *testing.T) {
 	run(last, "c", 5, before)
 	waitCommit(24, commitmark.LastMark)
 }
+
+// TestOffsetStoreBrokerWhileLookupsStop: broker() decides once whether
+// lookups are stopped. It read the flag twice, to try the lock and to take
+// it: set between the two reads (a Shutdown's context ending during a
+// commit), no lock was taken and the deferred unlock killed the process
+// ("fatal error: sync: unlock of unlocked mutex"); cleared between them,
+// it locked twice and hung. The flag flips both ways here, to hit either
+// within a second; each call must return within one.
+func TestOffsetStoreBrokerWhileLookupsStop(t *testing.T) {
+	t.Parallel()
+	s := testOffsets()
+	coordinator := sarama.NewBroker("127.0.0.1:1")
+	s.coordinator = coordinator
+	done := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+				s.noLookup.Store(i%2 == 0)
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		<-flipped
+	}()
+	// The calls go on for a second; a call that has not returned after
+	// 5 s is stuck.
+	var made atomic.Int64
+	calls := make(chan error)
+	go func() {
+		defer close(calls)
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			b, err := s.broker()
+			made.Add(1)
+			if err == nil && b != coordinator {
+				err = fmt.Errorf("broker() = %v, not the coordinator", b)
+			}
+			if err != nil && !errors.Is(err, errNoLookup) {
+				calls <- err
+				return
+			}
+		}
+	}()
+	for last := int64(-1); ; {
+		select {
+		case err, ok := <-calls:
+			if ok {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(5 * time.Second):
+			if n := made.Load(); n == last {
+				t.Fatalf("broker() did not return within 5 s, after %d calls: it locked its mutex twice", n)
+			} else {
+				last = n
+			}
+		}
+	}
+}
