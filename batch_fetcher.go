@@ -237,10 +237,27 @@ func (l *brokerLoop) fetch(ready []*batchFetcher) {
 		// sarama's broker fails every later request on a connection
 		// whose read failed: close it; the client opens it again.
 		_ = l.broker.Close()
-		for _, f := range l.subs {
-			l.drop(f, err)
-		}
+		l.dropAll(err)
 		return
+	}
+	if throttle := l.handle(ready, resp); throttle > 0 {
+		// A broker over a quota answered at once, with nothing: wait its
+		// throttle out before the next request, as sarama does.
+		timer := time.NewTimer(throttle)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-l.hub.stop:
+		}
+	}
+}
+
+// handle hands each of the ready fetchers its messages or its error from
+// resp. A response throttled by a quota (ThrottleTime set) that holds no
+// partition is no error: it returns the throttle time to wait.
+func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) time.Duration {
+	if resp.ThrottleTime > 0 && len(resp.Blocks) == 0 {
+		return resp.ThrottleTime
 	}
 	for _, f := range ready {
 		block := resp.GetBlock(f.tp.Topic, f.tp.Partition)
@@ -263,6 +280,17 @@ func (l *brokerLoop) fetch(ready []*batchFetcher) {
 			f.deliver(msgs)
 		}
 	}
+	return 0
+}
+
+// dropAll unsubscribes every fetcher of the loop for err, the error of a
+// request, each once.
+func (l *brokerLoop) dropAll(err error) {
+	subs := l.subs
+	l.subs = nil
+	for _, f := range subs {
+		f.fail(err)
+	}
 }
 
 // drop unsubscribes f for err: f's goroutine reports it, and subscribes
@@ -274,6 +302,11 @@ func (l *brokerLoop) drop(f *batchFetcher, err error) {
 			break
 		}
 	}
+	f.fail(err)
+}
+
+// fail tells f's goroutine that its loop dropped it for err.
+func (f *batchFetcher) fail(err error) {
 	f.loop.Store(nil)
 	select {
 	case f.failed <- err:

@@ -111,3 +111,64 @@ func TestBatchFetchVersion(t *testing.T) {
 		t.Error("batch fetcher for read committed")
 	}
 }
+
+// TestBrokerLoopDropAll: a failed request unsubscribes every fetcher of
+// the loop once, each with one error. Dropping them while ranging over
+// the loop's own list, which drop shortens, skipped some and dropped
+// others twice: the second error then failed the fetcher's next
+// subscription, which put it in the loop twice.
+func TestBrokerLoopDropAll(t *testing.T) {
+	t.Parallel()
+	l := &brokerLoop{}
+	var fetchers []*batchFetcher
+	for i := range 4 {
+		f := testFetcher(int64(i))
+		f.failed = make(chan error, 1)
+		f.loop.Store(l)
+		fetchers = append(fetchers, f)
+	}
+	l.subs = slices.Clone(fetchers)
+	failure := errors.New("request failed")
+	l.dropAll(failure)
+	if len(l.subs) != 0 {
+		t.Errorf("%d fetchers still subscribed after the request failed", len(l.subs))
+	}
+	for i, f := range fetchers {
+		select {
+		case err := <-f.failed:
+			if err != failure {
+				t.Errorf("fetcher %d failed with %v, want the request's error", i, err)
+			}
+		default:
+			t.Errorf("fetcher %d was not told of the failure", i)
+		}
+		if f.loop.Load() != nil {
+			t.Errorf("fetcher %d still points at the loop", i)
+		}
+	}
+}
+
+// TestBrokerLoopThrottled: a broker over a client quota answers with its
+// throttle time and no partition. That is no error: every fetcher stays
+// subscribed, and the loop waits the throttle time out. It read as an
+// incomplete response, one ErrIncompleteResponse per partition, each
+// followed by a metadata refresh and a backoff.
+func TestBrokerLoopThrottled(t *testing.T) {
+	t.Parallel()
+	l := &brokerLoop{}
+	f := testFetcher(0)
+	f.failed = make(chan error, 1)
+	f.loop.Store(l)
+	l.subs = []*batchFetcher{f}
+	if wait := l.handle(l.subs, &sarama.FetchResponse{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
+		t.Errorf("handle = %s, want the throttle time, 250ms", wait)
+	}
+	select {
+	case err := <-f.failed:
+		t.Errorf("the fetcher was dropped: %v", err)
+	default:
+	}
+	if len(l.subs) != 1 || f.loop.Load() != l {
+		t.Error("the fetcher is no longer subscribed")
+	}
+}
