@@ -24,6 +24,11 @@ import (
 	"github.com/IBM/sarama"
 )
 
+// errLeaderMoved drops a batch fetcher from the loop of a broker that
+// answered for a partition it no longer leads (a follower serves fetches
+// from Fetch v11 on): the fetcher subscribes to the leader at once.
+var errLeaderMoved = errors.New("kafkaconsumer: the partition's leader moved")
+
 // errLegacyRecords ends a batch fetcher that met a message set older than
 // record batches.
 var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming with sarama's partition consumer")
@@ -274,13 +279,26 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 		switch {
 		case errors.Is(err, errLegacyRecords):
 			l.drop(f, err)
+			continue
 		case err != nil:
 			f.report(err) // ErrMessageTooLarge: skipped
 		case len(msgs) > 0:
 			f.deliver(msgs)
 		}
+		if l.leaderMoved(f) {
+			l.drop(f, errLeaderMoved)
+		}
 	}
 	return 0
+}
+
+// leaderMoved reports whether the client's metadata names another broker
+// than the loop's as the leader of f's partition, as sarama's consumer
+// checks after each response: a former leader that still answers would
+// otherwise keep the partition for good.
+func (l *brokerLoop) leaderMoved(f *batchFetcher) bool {
+	leader, err := l.hub.client.Leader(f.tp.Topic, f.tp.Partition)
+	return err == nil && leader.Addr() != l.broker.Addr()
 }
 
 // dropAll unsubscribes every fetcher of the loop for err, the error of a
@@ -411,6 +429,8 @@ func (f *batchFetcher) run() {
 			}
 		}
 		switch {
+		case errors.Is(err, errLeaderMoved):
+			continue // the metadata names the leader already
 		case errors.Is(err, errLegacyRecords):
 			f.legacy = true
 			return

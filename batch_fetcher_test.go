@@ -172,3 +172,52 @@ func TestBrokerLoopThrottled(t *testing.T) {
 		t.Error("the fetcher is no longer subscribed")
 	}
 }
+
+// leaderClient is a sarama.Client whose metadata names leader as the
+// leader of every partition; its other methods are not for use.
+type leaderClient struct {
+	sarama.Client
+	leader *sarama.Broker
+}
+
+func (c leaderClient) Leader(string, int32) (*sarama.Broker, error) { return c.leader, nil }
+
+// TestBrokerLoopLeaderMoved: after a response, a fetcher whose partition
+// the metadata says another broker leads leaves the loop for that broker's
+// (errLeaderMoved), even though the former leader answered without an
+// error, as a follower does from Fetch v11 on; one whose leader is the
+// loop's broker stays. The fetcher stayed on the former leader for good.
+func TestBrokerLoopLeaderMoved(t *testing.T) {
+	t.Parallel()
+	former, current := sarama.NewBroker("127.0.0.1:9001"), sarama.NewBroker("127.0.0.1:9002")
+	for _, tc := range []struct {
+		name   string
+		leader *sarama.Broker
+		moved  bool
+	}{{"moved", current, true}, {"stayed", former, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := testFetcher(10)
+			f.hub.client = leaderClient{leader: tc.leader}
+			f.slabs = make(chan []*sarama.ConsumerMessage, 1)
+			f.failed = make(chan error, 1)
+			l := &brokerLoop{hub: f.hub, broker: former, subs: []*batchFetcher{f}}
+			f.loop.Store(l)
+			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
+			resp := &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}}
+			l.handle(l.subs, resp)
+			if got := offsets(<-f.slabs); !slices.Equal(got, []int64{10}) {
+				t.Errorf("delivered offsets %v, want [10]", got)
+			}
+			select {
+			case err := <-f.failed:
+				if !tc.moved || !errors.Is(err, errLeaderMoved) {
+					t.Errorf("dropped with %v", err)
+				}
+			default:
+				if tc.moved {
+					t.Error("the fetcher stayed on the former leader")
+				}
+			}
+		})
+	}
+}
