@@ -15,6 +15,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -283,8 +284,10 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 		case err != nil:
 			f.report(err) // ErrMessageTooLarge: skipped
 		case len(msgs) > 0:
+			f.intercept(msgs)
 			f.deliver(msgs)
 		}
+		f.retries.Store(0)
 		if l.leaderMoved(f) {
 			l.drop(f, errLeaderMoved)
 		}
@@ -366,6 +369,9 @@ type batchFetcher struct {
 	// for; the loop's while subscribed, run's otherwise.
 	offset    int64
 	fetchSize int32
+	// retries counts the failures since the last response that held the
+	// partition (run's backoff; the loop resets it).
+	retries atomic.Int32
 }
 
 // startBatchFetcher starts a batch fetcher of tp at offset on hub. offset
@@ -439,11 +445,44 @@ func (f *batchFetcher) run() {
 		}
 		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
 		select {
-		case <-time.After(f.hub.conf.Consumer.Retry.Backoff):
+		case <-time.After(f.backoff()):
 		case <-f.dying:
 			return
 		}
 	}
+}
+
+// backoff counts a failure in a row and returns how long to wait before
+// subscribing again: Consumer.Retry.BackoffFunc of the failures since the
+// last response when it is set, else Consumer.Retry.Backoff.
+func (f *batchFetcher) backoff() time.Duration {
+	retries := f.retries.Add(1)
+	if fn := f.hub.conf.Consumer.Retry.BackoffFunc; fn != nil {
+		return fn(int(retries))
+	}
+	return f.hub.conf.Consumer.Retry.Backoff
+}
+
+// intercept passes each of msgs to the Consumer.Interceptors, in order, as
+// sarama's partition consumer does. An interceptor that panics is logged,
+// and the message goes on unchanged by it.
+func (f *batchFetcher) intercept(msgs []*sarama.ConsumerMessage) {
+	for _, interceptor := range f.hub.conf.Consumer.Interceptors {
+		for _, msg := range msgs {
+			f.applyInterceptor(interceptor, msg)
+		}
+	}
+}
+
+// applyInterceptor runs interceptor on msg, recovering a panic of it.
+func (f *batchFetcher) applyInterceptor(interceptor sarama.ConsumerInterceptor, msg *sarama.ConsumerMessage) {
+	defer func() {
+		if r := recover(); r != nil && f.hub.log != nil {
+			f.hub.log.Error("A consumer interceptor panicked; the message goes on.", "interceptor", fmt.Sprintf("%T", interceptor), "panic", fmt.Sprint(r),
+				"topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset)
+		}
+	}()
+	interceptor.OnConsume(msg)
 }
 
 // isDying reports whether AsyncClose was called.

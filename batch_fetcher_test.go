@@ -221,3 +221,72 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 		})
 	}
 }
+
+// countingInterceptor counts the messages it sees and marks them; it
+// panics on the message of offset panicAt.
+type countingInterceptor struct {
+	seen    []int64
+	panicAt int64
+}
+
+func (c *countingInterceptor) OnConsume(msg *sarama.ConsumerMessage) {
+	c.seen = append(c.seen, msg.Offset)
+	if msg.Offset == c.panicAt {
+		panic("interceptor failed")
+	}
+	msg.Headers = append(msg.Headers, &sarama.RecordHeader{Key: []byte("seen")})
+}
+
+// TestBatchFetcherInterceptors: in batch mode each message passes
+// Consumer.Interceptors before it is handed out, as with sarama's
+// partition consumer; an interceptor's panic is recovered and logged. Batch
+// mode skipped them.
+func TestBatchFetcherInterceptors(t *testing.T) {
+	t.Parallel()
+	first, second := &countingInterceptor{panicAt: 11}, &countingInterceptor{panicAt: -1}
+	f := testFetcher(10)
+	f.hub.conf.Consumer.Interceptors = []sarama.ConsumerInterceptor{first, second}
+	f.hub.log = newLogger(nil, "g", "me")
+	f.slabs = make(chan []*sarama.ConsumerMessage, 1)
+	f.failed = make(chan error, 1)
+	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*batchFetcher{f}}
+	f.hub.client = leaderClient{leader: l.broker}
+	f.retries.Store(5)
+	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
+	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
+	msgs := <-f.slabs
+	if n := f.retries.Load(); n != 0 {
+		t.Errorf("after a response the backoff counts %d failures, want 0", n)
+	}
+	if !slices.Equal(first.seen, []int64{10, 11, 12}) || !slices.Equal(second.seen, []int64{10, 11, 12}) {
+		t.Errorf("the interceptors saw %v and %v, want [10 11 12] each", first.seen, second.seen)
+	}
+	for _, msg := range msgs {
+		want := 2
+		if msg.Offset == 11 {
+			want = 1 // the first interceptor panicked before marking it
+		}
+		if len(msg.Headers) != want {
+			t.Errorf("message %d has %d marks, want %d", msg.Offset, len(msg.Headers), want)
+		}
+	}
+}
+
+// TestBatchFetcherBackoff: between subscriptions a batch fetcher waits
+// Consumer.Retry.BackoffFunc of the failures in a row when it is set (a
+// response resets the count), else Consumer.Retry.Backoff. Batch mode
+// always waited Retry.Backoff.
+func TestBatchFetcherBackoff(t *testing.T) {
+	t.Parallel()
+	f := testFetcher(0)
+	if got := f.backoff(); got != f.hub.conf.Consumer.Retry.Backoff {
+		t.Errorf("backoff() = %s, want Retry.Backoff %s", got, f.hub.conf.Consumer.Retry.Backoff)
+	}
+	f.retries.Store(0)
+	f.hub.conf.Consumer.Retry.BackoffFunc = func(retries int) time.Duration { return time.Duration(retries) * time.Second }
+	for want := 1; want <= 3; want++ {
+		if got := f.backoff(); got != time.Duration(want)*time.Second {
+			t.Errorf("backoff() after %d failures = %s, want %ds", want, got, want)
+		}
+	}
+}
