@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -580,6 +581,14 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 		}
 		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
 	}
+	if next == f.offset && !partial {
+		// Nothing to move past: the response may hold a batch whose
+		// records compaction removed (kept for its producer's state),
+		// which sarama's decoder leaves out; it keeps the batch's end.
+		if end, ok := recordsEnd(block); ok && end > next && end <= block.HighWaterMarkOffset {
+			next = end
+		}
+	}
 	moved := next > f.offset
 	f.offset = next
 	switch {
@@ -595,6 +604,19 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 		}
 	}
 	return msgs, nil
+}
+
+// recordsEnd returns the offset after the last record batch that sarama
+// decoded in block, empty batches included, which it keeps unexported
+// (FetchResponseBlock.recordsNextOffset; its partition consumer moves to
+// it when a response has no record): false when the field is not there
+// or not set. Reading it through reflection only reads.
+func recordsEnd(block *sarama.FetchResponseBlock) (int64, bool) {
+	field := reflect.ValueOf(block).Elem().FieldByName("recordsNextOffset")
+	if !field.IsValid() || field.Kind() != reflect.Pointer || field.IsNil() || field.Elem().Kind() != reflect.Int64 {
+		return 0, false
+	}
+	return field.Elem().Int(), true
 }
 
 // AsyncClose implements sarama.PartitionConsumer: it stops run.

@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -288,5 +289,20 @@ func TestBatchFetcherBackoff(t *testing.T) {
 		if got := f.backoff(); got != time.Duration(want)*time.Second {
 			t.Errorf("backoff() after %d failures = %s, want %ds", want, got, want)
 		}
+	}
+}
+
+// TestRecordsEndField: recordsEnd reads sarama's unexported
+// FetchResponseBlock.recordsNextOffset, an *int64; a sarama that renames
+// or retypes it fails here (TestCompactionEmptiedBatch shows what it is
+// for on a real cluster).
+func TestRecordsEndField(t *testing.T) {
+	t.Parallel()
+	field, ok := reflect.TypeOf(sarama.FetchResponseBlock{}).FieldByName("recordsNextOffset")
+	if !ok || field.Type != reflect.TypeOf((*int64)(nil)) {
+		t.Fatalf("sarama.FetchResponseBlock.recordsNextOffset is %v (found %t); want *int64", field.Type, ok)
+	}
+	if _, ok := recordsEnd(&sarama.FetchResponseBlock{}); ok {
+		t.Error("recordsEnd of a block without batches reports an end")
 	}
 }

@@ -817,6 +817,7 @@ func (c *Cluster) writeBrokerConfig(n *node, extra map[string]string) error {
 		"num.replica.fetchers":                     "1",
 		"log.cleaner.threads":                      "1",
 		"log.cleaner.dedupe.buffer.size":           "8388608",
+		"log.cleaner.backoff.ms":                   "1000", // a compacted topic's test waits a second, not 15
 		"replica.lag.time.max.ms":                  "10000",
 		"controlled.shutdown.enable":               "true",
 		"controlled.shutdown.max.retries":          "3",
