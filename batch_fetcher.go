@@ -31,6 +31,12 @@ import (
 // from Fetch v11 on): the fetcher subscribes to the leader at once.
 var errLeaderMoved = errors.New("kafkaconsumer: the partition's leader moved")
 
+// errPreferredReplica drops a batch fetcher from its loop when the leader
+// named another replica to fetch from (KIP-392: a rack-aware replica
+// selector and Config.RackID): the fetcher subscribes to that replica's
+// loop at once.
+var errPreferredReplica = errors.New("kafkaconsumer: the leader named a preferred read replica")
+
 // errLegacyRecords ends a batch fetcher that met a message set older than
 // record batches.
 var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming with sarama's partition consumer")
@@ -277,6 +283,11 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 			continue
 		}
 		f.hwm.Store(block.HighWaterMarkOffset)
+		if id := block.PreferredReadReplica; id >= 0 && id != l.broker.ID() {
+			f.preferReplica(id)
+			l.drop(f, errPreferredReplica)
+			continue
+		}
 		msgs, err := f.parse(block)
 		switch {
 		case errors.Is(err, errLegacyRecords):
@@ -301,6 +312,9 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 // checks after each response: a former leader that still answers would
 // otherwise keep the partition for good.
 func (l *brokerLoop) leaderMoved(f *batchFetcher) bool {
+	if f.preferred >= 0 && f.preferred == l.broker.ID() && time.Now().Before(f.preferredUntil) {
+		return false // the leader sent it here
+	}
 	leader, err := l.hub.client.Leader(f.tp.Topic, f.tp.Partition)
 	return err == nil && leader.Addr() != l.broker.Addr()
 }
@@ -373,6 +387,11 @@ type batchFetcher struct {
 	// retries counts the failures since the last response that held the
 	// partition (run's backoff; the loop resets it).
 	retries atomic.Int32
+	// preferred is the ID of the read replica the leader named (-1:
+	// none: fetch from the leader), until preferredUntil; the loop's
+	// while subscribed, run's otherwise, as offset.
+	preferred      int32
+	preferredUntil time.Time
 }
 
 // startBatchFetcher starts a batch fetcher of tp at offset on hub. offset
@@ -400,6 +419,7 @@ func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) (*batchFe
 		done:      make(chan struct{}),
 		offset:    offset,
 		fetchSize: hub.conf.Consumer.Fetch.Default,
+		preferred: -1,
 	}
 	f.hwm.Store(newest)
 	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
@@ -421,7 +441,7 @@ func (f *batchFetcher) run() {
 		f.mu.Unlock()
 	}()
 	for {
-		broker, err := f.hub.client.Leader(f.tp.Topic, f.tp.Partition)
+		broker, err := f.source()
 		if err == nil {
 			if !f.hub.subscribe(f, broker) {
 				return
@@ -435,9 +455,11 @@ func (f *batchFetcher) run() {
 				return
 			}
 		}
+		if errors.Is(err, errLeaderMoved) || errors.Is(err, errPreferredReplica) {
+			continue // the metadata names the leader already, or the leader the replica
+		}
+		f.preferred = -1 // any other error: back to the leader
 		switch {
-		case errors.Is(err, errLeaderMoved):
-			continue // the metadata names the leader already
 		case errors.Is(err, errLegacyRecords):
 			f.legacy = true
 			return
@@ -451,6 +473,31 @@ func (f *batchFetcher) run() {
 			return
 		}
 	}
+}
+
+// source returns the broker to fetch from: the preferred read replica the
+// leader named, while its lease runs and the client knows it, else the
+// leader.
+func (f *batchFetcher) source() (*sarama.Broker, error) {
+	if f.preferred >= 0 && time.Now().Before(f.preferredUntil) {
+		if broker, err := f.hub.client.Broker(f.preferred); err == nil {
+			return broker, nil
+		}
+	}
+	f.preferred = -1
+	return f.hub.client.Leader(f.tp.Topic, f.tp.Partition)
+}
+
+// preferReplica makes the fetcher fetch from the replica of broker ID id
+// until Metadata.RefreshFrequency (10 min when 0) has passed or an error
+// comes, as sarama's consumer does: then it asks the leader again, which
+// may name another.
+func (f *batchFetcher) preferReplica(id int32) {
+	lease := f.hub.conf.Metadata.RefreshFrequency
+	if lease <= 0 {
+		lease = 10 * time.Minute
+	}
+	f.preferred, f.preferredUntil = id, time.Now().Add(lease)
 }
 
 // backoff counts a failure in a row and returns how long to wait before

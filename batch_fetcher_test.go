@@ -22,7 +22,7 @@ func recordBatch(first int64, n int) *sarama.Records {
 func testFetcher(offset int64) *batchFetcher {
 	conf := sarama.NewConfig()
 	hub := &fetchHub{conf: conf}
-	return &batchFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default}
+	return &batchFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
 }
 
 func offsets(msgs []*sarama.ConsumerMessage) []int64 {
@@ -203,7 +203,7 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 			f.failed = make(chan error, 1)
 			l := &brokerLoop{hub: f.hub, broker: former, subs: []*batchFetcher{f}}
 			f.loop.Store(l)
-			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
+			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
 			resp := &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}}
 			l.handle(l.subs, resp)
 			if got := offsets(<-f.slabs); !slices.Equal(got, []int64{10}) {
@@ -253,7 +253,7 @@ func TestBatchFetcherInterceptors(t *testing.T) {
 	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*batchFetcher{f}}
 	f.hub.client = leaderClient{leader: l.broker}
 	f.retries.Store(5)
-	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
+	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
 	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
 	msgs := <-f.slabs
 	if n := f.retries.Load(); n != 0 {
@@ -304,5 +304,56 @@ func TestRecordsEndField(t *testing.T) {
 	}
 	if _, ok := recordsEnd(&sarama.FetchResponseBlock{}); ok {
 		t.Error("recordsEnd of a block without batches reports an end")
+	}
+}
+
+// replicaClient is a leaderClient that also knows the broker of a
+// preferred read replica by its ID.
+type replicaClient struct {
+	leaderClient
+	replicas map[int32]*sarama.Broker
+}
+
+func (c replicaClient) Broker(id int32) (*sarama.Broker, error) {
+	if b, ok := c.replicas[id]; ok {
+		return b, nil
+	}
+	return nil, sarama.ErrBrokerNotFound
+}
+
+// TestBatchFetcherPreferredReplica: a leader that names a preferred read
+// replica (KIP-392) sends the fetcher there, for the lease of
+// Metadata.RefreshFrequency; after it, or when the client does not know
+// the replica, the fetcher goes back to the leader. The fetcher ignored
+// the name and fetched from the leader for good, which answers such a
+// fetcher with no record.
+func TestBatchFetcherPreferredReplica(t *testing.T) {
+	t.Parallel()
+	leader, replica := sarama.NewBroker("127.0.0.1:9001"), sarama.NewBroker("127.0.0.1:9002")
+	f := testFetcher(10)
+	f.hub.client = replicaClient{leaderClient{leader: leader}, map[int32]*sarama.Broker{2: replica}}
+	f.failed = make(chan error, 1)
+	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*batchFetcher{f}}
+	f.loop.Store(l)
+	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 20, PreferredReadReplica: 2}
+	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
+	select {
+	case err := <-f.failed:
+		if !errors.Is(err, errPreferredReplica) {
+			t.Fatalf("dropped with %v, want errPreferredReplica", err)
+		}
+	default:
+		t.Fatal("the fetcher stayed on the leader")
+	}
+	if b, err := f.source(); err != nil || b != replica {
+		t.Errorf("source() = %v, %v; want the preferred replica", b, err)
+	}
+	f.preferredUntil = time.Now().Add(-time.Second) // the lease ran out
+	if b, err := f.source(); err != nil || b != leader {
+		t.Errorf("after the lease, source() = %v, %v; want the leader", b, err)
+	}
+	f.preferReplica(7) // a replica the client does not know
+	if b, err := f.source(); err != nil || b != leader || f.preferred != -1 {
+		t.Errorf("with an unknown replica, source() = %v, %v (preferred %d); want the leader, and no preference", b, err, f.preferred)
 	}
 }

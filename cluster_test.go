@@ -632,6 +632,31 @@ func waitConsuming(t *testing.T, c Consumer, n int, who string) {
 	})
 }
 
+// receiveAll receives and acks every message of c, single or in batches
+// (Config.BatchSize), until c closes them, counting their values; done is
+// closed when it ends.
+func receiveAll(c Consumer) (received *valueCounts, done <-chan struct{}) {
+	received = new(valueCounts)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		if c.(*consumerManager).config.BatchSize == 0 {
+			for msg := range c.Messages() {
+				received.add(string(msg.Value))
+				c.Ack(msg)
+			}
+			return
+		}
+		for b := range c.Batches() {
+			for _, msg := range b.Messages {
+				received.add(string(msg.Value))
+			}
+			c.AckBatch(b)
+		}
+	}()
+	return received, ended
+}
+
 // waitReceived waits up to timeout until col received every one of values,
 // and returns how many it received. Unlike waitFor it does not fail the
 // test: the caller reports what was lost.

@@ -70,24 +70,7 @@ func TestCompactionEmptiedBatch(t *testing.T) {
 		config := testConfig()
 		config.BatchSize = batch
 		c := joinWithCleanup(t, uniqueName("compaction"), TopicSubscription(topic), config)
-		var received valueCounts
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if batch == 0 {
-				for msg := range c.Messages() {
-					received.add(string(msg.Value))
-					c.Ack(msg)
-				}
-				return
-			}
-			for b := range c.Batches() {
-				for _, msg := range b.Messages {
-					received.add(string(msg.Value))
-				}
-				c.AckBatch(b)
-			}
-		}()
+		received, done := receiveAll(c)
 		want := []string{"a2", "b2", "c1"}
 		if !poll(20*time.Second, func() bool { return received.has(want) }) {
 			t.Errorf("BatchSize %d: received %d of the 3 records the cleaner left", batch, received.received(want))

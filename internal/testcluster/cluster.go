@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -54,6 +55,9 @@ type Options struct {
 	// BrokerConfig adds to or overrides the brokers' server.properties
 	// (for example "auto.create.topics.enable": "true").
 	BrokerConfig map[string]string
+	// BrokerRacks, when set, gives broker n the broker.rack BrokerRacks[n]
+	// (one entry per broker).
+	BrokerRacks []string
 	// Security is the brokers' listener setup: SecurityPlaintext ("" too,
 	// the default), SecuritySASLSSL or SecurityMixed. The secured modes
 	// make a CA and a broker certificate (CAFile) and a SCRAM-SHA-512 user
@@ -569,8 +573,19 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	for _, n := range c.brokers {
-		if err := c.writeBrokerConfig(n, opts.BrokerConfig); err != nil {
+	if len(opts.BrokerRacks) > 0 && len(opts.BrokerRacks) != len(c.brokers) {
+		return nil, fmt.Errorf("testcluster: BrokerRacks has %d entries for %d brokers", len(opts.BrokerRacks), len(c.brokers))
+	}
+	for i, n := range c.brokers {
+		extra := opts.BrokerConfig
+		if len(opts.BrokerRacks) > 0 {
+			extra = maps.Clone(opts.BrokerConfig)
+			if extra == nil {
+				extra = make(map[string]string)
+			}
+			extra["broker.rack"] = opts.BrokerRacks[i]
+		}
+		if err := c.writeBrokerConfig(n, extra); err != nil {
 			return nil, err
 		}
 	}
