@@ -170,6 +170,10 @@ func TestFaultStopBoundedWhenBlackHoled(t *testing.T) {
 					t.Errorf("Shutdown = %v, want an error wrapping context.DeadlineExceeded", err)
 				}
 			} else {
+				// Acked now, the held message gives the final commit
+				// something the commit rounds could not commit before
+				// the black hole.
+				c.Ack(run.held)
 				bound := config.MaxProcessingTime + config.Zookeeper.Timeout + 10*time.Second
 				_, err = returnsWithin(t, "Close", bound, c.Close)
 				if err == nil {
@@ -192,6 +196,8 @@ type blackHoleRun struct {
 	messages  *collector
 	kafka     *kafkaProxies
 	zookeeper *testcluster.Proxy // nil when ZooKeeper is dialed directly
+	// held is the message the run received and did not ack.
+	held *sarama.ConsumerMessage
 }
 
 // startBlackHoleRun joins a new group on a new topic of 2 partitions,
@@ -216,9 +222,16 @@ func startBlackHoleRun(t *testing.T, config *Config, throughZookeeperProxy bool)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	col := collect(c, func(msg *sarama.ConsumerMessage) bool { return string(msg.Value) != values[5] })
-	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
-	return blackHoleRun{consumer: c, group: group, messages: col, kafka: kp, zookeeper: zkProxy}
+	var held atomic.Pointer[sarama.ConsumerMessage]
+	col := collect(c, func(msg *sarama.ConsumerMessage) bool {
+		if string(msg.Value) != values[5] {
+			return true
+		}
+		held.Store(msg)
+		return false
+	})
+	waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) && held.Load() != nil })
+	return blackHoleRun{consumer: c, group: group, messages: col, kafka: kp, zookeeper: zkProxy, held: held.Load()}
 }
 
 // TestFaultJoinContextBlackHoled: JoinContext returns promptly with
