@@ -53,7 +53,7 @@ func TestCompactionEmptiedBatch(t *testing.T) {
 		"min.compaction.lag.ms":     ptr("0"),
 		"delete.retention.ms":       ptr("0"),
 	}
-	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1, ConfigEntries: entries}, false); err != nil {
+	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1, ConfigEntries: entries}, false); err != nil {
 		t.Fatal(err)
 	}
 	// Offsets 0-1, the first producer's last batch; 2-3 replace both of
