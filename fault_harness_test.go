@@ -646,6 +646,7 @@ func startFaultCluster(t *testing.T, opts testcluster.Options) *testcluster.Clus
 	if opts.KafkaVersion == "" {
 		opts.KafkaVersion, opts.ZooKeeperVersion = testcluster.VersionsFromEnv()
 	}
+	opts.QuickBrokers = true // short-lived: start with less CPU
 	cluster, err := testcluster.Start(opts)
 	if err != nil {
 		t.Fatalf("start cluster: %s", err)

@@ -20,7 +20,7 @@ import (
 func startSecuredCluster(t *testing.T, security string) *testcluster.Cluster {
 	t.Helper()
 	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Security: security})
+	c, err := testcluster.Start(testcluster.Options{Security: security, QuickBrokers: true})
 	if err != nil {
 		t.Fatalf("start a %s cluster: %s", security, err)
 	}

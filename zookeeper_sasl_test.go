@@ -42,7 +42,7 @@ func TestIntegrationZooKeeperSASL(t *testing.T) {
 	needCluster(t)
 	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode cluster whose brokers log in to ZooKeeper")
 	began := time.Now()
-	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASL: true})
+	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASL: true, QuickBrokers: true})
 	if err != nil {
 		t.Fatalf("start a cluster with ZooKeeper SASL: %s", err)
 	}
@@ -154,7 +154,7 @@ func TestIntegrationZooKeeperSASLRequired(t *testing.T) {
 	needCluster(t)
 	skipKafkaDiscovery(t, "it starts a ZooKeeper-mode cluster whose brokers log in to ZooKeeper")
 	began := time.Now()
-	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASLRequired: true})
+	cluster, err := testcluster.Start(testcluster.Options{ZooKeeperSASLRequired: true, QuickBrokers: true})
 	if err != nil {
 		t.Fatalf("start a cluster with ZooKeeper SASL required: %s", err)
 	}

@@ -125,6 +125,7 @@ func startCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
 		t.Skip("starts ZooKeeper and Kafka JVMs; skipped under -short")
 	}
 	began := time.Now()
+	opts.QuickBrokers = true // short-lived: start with less CPU
 	c, err := testcluster.Start(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,11 @@ type Options struct {
 	// BrokerRacks, when set, gives broker n the broker.rack BrokerRacks[n]
 	// (one entry per broker).
 	BrokerRacks []string
+	// QuickBrokers runs the brokers' JVMs with the first tier of the JIT
+	// only (-XX:TieredStopAtLevel=1, as ZooKeeper's always): they start
+	// with much less CPU and serve less at full speed. For the short-lived
+	// clusters of tests, not for benchmarks.
+	QuickBrokers bool
 	// Security is the brokers' listener setup: SecurityPlaintext ("" too,
 	// the default), SecuritySASLSSL or SecurityMixed. The secured modes
 	// make a CA and a broker certificate (CAFile) and a SCRAM-SHA-512 user
@@ -166,6 +171,7 @@ type Cluster struct {
 	tls          tlsFiles // in the secured modes and ZooKeeperSecurityTLS
 	saslPassword string   // of SASLUser, in the secured modes
 	zkSASL       bool     // Options.ZooKeeperSASL
+	quickBrokers bool     // Options.QuickBrokers
 	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
 	zkRequired   bool     // Options.ZooKeeperSASLRequired
 	zkSecurity   string   // ZooKeeperSecurityPlaintext or ZooKeeperSecurityTLS
@@ -460,6 +466,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		logf:         opts.Logf,
 		security:     opts.Security,
 		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
+		quickBrokers: opts.QuickBrokers,
 		zkRequired:   opts.ZooKeeperSASLRequired,
 		zkSecurity:   opts.ZooKeeperSecurity,
 		mode:         opts.Mode,
@@ -901,6 +908,9 @@ func (c *Cluster) javaArgs(n *node) []string {
 			"-cp", filepath.Join(c.zkJars, "*"),
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", n.configFile())
 	} else {
+		if c.quickBrokers {
+			args = append(args, "-XX:TieredStopAtLevel=1")
+		}
 		args = append(args,
 			"-Xms128m", "-Xmx512m",
 			"-Dkafka.logs.dir="+n.dir,

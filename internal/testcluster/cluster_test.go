@@ -116,7 +116,7 @@ func closeCluster(t *testing.T, c *testcluster.Cluster) {
 func TestCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf})
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestKRaftCluster(t *testing.T) {
 	skipShort(t)
 	kafka, zookeeper := testcluster.VersionsFromEnv()
 	dir := t.TempDir()
-	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf, Mode: testcluster.ModeKRaft, Dir: dir, Detached: true,
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Logf: t.Logf, Mode: testcluster.ModeKRaft, Dir: dir, Detached: true,
 		KafkaVersion: kafka, ZooKeeperVersion: zookeeper})
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestParentDeath(t *testing.T) {
 }
 
 func parentDeathChild() {
-	c, err := testcluster.Start(testcluster.Options{})
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true})
 	if err != nil {
 		fmt.Println("start:", err)
 		os.Exit(1)

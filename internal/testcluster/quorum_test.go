@@ -38,7 +38,7 @@ func TestZooKeeperQuorumCut(t *testing.T) {
 
 func testZooKeeperQuorumCut(t *testing.T, tick time.Duration, syncLimit int) {
 	kafka, zookeeper := testcluster.VersionsFromEnv()
-	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf, ZooKeepers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Logf: t.Logf, ZooKeepers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperTickTime: tick, ZooKeeperSyncLimit: syncLimit, ZooKeeperQuorumProxies: true})
 	if err != nil {
 		t.Fatal(err)

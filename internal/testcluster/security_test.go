@@ -19,7 +19,7 @@ import (
 func TestSecuredCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Security: testcluster.SecuritySASLSSL, Logf: t.Logf})
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Security: testcluster.SecuritySASLSSL, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestSecuredCluster(t *testing.T) {
 func TestMixedCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Security: testcluster.SecurityMixed, Logf: t.Logf})
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Security: testcluster.SecurityMixed, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func TestZooKeeperTLSCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
 	dir := t.TempDir()
-	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf, ZooKeeperSecurity: testcluster.ZooKeeperSecurityTLS,
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Logf: t.Logf, ZooKeeperSecurity: testcluster.ZooKeeperSecurityTLS,
 		Dir: dir, Detached: true})
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestZooKeeperTLSCluster(t *testing.T) {
 func TestZooKeeperTLSSecuredCluster(t *testing.T) {
 	skipShort(t)
 	began := time.Now()
-	c, err := testcluster.Start(testcluster.Options{Logf: t.Logf, Security: testcluster.SecuritySASLSSL,
+	c, err := testcluster.Start(testcluster.Options{QuickBrokers: true, Logf: t.Logf, Security: testcluster.SecuritySASLSSL,
 		ZooKeeperSecurity: testcluster.ZooKeeperSecurityTLS})
 	if err != nil {
 		t.Fatal(err)
