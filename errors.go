@@ -28,8 +28,9 @@ var (
 
 	// ErrZookeeperAccessDenied is returned by Join when ZooKeeper refuses
 	// the session's credentials (Config.ZookeeperAuth), or when the ACLs
-	// of the group's nodes do not let this instance read them and create
-	// and delete nodes in ids/ and owners/ (see Config.ZookeeperACL). The
+	// of the group's nodes do not let this instance read ids/ and owners/,
+	// register in ids/, and create and delete nodes in owners/ (see
+	// Config.ZookeeperACL). The
 	// error names the node, its ACL and the instance's identities. Join
 	// checks this before it registers: nothing of the instance is left in
 	// ZooKeeper.
