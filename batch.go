@@ -123,7 +123,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		default:
 			topUp() // what a cut batch left, with what is ready since
 		}
-		n, before := pm.enter(h.batch)
+		n, before := pm.enter(h.batch, h.gap())
 		if n < 0 {
 			return consumeFenced
 		}
@@ -156,9 +156,8 @@ func (h *handOut) receiveSlab() bool {
 		case <-h.fence:
 			h.fencedOut = true
 			return false
-		case slab, ok := <-h.slabs:
-			h.slab, h.closed = slab, !ok
-			h.fetcher.taken()
+		case s, ok := <-h.slabs:
+			h.took(s, ok)
 		case err, ok := <-h.errs:
 			h.forward(err, ok)
 		}
@@ -166,6 +165,31 @@ func (h *handOut) receiveSlab() bool {
 	h.batch = h.batch[:0]
 	h.topUpSlabs()
 	return true
+}
+
+// took takes s, received from the fetcher's slabs (ok false: they are
+// closed). A slab without messages moves the commit point past the
+// offsets it covers, once everything before it is entered (see enter).
+func (h *handOut) took(s slab, ok bool) {
+	if !ok {
+		h.closed = true
+		return
+	}
+	h.slab, h.slabNext = s.msgs, s.next
+	h.fetcher.taken(s)
+	if len(s.msgs) == 0 && len(h.batch) == 0 {
+		h.pm.skipTo(s.next)
+	}
+}
+
+// gap returns the offset that the commit point may move to once the whole
+// batch is entered and acked: the end of the last slab, when nothing of
+// it is left; -1 otherwise.
+func (h *handOut) gap() int64 {
+	if h.fetcher == nil || len(h.slab) > 0 {
+		return -1
+	}
+	return h.slabNext
 }
 
 // takeSlab moves what fits of the current slab into the batch.
@@ -183,9 +207,8 @@ func (h *handOut) topUpSlabs() {
 				return
 			}
 			select {
-			case slab, ok := <-h.slabs:
-				h.slab, h.closed = slab, !ok
-				h.fetcher.taken()
+			case s, ok := <-h.slabs:
+				h.took(s, ok)
 				continue
 			default:
 				return
@@ -208,13 +231,10 @@ func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 			continue
 		}
 		select {
-		case slab, ok := <-h.slabs:
-			if !ok {
-				h.closed = true
+		case s, ok := <-h.slabs:
+			if h.took(s, ok); !ok {
 				return true
 			}
-			h.slab = slab
-			h.fetcher.taken()
 		case <-timer.C:
 			return true
 		case <-h.dying:

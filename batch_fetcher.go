@@ -1,24 +1,27 @@
 package kafkaconsumer
 
-// The batch fetchers: with Config.BatchSize, the partitions fetch their
-// records themselves, and each partition manager receives the messages of
-// a fetch response as one slice (a slab), instead of one message at a
-// time from sarama's partition consumer, whose goroutine sends every
-// message on a channel of its own. As sarama's consumer does, one loop per
-// broker fetches all its partitions in one request (fetchHub, brokerLoop):
-// Kafka answers the requests of a connection one at a time, and a request
-// of a partition with nothing new would hold the others up to
-// Consumer.MaxWaitTime. It serves record batches (Kafka 0.11's message
-// format v2) read uncommitted; a partition that meets an older message set
-// goes back to sarama's partition consumer, and so does a consumer that
-// reads committed (sarama filters the aborted transactions).
+// The fetch engine: the partitions fetch their records themselves, and
+// each partition manager receives the messages of a fetch response as one
+// slab, in both modes (single messages are handed out one by one from it),
+// instead of one message at a time from sarama's partition consumer, whose
+// goroutine sends every message on a channel of its own. As sarama's
+// consumer does, one loop per broker fetches all its partitions in one
+// request (fetchHub, brokerLoop): Kafka answers the requests of a
+// connection one at a time, and a request of a partition with nothing new
+// would hold the others up to Consumer.MaxWaitTime. It serves record
+// batches (Kafka 0.11's message format v2), read uncommitted or committed;
+// a partition that meets an older message set goes back to sarama's
+// partition consumer, which decodes it.
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,11 +47,8 @@ var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming 
 // batchFetchVersion returns the Fetch request version that batch fetchers
 // send (the highest that conf.Version allows, as sarama's consumer picks
 // it), and whether batch fetchers serve conf at all: record batches need
-// version 4 (Kafka 0.11), and only read uncommitted is served.
+// version 4 (Kafka 0.11).
 func batchFetchVersion(conf *sarama.Config) (int16, bool) {
-	if conf.Consumer.IsolationLevel != sarama.ReadUncommitted {
-		return 0, false
-	}
 	switch v := conf.Version; {
 	case v.IsAtLeast(sarama.V2_7_0_0):
 		return 12, true
@@ -76,6 +76,7 @@ type fetchHub struct {
 	conf    *sarama.Config
 	version int16
 	log     *slog.Logger
+	budget  *fetchBudget // shared by the hubs of a consumer
 
 	mu    sync.Mutex
 	loops map[int32]*brokerLoop // by broker ID; a loop removes itself when it has no partition left
@@ -83,8 +84,58 @@ type fetchHub struct {
 	wg    sync.WaitGroup        // the loops
 }
 
-func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, log *slog.Logger) *fetchHub {
-	return &fetchHub{client: client, conf: conf, version: version, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
+func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budget *fetchBudget, log *slog.Logger) *fetchHub {
+	h := &fetchHub{client: client, conf: conf, version: version, budget: budget, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
+	budget.hubs = append(budget.hubs, h)
+	return h
+}
+
+// fetchBudget is Config.MaxBufferedBytes, shared by the fetch hubs of a
+// consumer: the bytes of messages their fetchers hold in slabs that no
+// partition took yet. Its hubs are set before any loop runs.
+type fetchBudget struct {
+	limit    int64 // 0: no bound
+	hubs     []*fetchHub
+	buffered atomic.Int64
+	// starved counts the loops that wait for the budget to free: a
+	// release wakes every loop while it is not zero.
+	starved atomic.Int32
+}
+
+// release gives back the bytes of a slab that loop l fetched (nil: its
+// loop is not counted any more), and wakes the loops that wait for them.
+func (b *fetchBudget) release(l *brokerLoop, size int64) {
+	b.buffered.Add(-size)
+	if l != nil {
+		l.held.Add(-size)
+	}
+	if b.starved.Load() == 0 {
+		return
+	}
+	for _, h := range b.hubs {
+		h.mu.Lock()
+		for _, l := range h.loops {
+			l.notify()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// maxBytes returns the MaxBytes of the next request of loop l: the free
+// budget, within Consumer.Fetch.MaxBytes (limit), and false when none is
+// free while l holds slabs not taken yet. A loop that holds nothing may
+// always fetch (MaxBytes at least 1: Kafka answers with at least the
+// first record batch, however large), so that every partition makes
+// progress.
+func (b *fetchBudget) maxBytes(l *brokerLoop, limit int32) (int32, bool) {
+	if b.limit <= 0 {
+		return limit, true
+	}
+	free := b.limit - b.buffered.Load()
+	if free <= 0 && l.held.Load() > 0 {
+		return 0, false
+	}
+	return int32(max(min(free, int64(limit)), 1)), true
 }
 
 // close stops the loops and waits for them (a fetch in flight completes
@@ -136,6 +187,9 @@ type brokerLoop struct {
 	wake   chan struct{}   // a token, without blocking the sender, when the loop may have a request to send
 	added  []*batchFetcher // guarded by hub.mu: subscribed, not taken by the loop yet
 	subs   []*batchFetcher // the loop's
+	// held is the bytes of the slabs this loop delivered that their
+	// partitions did not take yet (counted in hub.buffered too).
+	held atomic.Int64
 }
 
 // notify wakes the loop.
@@ -216,25 +270,44 @@ func (l *brokerLoop) run() {
 			}
 			continue
 		}
+		budget, limit := l.hub.budget, l.hub.conf.Consumer.Fetch.MaxBytes
+		maxBytes, ok := budget.maxBytes(l, limit)
+		if !ok {
+			// The budget is spent: wait for a partition to take a slab.
+			budget.starved.Add(1)
+			maxBytes, ok = budget.maxBytes(l, limit) // a release may have come before the count
+			if !ok {
+				select {
+				case <-l.wake:
+				case <-l.hub.stop:
+					budget.starved.Add(-1)
+					return
+				}
+			}
+			budget.starved.Add(-1)
+			if !ok {
+				continue
+			}
+		}
 		select {
 		case <-l.hub.stop:
 			return
 		default:
 		}
-		l.fetch(ready)
+		l.fetch(ready, maxBytes)
 	}
 }
 
 // fetch sends one request for the ready fetchers, and hands each its
 // messages or its error.
-func (l *brokerLoop) fetch(ready []*batchFetcher) {
+func (l *brokerLoop) fetch(ready []*batchFetcher, maxBytes int32) {
 	conf := l.hub.conf
 	req := &sarama.FetchRequest{
 		MinBytes:    conf.Consumer.Fetch.Min,
 		MaxWaitTime: int32(conf.Consumer.MaxWaitTime / time.Millisecond),
-		MaxBytes:    conf.Consumer.Fetch.MaxBytes,
+		MaxBytes:    maxBytes,
 		Version:     l.hub.version,
-		Isolation:   sarama.ReadUncommitted,
+		Isolation:   conf.Consumer.IsolationLevel,
 	}
 	if req.Version >= 7 {
 		req.SessionID, req.SessionEpoch = 0, -1 // no fetch session
@@ -243,7 +316,7 @@ func (l *brokerLoop) fetch(ready []*batchFetcher) {
 		req.RackID = conf.RackID
 	}
 	for _, f := range ready {
-		req.AddBlock(f.tp.Topic, f.tp.Partition, f.offset, f.fetchSize, -1)
+		req.AddBlock(f.tp.Topic, f.tp.Partition, f.offset, f.fetchSize, f.epoch)
 	}
 	resp, err := l.broker.Fetch(req)
 	if err != nil {
@@ -288,16 +361,16 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 			l.drop(f, errPreferredReplica)
 			continue
 		}
-		msgs, err := f.parse(block)
+		msgs, size, moved, err := f.parse(block)
 		switch {
 		case errors.Is(err, errLegacyRecords):
 			l.drop(f, err)
 			continue
 		case err != nil:
 			f.report(err) // ErrMessageTooLarge: skipped
-		case len(msgs) > 0:
+		case len(msgs) > 0 || moved:
 			f.intercept(msgs)
-			f.deliver(msgs)
+			f.deliver(slab{msgs: msgs, next: f.offset, size: size, from: l})
 		}
 		f.retries.Store(0)
 		if l.leaderMoved(f) {
@@ -365,7 +438,7 @@ type batchFetcher struct {
 	// slabs carries each response's messages, in offset order; the
 	// loop sends only when it is empty (capacity 1). Closed by run when
 	// it ends, under mu, after which deliver sends nothing.
-	slabs  chan []*sarama.ConsumerMessage
+	slabs  chan slab
 	mu     sync.Mutex
 	ended  bool
 	errs   chan *sarama.ConsumerError // closed when run ends
@@ -377,8 +450,13 @@ type batchFetcher struct {
 	once   sync.Once
 	done   chan struct{} // closed when run ends
 	// legacy is set by run, before it ends, when the partition holds a
-	// legacy message set; read after done.
-	legacy bool
+	// legacy message set; outOfRange when the leader answered that the
+	// offset is out of range (the partition manager starts again at
+	// Offsets.Initial). Read after done.
+	legacy, outOfRange bool
+	// buffered is the bytes of the slab delivered and not taken yet
+	// (PartitionStats.BufferedBytes).
+	buffered atomic.Int64
 
 	// offset is the next offset to fetch, and fetchSize the size asked
 	// for; the loop's while subscribed, run's otherwise.
@@ -392,27 +470,35 @@ type batchFetcher struct {
 	// while subscribed, run's otherwise, as offset.
 	preferred      int32
 	preferredUntil time.Time
+	// epoch is the leader epoch the metadata gave with the leader (-1:
+	// unknown), sent with each fetch (KIP-320): a broker that is no longer
+	// the leader, or not yet, answers FENCED_LEADER_EPOCH or
+	// UNKNOWN_LEADER_EPOCH. Written by run only.
+	epoch int32
 }
 
-// startBatchFetcher starts a batch fetcher of tp at offset on hub. offset
-// must be within the partition's log (else sarama.ErrOffsetOutOfRange), as
-// sarama's ConsumePartition checks it.
-func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) (*batchFetcher, error) {
-	oldest, err := hub.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetOldest)
-	if err != nil {
-		return nil, err
-	}
-	newest, err := hub.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetNewest)
-	if err != nil {
-		return nil, err
-	}
-	if offset < oldest || offset > newest {
-		return nil, sarama.ErrOffsetOutOfRange
-	}
+// slab is what one response brought a partition: its messages, in offset
+// order, and next, the offset to fetch next. Offsets below next without a
+// message in msgs hold nothing to hand out (control batches, aborted
+// transactions, batches compaction emptied). size is the bytes of msgs
+// counted against the hub's budget until the partition takes the slab.
+type slab struct {
+	msgs []*sarama.ConsumerMessage
+	next int64
+	size int64
+	from *brokerLoop // the loop that fetched it, whose held counts size
+}
+
+// startBatchFetcher starts a batch fetcher of tp at offset on hub. It
+// sends no request itself: an offset outside the partition's log ends the
+// fetcher at its first response, with outOfRange set (sarama's
+// ConsumePartition asks for the oldest and newest offsets first, two
+// requests per partition).
+func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) *batchFetcher {
 	f := &batchFetcher{
 		hub:       hub,
 		tp:        tp,
-		slabs:     make(chan []*sarama.ConsumerMessage, 1),
+		slabs:     make(chan slab, 1),
 		errs:      make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
 		failed:    make(chan error, 1),
 		dying:     make(chan struct{}),
@@ -420,10 +506,11 @@ func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) (*batchFe
 		offset:    offset,
 		fetchSize: hub.conf.Consumer.Fetch.Default,
 		preferred: -1,
+		epoch:     -1,
 	}
-	f.hwm.Store(newest)
+	f.hwm.Store(-1)
 	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
-	return f, nil
+	return f
 }
 
 // run subscribes the fetcher to its leader's loop, and again after each
@@ -438,6 +525,9 @@ func (f *batchFetcher) run() {
 		f.mu.Lock()
 		f.ended = true
 		close(f.slabs)
+		if s, ok := <-f.slabs; ok { // not taken: give its bytes back
+			f.unbuffer(s.from)
+		}
 		f.mu.Unlock()
 	}()
 	for {
@@ -458,12 +548,26 @@ func (f *batchFetcher) run() {
 		if errors.Is(err, errLeaderMoved) || errors.Is(err, errPreferredReplica) {
 			continue // the metadata names the leader already, or the leader the replica
 		}
+		fromReplica := f.preferred >= 0
 		f.preferred = -1 // any other error: back to the leader
 		switch {
 		case errors.Is(err, errLegacyRecords):
 			f.legacy = true
 			return
-		case !f.report(err) || errors.Is(err, sarama.ErrOffsetOutOfRange):
+		case errors.Is(err, sarama.ErrOffsetOutOfRange) && fromReplica:
+			// A follower may lag behind an offset the leader served: ask
+			// the leader, which answers out of range itself if it is.
+		case errors.Is(err, sarama.ErrOffsetOutOfRange):
+			f.outOfRange = true
+			return
+		case leadershipError(err):
+			// The partition moved, or the metadata is behind: fetch from
+			// the leader the refreshed metadata names, as sarama does,
+			// without a report.
+		case !f.report(err):
+			return
+		}
+		if f.isDying() {
 			return
 		}
 		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
@@ -475,9 +579,23 @@ func (f *batchFetcher) run() {
 	}
 }
 
+// leadershipError reports whether err, a partition's error in a fetch
+// response, says that the broker does not lead it (any more, or yet), or
+// knows another leader epoch: sarama's consumer fetches again from the
+// leader that the refreshed metadata names, and tells the user nothing.
+func leadershipError(err error) bool {
+	for _, e := range []error{sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrReplicaNotAvailable,
+		sarama.ErrUnknownTopicOrPartition, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // source returns the broker to fetch from: the preferred read replica the
 // leader named, while its lease runs and the client knows it, else the
-// leader.
+// leader. It keeps the leader's epoch in epoch.
 func (f *batchFetcher) source() (*sarama.Broker, error) {
 	if f.preferred >= 0 && time.Now().Before(f.preferredUntil) {
 		if broker, err := f.hub.client.Broker(f.preferred); err == nil {
@@ -485,7 +603,11 @@ func (f *batchFetcher) source() (*sarama.Broker, error) {
 		}
 	}
 	f.preferred = -1
-	return f.hub.client.Leader(f.tp.Topic, f.tp.Partition)
+	leader, epoch, err := f.hub.client.LeaderAndEpoch(f.tp.Topic, f.tp.Partition)
+	if err == nil {
+		f.epoch = epoch
+	}
+	return leader, err
 }
 
 // preferReplica makes the fetcher fetch from the replica of broker ID id
@@ -543,25 +665,41 @@ func (f *batchFetcher) isDying() bool {
 	}
 }
 
-// deliver sends the messages of a response; the loop calls it only when
-// slabs is empty, so it never blocks.
-func (f *batchFetcher) deliver(msgs []*sarama.ConsumerMessage) {
+// deliver sends the slab of a response, counting its bytes in the
+// budget; the loop calls it only when slabs is empty, so it never blocks.
+func (f *batchFetcher) deliver(s slab) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
 		return
 	}
+	f.buffered.Store(s.size)
+	f.hub.budget.buffered.Add(s.size)
+	s.from.held.Add(s.size)
 	select {
-	case f.slabs <- msgs:
+	case f.slabs <- s:
 	default:
+		f.unbuffer(s.from) // not reached: the loop delivers only when slabs is empty
 	}
 }
 
-// taken tells the loop that the partition manager took a slab: the
-// partition is ready for the next request.
-func (f *batchFetcher) taken() {
+// taken tells the loop that the partition manager took slab s: the
+// partition is ready for the next request, and its bytes are free.
+func (f *batchFetcher) taken(s slab) {
+	f.unbuffer(s.from)
 	if l := f.loop.Load(); l != nil {
 		l.notify()
+	}
+}
+
+// unbuffer gives the bytes of the slab the partition holds back to the
+// budget of the hub and of from, the loop that fetched it: when the
+// partition took it, when the fetcher ended without, or when the partition
+// is paused (a paused partition's slab waits for Resume outside the
+// budget, so that the others do not wait for it). Counted once.
+func (f *batchFetcher) unbuffer(from *brokerLoop) {
+	if size := f.buffered.Swap(0); size != 0 {
+		f.hub.budget.release(from, size)
 	}
 }
 
@@ -580,25 +718,32 @@ func (f *batchFetcher) report(err error) bool {
 }
 
 // parse returns the messages of a response block from offset on (a batch
-// may begin before it), skipping control batches, and moves offset past
-// every batch it read, whether records remain in it or compaction removed
-// them all. One slab holds the messages of the block, and one slice the
-// pointers to them. A response that holds only part of a batch (a batch
-// larger than the fetch size) makes the next fetch ask for more, as
+// may begin before it) and their bytes (keys, values and headers),
+// skipping control batches and, reading committed, the batches of aborted
+// transactions (the block's AbortedTransactions, as Kafka's consumer
+// filters them); and moves offset past every batch it read, whether
+// records remain in it or compaction removed them all. moved tells
+// whether it did. One slab holds the messages of the block, and one slice
+// the pointers to them. A response that holds only part of a batch (a
+// batch larger than the fetch size) makes the next fetch ask for more, as
 // sarama's consumer does.
-func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.ConsumerMessage, error) {
+func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.ConsumerMessage, size int64, moved bool, err error) {
 	n := 0
 	for _, records := range block.RecordsSet {
 		if records.MsgSet != nil {
-			return nil, errLegacyRecords
+			return nil, 0, false, errLegacyRecords
 		}
 		if rb := records.RecordBatch; rb != nil && !rb.Control && !rb.PartialTrailingRecord {
 			n += len(rb.Records)
 		}
 	}
 	conf := f.hub.conf
+	var aborted *abortedTransactions
+	if conf.Consumer.IsolationLevel == sarama.ReadCommitted {
+		aborted = newAbortedTransactions(block.AbortedTransactions)
+	}
 	slab := make([]sarama.ConsumerMessage, n)
-	msgs := make([]*sarama.ConsumerMessage, 0, n)
+	msgs = make([]*sarama.ConsumerMessage, 0, n)
 	partial := block.Partial
 	next := f.offset
 	for _, records := range block.RecordsSet {
@@ -609,24 +754,31 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 		case rb.PartialTrailingRecord:
 			partial = true
 			continue
-		case !rb.Control:
-			for _, rec := range rb.Records {
-				offset := rb.FirstOffset + rec.OffsetDelta
-				if offset < f.offset {
-					continue
-				}
-				m := &slab[len(msgs)] // written in place: no copy of the struct
-				m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
-				m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
-				if rb.LogAppendTime {
-					m.Timestamp = rb.MaxTimestamp
-				} else {
-					m.Timestamp = rb.FirstTimestamp.Add(rec.TimestampDelta)
-				}
-				msgs = append(msgs, m)
-			}
 		}
-		next = max(next, rb.FirstOffset+int64(rb.LastOffsetDelta)+1)
+		end := rb.FirstOffset + int64(rb.LastOffsetDelta) + 1
+		next = max(next, end)
+		if aborted.skip(rb, end) || rb.Control { // skip sees control batches too: an ABORT ends its producer's skipping
+			continue
+		}
+		for _, rec := range rb.Records {
+			offset := rb.FirstOffset + rec.OffsetDelta
+			if offset < f.offset {
+				continue
+			}
+			m := &slab[len(msgs)] // written in place: no copy of the struct
+			m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
+			m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
+			if rb.LogAppendTime {
+				m.Timestamp = rb.MaxTimestamp
+			} else {
+				m.Timestamp = rb.FirstTimestamp.Add(rec.TimestampDelta)
+			}
+			size += int64(len(rec.Key) + len(rec.Value))
+			for _, h := range rec.Headers {
+				size += int64(len(h.Key) + len(h.Value))
+			}
+			msgs = append(msgs, m)
+		}
 	}
 	if next == f.offset && !partial {
 		// Nothing to move past: the response may hold a batch whose
@@ -636,21 +788,67 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) ([]*sarama.Consum
 			next = end
 		}
 	}
-	moved := next > f.offset
+	moved = next > f.offset
 	f.offset = next
 	switch {
 	case moved:
 		f.fetchSize = conf.Consumer.Fetch.Default
 	case partial && conf.Consumer.Fetch.Max > 0 && f.fetchSize >= conf.Consumer.Fetch.Max:
 		f.offset++ // a message larger than Fetch.Max: skip it, as sarama does
-		return nil, sarama.ErrMessageTooLarge
+		return nil, 0, false, sarama.ErrMessageTooLarge
 	case partial:
 		f.fetchSize = int32(min(2*int64(f.fetchSize), math.MaxInt32))
 		if conf.Consumer.Fetch.Max > 0 {
 			f.fetchSize = min(f.fetchSize, conf.Consumer.Fetch.Max)
 		}
 	}
-	return msgs, nil
+	return msgs, size, moved, nil
+}
+
+// abortedTransactions filters, reading committed, the record batches of
+// one response block: a transactional batch of a producer whose aborted
+// transaction began at or before it is skipped, until that producer's
+// ABORT marker (as Kafka's consumer does). nil reads uncommitted: it skips
+// nothing.
+type abortedTransactions struct {
+	pending   []*sarama.AbortedTransaction // by first offset, not reached yet
+	producers map[int64]struct{}           // with an aborted transaction open
+}
+
+func newAbortedTransactions(txns []*sarama.AbortedTransaction) *abortedTransactions {
+	pending := slices.Clone(txns)
+	slices.SortFunc(pending, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return &abortedTransactions{pending: pending, producers: make(map[int64]struct{})}
+}
+
+// skip reports whether the batch rb, which ends before end, is to be
+// skipped; a is told of each batch in offset order, control batches too.
+func (a *abortedTransactions) skip(rb *sarama.RecordBatch, end int64) bool {
+	if a == nil {
+		return false
+	}
+	for len(a.pending) > 0 && a.pending[0].FirstOffset < end {
+		a.producers[a.pending[0].ProducerID] = struct{}{}
+		a.pending = a.pending[1:]
+	}
+	if rb.Control {
+		if isAbortMarker(rb) {
+			delete(a.producers, rb.ProducerID)
+		}
+		return true
+	}
+	_, open := a.producers[rb.ProducerID]
+	return rb.IsTransactional && open
+}
+
+// isAbortMarker reports whether the control batch rb is a transaction's
+// ABORT marker: its record's key is a version (int16) and a type (int16),
+// 0 for ABORT and 1 for COMMIT.
+func isAbortMarker(rb *sarama.RecordBatch) bool {
+	if len(rb.Records) == 0 || len(rb.Records[0].Key) < 4 {
+		return false
+	}
+	return binary.BigEndian.Uint16(rb.Records[0].Key[2:4]) == 0
 }
 
 // recordsEnd returns the offset after the last record batch that sarama
@@ -689,13 +887,28 @@ func (f *batchFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
 func (f *batchFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
 
 // Pause implements sarama.PartitionConsumer: the partition is in no
-// request after the one in flight.
-func (f *batchFetcher) Pause() { f.paused.Store(true) }
+// request after the one in flight, and a slab it was not given yet leaves
+// the budget.
+func (f *batchFetcher) Pause() {
+	f.paused.Store(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case s, ok := <-f.slabs:
+		if ok {
+			f.unbuffer(s.from)
+			f.slabs <- s // back: capacity 1, and only the loop sends, under mu
+		}
+	default:
+	}
+}
 
 // Resume implements sarama.PartitionConsumer.
 func (f *batchFetcher) Resume() {
 	f.paused.Store(false)
-	f.taken()
+	if l := f.loop.Load(); l != nil {
+		l.notify()
+	}
 }
 
 // IsPaused implements sarama.PartitionConsumer.

@@ -21,7 +21,7 @@ func recordBatch(first int64, n int) *sarama.Records {
 
 func testFetcher(offset int64) *batchFetcher {
 	conf := sarama.NewConfig()
-	hub := &fetchHub{conf: conf}
+	hub := &fetchHub{conf: conf, budget: &fetchBudget{}}
 	return &batchFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
 }
 
@@ -43,7 +43,7 @@ func TestBatchFetcherParse(t *testing.T) {
 	compacted := recordBatch(16, 4)
 	compacted.RecordBatch.Records = nil
 	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(10, 5), control, compacted, recordBatch(20, 2)}}
-	msgs, err := f.parse(block)
+	msgs, _, _, err := f.parse(block)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestBatchFetcherParse(t *testing.T) {
 	f = testFetcher(0)
 	empty := recordBatch(0, 3)
 	empty.RecordBatch.Records = nil
-	if msgs, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{empty}}); err != nil || len(msgs) != 0 || f.offset != 3 {
+	if msgs, _, _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{empty}}); err != nil || len(msgs) != 0 || f.offset != 3 {
 		t.Errorf("a batch emptied by compaction: %d messages, next %d, %v; want none, 3", len(msgs), f.offset, err)
 	}
 }
@@ -73,14 +73,14 @@ func TestBatchFetcherPartial(t *testing.T) {
 	partial := recordBatch(5, 1)
 	partial.RecordBatch.PartialTrailingRecord = true
 	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{partial}}
-	if msgs, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.hub.conf.Consumer.Fetch.Default || f.offset != 5 {
+	if msgs, _, _, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.hub.conf.Consumer.Fetch.Default || f.offset != 5 {
 		t.Fatalf("partial: %d messages, fetch size %d, next %d, %v; want none, %d, 5", len(msgs), f.fetchSize, f.offset, err, 2*f.hub.conf.Consumer.Fetch.Default)
 	}
 	f.hub.conf.Consumer.Fetch.Max = f.fetchSize
-	if _, err := f.parse(block); !errors.Is(err, sarama.ErrMessageTooLarge) || f.offset != 6 {
+	if _, _, _, err := f.parse(block); !errors.Is(err, sarama.ErrMessageTooLarge) || f.offset != 6 {
 		t.Fatalf("partial at Fetch.Max: next %d, %v; want 6, ErrMessageTooLarge", f.offset, err)
 	}
-	if _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.hub.conf.Consumer.Fetch.Default {
+	if _, _, _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.hub.conf.Consumer.Fetch.Default {
 		t.Errorf("after a whole batch: fetch size %d, %v; want %d", f.fetchSize, err, f.hub.conf.Consumer.Fetch.Default)
 	}
 }
@@ -90,13 +90,13 @@ func TestBatchFetcherPartial(t *testing.T) {
 func TestBatchFetcherLegacy(t *testing.T) {
 	f := testFetcher(0)
 	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{{MsgSet: &sarama.MessageSet{}}}}
-	if _, err := f.parse(block); !errors.Is(err, errLegacyRecords) {
+	if _, _, _, err := f.parse(block); !errors.Is(err, errLegacyRecords) {
 		t.Fatalf("legacy message set: %v; want errLegacyRecords", err)
 	}
 }
 
-// TestBatchFetchVersion: batch fetchers serve Kafka 0.11 and later, read
-// uncommitted only.
+// TestBatchFetchVersion: batch fetchers serve Kafka 0.11 and later, in
+// both isolation levels.
 func TestBatchFetchVersion(t *testing.T) {
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V0_10_2_0
@@ -108,8 +108,8 @@ func TestBatchFetchVersion(t *testing.T) {
 		t.Errorf("Kafka 2.8: version %d, %v; want 12", v, ok)
 	}
 	conf.Consumer.IsolationLevel = sarama.ReadCommitted
-	if _, ok := batchFetchVersion(conf); ok {
-		t.Error("batch fetcher for read committed")
+	if _, ok := batchFetchVersion(conf); !ok {
+		t.Error("no batch fetcher for read committed")
 	}
 }
 
@@ -183,6 +183,10 @@ type leaderClient struct {
 
 func (c leaderClient) Leader(string, int32) (*sarama.Broker, error) { return c.leader, nil }
 
+func (c leaderClient) LeaderAndEpoch(string, int32) (*sarama.Broker, int32, error) {
+	return c.leader, 7, nil
+}
+
 // TestBrokerLoopLeaderMoved: after a response, a fetcher whose partition
 // the metadata says another broker leads leaves the loop for that broker's
 // (errLeaderMoved), even though the former leader answered without an
@@ -199,14 +203,14 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := testFetcher(10)
 			f.hub.client = leaderClient{leader: tc.leader}
-			f.slabs = make(chan []*sarama.ConsumerMessage, 1)
+			f.slabs = make(chan slab, 1)
 			f.failed = make(chan error, 1)
 			l := &brokerLoop{hub: f.hub, broker: former, subs: []*batchFetcher{f}}
 			f.loop.Store(l)
 			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
 			resp := &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}}
 			l.handle(l.subs, resp)
-			if got := offsets(<-f.slabs); !slices.Equal(got, []int64{10}) {
+			if got := offsets((<-f.slabs).msgs); !slices.Equal(got, []int64{10}) {
 				t.Errorf("delivered offsets %v, want [10]", got)
 			}
 			select {
@@ -248,14 +252,14 @@ func TestBatchFetcherInterceptors(t *testing.T) {
 	f := testFetcher(10)
 	f.hub.conf.Consumer.Interceptors = []sarama.ConsumerInterceptor{first, second}
 	f.hub.log = newLogger(nil, "g", "me")
-	f.slabs = make(chan []*sarama.ConsumerMessage, 1)
+	f.slabs = make(chan slab, 1)
 	f.failed = make(chan error, 1)
 	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*batchFetcher{f}}
 	f.hub.client = leaderClient{leader: l.broker}
 	f.retries.Store(5)
 	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
 	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
-	msgs := <-f.slabs
+	msgs := (<-f.slabs).msgs
 	if n := f.retries.Load(); n != 0 {
 		t.Errorf("after a response the backoff counts %d failures, want 0", n)
 	}
@@ -355,5 +359,91 @@ func TestBatchFetcherPreferredReplica(t *testing.T) {
 	f.preferReplica(7) // a replica the client does not know
 	if b, err := f.source(); err != nil || b != leader || f.preferred != -1 {
 		t.Errorf("with an unknown replica, source() = %v, %v (preferred %d); want the leader, and no preference", b, err, f.preferred)
+	}
+}
+
+// transactionBlock is the block a broker returns, reading committed, for
+// a partition that one transactional producer (ID 7) wrote as Kafka 3.9
+// writes it: transactions of offsets 0-2 (committed, marker at 3), 4-6
+// (aborted, marker 7), 8-10 (committed, marker 11) and 12-14 (aborted,
+// marker 15), each in two batches.
+func transactionBlock() *sarama.FetchResponseBlock {
+	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 16, LastStableOffset: 16, PreferredReadReplica: -1,
+		AbortedTransactions: []*sarama.AbortedTransaction{{ProducerID: 7, FirstOffset: 12}, {ProducerID: 7, FirstOffset: 4}}}
+	for txn, marker := range []uint16{1, 0, 1, 0} {
+		first := int64(4 * txn)
+		for _, rs := range []*sarama.Records{recordBatch(first, 1), recordBatch(first+1, 2)} {
+			rs.RecordBatch.IsTransactional, rs.RecordBatch.ProducerID = true, 7
+			block.RecordsSet = append(block.RecordsSet, rs)
+		}
+		control := recordBatch(first+3, 1)
+		control.RecordBatch.Control, control.RecordBatch.IsTransactional, control.RecordBatch.ProducerID = true, true, 7
+		control.RecordBatch.Records[0].Key = []byte{0, 0, byte(marker >> 8), byte(marker)}
+		block.RecordsSet = append(block.RecordsSet, control)
+	}
+	return block
+}
+
+// TestBatchFetcherReadCommitted: reading committed, the batches of aborted
+// transactions are skipped up to their producer's ABORT marker (the
+// block's aborted transactions come in any order), the records of a
+// committed transaction after an aborted one are kept, and the fetch
+// moves past the trailing marker. Reading uncommitted keeps them all.
+// Batch mode fell back to sarama's consumer to read committed.
+func TestBatchFetcherReadCommitted(t *testing.T) {
+	t.Parallel()
+	f := testFetcher(0)
+	f.hub.conf.Consumer.IsolationLevel = sarama.ReadCommitted
+	msgs, size, moved, err := f.parse(transactionBlock())
+	if err != nil || !moved {
+		t.Fatalf("parse: moved %v, %v", moved, err)
+	}
+	if got, want := offsets(msgs), []int64{0, 1, 2, 8, 9, 10}; !slices.Equal(got, want) {
+		t.Errorf("read committed: offsets %v, want %v", got, want)
+	}
+	if size != 6 {
+		t.Errorf("size %d, want 6 (one byte of value each)", size)
+	}
+	if f.offset != 16 {
+		t.Errorf("next offset %d, want 16, past the last marker", f.offset)
+	}
+
+	f = testFetcher(0)
+	msgs, _, _, err = f.parse(transactionBlock())
+	if got, want := offsets(msgs), []int64{0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("read uncommitted: offsets %v, %v; want %v", got, err, want)
+	}
+}
+
+// TestFetchBudget: a loop asks for what is free of the budget, within
+// Fetch.MaxBytes; with none free it waits while it holds slabs, and
+// fetches anyway (at least 1 byte) while it holds none; a release frees
+// the budget again. Without a limit it always asks Fetch.MaxBytes.
+func TestFetchBudget(t *testing.T) {
+	t.Parallel()
+	b := &fetchBudget{limit: 1000}
+	busy, idle := &brokerLoop{}, &brokerLoop{}
+	if got, ok := b.maxBytes(idle, 600); !ok || got != 600 {
+		t.Errorf("empty budget: %d, %v; want Fetch.MaxBytes 600", got, ok)
+	}
+	b.buffered.Add(700)
+	busy.held.Add(700)
+	if got, ok := b.maxBytes(busy, 600); !ok || got != 300 {
+		t.Errorf("300 free: %d, %v; want 300", got, ok)
+	}
+	b.buffered.Add(300)
+	busy.held.Add(300)
+	if _, ok := b.maxBytes(busy, 600); ok {
+		t.Error("a loop holding slabs fetches with nothing free")
+	}
+	if got, ok := b.maxBytes(idle, 600); !ok || got != 1 {
+		t.Errorf("a loop holding nothing, nothing free: %d, %v; want 1", got, ok)
+	}
+	b.release(busy, 700)
+	if got, ok := b.maxBytes(busy, 600); !ok || got != 600 || busy.held.Load() != 300 {
+		t.Errorf("after a release: %d, %v, held %d; want 600, held 300", got, ok, busy.held.Load())
+	}
+	if got, ok := (&fetchBudget{}).maxBytes(busy, 600); !ok || got != 600 {
+		t.Errorf("no limit: %d, %v; want 600", got, ok)
 	}
 }

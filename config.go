@@ -32,6 +32,8 @@ const (
 
 	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
 	DefaultMaxPendingAcks = 16384
+	// DefaultMaxBufferedBytes is the MaxBufferedBytes of NewConfig.
+	DefaultMaxBufferedBytes = 32 << 20
 
 	// DefaultDiscoveryInterval is the DiscoveryInterval of NewConfig.
 	DefaultDiscoveryInterval = 5 * time.Second
@@ -187,6 +189,21 @@ type Config struct {
 	// (256 KiB with the default). Default 16384.
 	MaxPendingAcks int
 
+	// MaxBufferedBytes bounds the bytes of messages (keys, values and
+	// headers) that the instance has fetched ahead and no partition has
+	// begun to hand out, for all its partitions together: each fetch
+	// request asks for at most what is free of it (Kafka's fetch.max.bytes
+	// taken from one budget), and a broker whose fetched messages all went
+	// out may always fetch, so that every partition makes progress. Each
+	// partition holds, beyond it, the messages of one response it is
+	// handing out. PartitionStats.BufferedBytes shows a partition's share.
+	// 0 lifts the bound (Consumer.Fetch.MaxBytes per request still
+	// holds). Default 32 MiB (DefaultMaxBufferedBytes), with which the
+	// resident memory at full speed stays at or below sarama's own
+	// consumer's (BENCHMARKS.md). Not used for partitions in the pre-0.11
+	// message format, which sarama's partition consumer fetches.
+	MaxBufferedBytes int64
+
 	// BatchSize, when positive, sets the consumer to batches: it hands out
 	// *Batch values on Batches, each up to BatchSize messages of one
 	// partition in offset order, instead of single messages on Messages.
@@ -275,6 +292,7 @@ func NewConfig() *Config {
 		Zookeeper:         kazoo.NewConfig(),
 		MaxProcessingTime: DefaultMaxProcessingTime,
 		MaxPendingAcks:    DefaultMaxPendingAcks,
+		MaxBufferedBytes:  DefaultMaxBufferedBytes,
 		DiscoveryInterval: DefaultDiscoveryInterval,
 	}
 	c.Config.Consumer.Return.Errors = true
@@ -303,6 +321,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: MaxProcessingTime must be positive, got %s", ErrInvalidConfig, c.MaxProcessingTime)
 	case c.MaxPendingAcks <= 0:
 		return fmt.Errorf("%w: MaxPendingAcks must be positive, got %d", ErrInvalidConfig, c.MaxPendingAcks)
+	case c.MaxBufferedBytes < 0:
+		return fmt.Errorf("%w: MaxBufferedBytes must not be negative, got %d (0 lifts the bound)", ErrInvalidConfig, c.MaxBufferedBytes)
 	case c.BatchSize < 0:
 		return fmt.Errorf("%w: BatchSize must not be negative, got %d", ErrInvalidConfig, c.BatchSize)
 	case c.BatchSize > c.MaxPendingAcks:

@@ -231,6 +231,10 @@ type PartitionStats struct {
 	// Lag is HighWaterMark - Committed: the messages not processed yet,
 	// or -1 when either is unknown.
 	Lag int64
+	// BufferedBytes is the bytes of messages fetched for the partition
+	// that it has not begun to hand out: its share of
+	// Config.MaxBufferedBytes.
+	BufferedBytes int64
 }
 
 // Join joins a consumer group and returns its running Consumer instance.

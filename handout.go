@@ -59,12 +59,17 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		out:   pm.parent.messages,
 		batch: make([]*sarama.ConsumerMessage, 0, handOutBatch),
 	}
+	receive := h.receive
+	if f, ok := pc.(*batchFetcher); ok {
+		h.slabs, h.fetcher = f.slabs, f
+		receive = h.receiveSlab
+	}
 	for {
-		if !h.receive() {
+		if !receive() {
 			return h.end()
 		}
 		for len(h.batch) > 0 {
-			n, before := pm.enter(h.batch)
+			n, before := pm.enter(h.batch, h.gap())
 			if n < 0 {
 				return consumeFenced
 			}
@@ -83,7 +88,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 			// behind this loop (BENCHMARKS.md, round 3).
 			runtime.Gosched()
 		}
-		if h.closed {
+		if h.closed && len(h.slab) == 0 {
 			return consumeClosed
 		}
 	}
@@ -127,13 +132,14 @@ type handOut struct {
 	batches chan<- *Batch
 	// slabs are a batch fetcher's responses, instead of in; slab is
 	// what is left of the last one (consumeBatches).
-	slabs   <-chan []*sarama.ConsumerMessage
-	slab    []*sarama.ConsumerMessage
-	fetcher *batchFetcher             // of slabs: told when a slab is taken
-	batch   []*sarama.ConsumerMessage // received, not handed out yet
-	closed  bool                      // the partition consumer closed in
-	killed  bool                      // the tomb is dying
-	sending bool                      // as pm.sending (enterSend, leaveSend)
+	slabs    <-chan slab
+	slab     []*sarama.ConsumerMessage
+	slabNext int64                     // the next offset to fetch after the last slab taken
+	fetcher  *batchFetcher             // of slabs: told when a slab is taken
+	batch    []*sarama.ConsumerMessage // received, not handed out yet
+	closed   bool                      // the partition consumer closed in
+	killed   bool                      // the tomb is dying
+	sending  bool                      // as pm.sending (enterSend, leaveSend)
 
 	fencedOut bool // the fence went up
 }
@@ -201,13 +207,15 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 
 // enter records the first messages of batch as handed out, as many as
 // MaxPendingAcks leaves room for, under one lock. It returns how many, and
-// lastHandedOut before them. With no room it pauses the partition: an ack
+// lastHandedOut before them. When it enters them all and gap is not -1,
+// the offsets from the last of them up to gap hold nothing to hand out
+// (see skipTo). With no room it pauses the partition: an ack
 // wakes the consume loop when there is (waiting). A partition paused by
 // Pause takes none, until Resume wakes the loop. While the instance is
 // fenced, or the claim is lost, it records nothing and returns -1: the
 // check is under the lock that takeBackUnread's unhand takes, so nothing
 // enters after the fence's raise took messages back.
-func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, before int64) {
+func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n int, before int64) {
 	pm.mu.Lock()
 	if pm.lost || pm.parent.fence.on.Load() || pm.parent.pastFenceDeadline() {
 		pm.mu.Unlock()
@@ -232,6 +240,9 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 		pm.lastHandedOut = batch[n-1].Offset
 		pm.handedOut += uint64(n)
 	}
+	if n == len(batch) && gap >= 0 {
+		pm.pending.skipTo(gap)
+	}
 	pm.waiting = n == 0
 	changed := pm.paused != (n == 0)
 	pm.paused = n == 0
@@ -240,6 +251,16 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage) (n int, befor
 		pm.reportPause(n == 0)
 	}
 	return n, before
+}
+
+// skipTo records that the offsets after the last message handed out, up
+// to next, hold nothing to hand out (control batches, aborted
+// transactions, batches compaction emptied): once every message handed
+// out is acked, the commit point moves to next, so that lag reaches 0.
+func (pm *partitionManager) skipTo(next int64) {
+	pm.mu.Lock()
+	pm.pending.skipTo(next)
+	pm.mu.Unlock()
 }
 
 // reportPause tells, once per pause, that the partition stopped handing out

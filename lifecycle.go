@@ -225,7 +225,9 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 	}
 
 	// The partition consumers are spread over fetchConnections clients
-	// (see fetcherOf), the first of which also reads the metadata.
+	// (see fetcherOf), the first of which also reads the metadata; their
+	// batch fetchers share one budget of Config.MaxBufferedBytes.
+	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
 		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
@@ -246,8 +248,8 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 			return fmt.Errorf("start consumer: %w", err)
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
-		if version, ok := batchFetchVersion(cm.config.Config); ok && cm.config.BatchSize > 0 {
-			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, cm.log)
+		if version, ok := batchFetchVersion(cm.config.Config); ok {
+			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
 		}
 	}
 	cm.client = cm.fetchers[0].client

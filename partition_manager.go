@@ -45,6 +45,10 @@ type partitionManager struct {
 	// set older than record batches: its partition consumers are
 	// sarama's from then on (see batchFetcher).
 	legacyRecords bool
+	// outOfRange is set by run when its batch fetcher ended because the
+	// offset it fetched is out of range: the next start is at
+	// Offsets.Initial (startAtInitial).
+	outOfRange bool
 	// claimOnly: run claims the partition and keeps the claim until killed,
 	// but consumes nothing. In a group with instances of the original
 	// library, whose white and black lists select Kafka's internal topics,
@@ -161,6 +165,9 @@ func (pm *partitionManager) stats() PartitionStats {
 	}
 	if pm.pc != nil {
 		s.HighWaterMark = pm.pc.HighWaterMarkOffset()
+		if f, ok := pm.pc.(*batchFetcher); ok {
+			s.BufferedBytes = f.buffered.Load()
+		}
 	}
 	if s.Committed >= 0 && s.HighWaterMark >= 0 {
 		s.Lag = max(s.HighWaterMark-s.Committed, 0)

@@ -87,6 +87,7 @@ func (pm *partitionManager) consumeUntilKilled() {
 		pm.mu.Unlock()
 		if f, ok := pc.(*batchFetcher); ok && end == consumeClosed {
 			<-f.done
+			pm.outOfRange = f.outOfRange
 			if f.legacy {
 				pm.legacyRecords = true
 				pm.logf(slog.LevelInfo, "The partition holds messages older than record batches (Kafka 0.11's format): fetching with sarama's partition consumer from here on.")
@@ -185,6 +186,14 @@ func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer,
 			}
 			return offset, pc, err
 		}
+	}
+	if pm.outOfRange { // the last batch fetcher's leader said so
+		pm.outOfRange = false
+		pc, err := pm.startAtInitial(offset)
+		if err == nil {
+			offset = pm.nextToHandOut()
+		}
+		return offset, pc, err
 	}
 	pc, err := pm.consumePartition(offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
@@ -323,10 +332,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		var pc sarama.PartitionConsumer
 		var err error
 		if batchFetch {
-			var f *batchFetcher
-			if f, err = startBatchFetcher(hub, pm.tp, offset); err == nil {
-				pc = f
-			}
+			pc = startBatchFetcher(hub, pm.tp, offset)
 		} else {
 			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.Topic, pm.tp.Partition, offset)
 		}

@@ -34,10 +34,13 @@ type pendingAcks struct {
 	// stuck is set when a withdrawn entry reached the head: nothing after it
 	// may be committed any more.
 	stuck bool
+	// skip is an offset past the last entry up to which the partition
+	// holds nothing to hand out (skipTo), or -1.
+	skip int64
 }
 
 func newPendingAcks(limit int) *pendingAcks {
-	return &pendingAcks{limit: limit, done: -1}
+	return &pendingAcks{limit: limit, done: -1, skip: -1}
 }
 
 // full tells whether push would refuse.
@@ -65,12 +68,21 @@ func (p *pendingAcks) push(offset int64) bool {
 	return true
 }
 
+// skipTo records that the offsets after the last entry, up to next, hold
+// no message to hand out: once every entry is acked, the commit point is
+// next. An entry pushed later is at next or after.
+func (p *pendingAcks) skipTo(next int64) {
+	p.skip = max(p.skip, next)
+}
+
 // unpushFrom forgets the entries at offset and after, for messages that
-// were entered but not handed out after all. An entry among them may have
+// were entered but not handed out after all; they will be handed out
+// again, so a skipTo past them no longer holds. An entry among them may have
 // been resolved already by a stale ack (of an earlier owner's hand-out of
 // the same offset): it is not pending any more, so it is not counted
 // again; one that the ack dropped from the prefix is gone already.
 func (p *pendingAcks) unpushFrom(offset int64) {
+	p.skip = -1
 	for p.n > 0 {
 		last := &p.ring[(p.head+p.n-1)&(len(p.ring)-1)]
 		if last.offset < offset {
@@ -165,10 +177,16 @@ func (p *pendingAcks) withdraw(offset int64) (known bool) {
 
 // commitOffset returns the offset to commit, the offset of the next message
 // to read: the first entry's when one waits, else one past the last acked
-// message of the prefix; -1 when nothing was acked yet.
+// message of the prefix, or past the offsets skipTo named; -1 when nothing
+// was acked or skipped yet.
 func (p *pendingAcks) commitOffset() int64 {
-	if p.n > 0 && !p.stuck && p.done >= 0 {
+	switch {
+	case p.stuck:
+		return p.done
+	case p.n > 0 && p.done >= 0:
 		return p.ring[p.head].offset
+	case p.n == 0:
+		return max(p.done, p.skip)
 	}
 	return p.done
 }

@@ -244,3 +244,48 @@ func BenchmarkPendingAcksInOrder(b *testing.B) {
 		p.ack(int64(i))
 	}
 }
+
+// TestPendingAcksSkipTo: offsets after the last entry that hold nothing to
+// hand out (transaction markers, aborted records) move the commit point
+// once every entry is acked, not before; a later entry, an unpush and a
+// withdrawal each keep it where the entries say.
+func TestPendingAcksSkipTo(t *testing.T) {
+	p := newPendingAcks(10)
+	p.skipTo(4) // only markers so far: commit past them
+	if got := p.commitOffset(); got != 4 {
+		t.Fatalf("commitOffset after skipTo(4) with nothing handed out = %d, want 4", got)
+	}
+	p.push(5)
+	p.push(6)
+	p.skipTo(9) // 7 and 8: the marker and aborted records after 6
+	if got := p.commitOffset(); got != -1 {
+		t.Fatalf("commitOffset with nothing acked = %d, want -1", got)
+	}
+	p.ack(5)
+	if got := p.commitOffset(); got != 6 {
+		t.Fatalf("commitOffset with 6 pending = %d, want 6", got)
+	}
+	p.ack(6)
+	if got := p.commitOffset(); got != 9 {
+		t.Fatalf("commitOffset with all acked, skipped to 9 = %d, want 9", got)
+	}
+	p.push(9)
+	p.ack(9)
+	if got := p.commitOffset(); got != 10 {
+		t.Fatalf("commitOffset after 9 = %d, want 10", got)
+	}
+
+	p.push(10)
+	p.skipTo(12)
+	p.unpushFrom(10) // 10 goes out again: the skip past it no longer holds
+	if got := p.commitOffset(); got != 10 {
+		t.Fatalf("commitOffset after unpush = %d, want 10", got)
+	}
+
+	p.push(10)
+	p.withdraw(10)
+	p.skipTo(20)
+	if got := p.commitOffset(); got != 10 {
+		t.Fatalf("commitOffset after a withdrawal = %d, want 10", got)
+	}
+}

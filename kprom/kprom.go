@@ -70,7 +70,7 @@ type Metrics struct {
 	commitErrors       *prometheus.CounterVec
 	pauses             *prometheus.CounterVec
 
-	handedOut, acked, claimed, paused, pausedByUser, pending, lag *prometheus.Desc
+	handedOut, acked, claimed, paused, pausedByUser, pending, lag, buffered *prometheus.Desc
 
 	mu        sync.Mutex                        // guards consumers
 	consumers map[kafkaconsumer.Consumer]string // observed consumers and their groups
@@ -112,6 +112,7 @@ func New() *Metrics {
 		pausedByUser:       desc("partition_paused_by_user", "1 while the partition is paused by Consumer.Pause."),
 		pending:            desc("partition_pending_messages", "Messages handed out and not acked yet."),
 		lag:                desc("partition_lag_messages", "Messages not processed yet: the high-water mark minus the offset to commit."),
+		buffered:           desc("partition_buffered_bytes", "Bytes of messages fetched for the partition that it has not begun to hand out (its share of Config.MaxBufferedBytes)."),
 		consumers:          make(map[kafkaconsumer.Consumer]string),
 	}
 }
@@ -142,7 +143,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range m.vecs() {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pausedByUser, m.pending, m.lag} {
+	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pausedByUser, m.pending, m.lag, m.buffered} {
 		ch <- d
 	}
 }
@@ -187,6 +188,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.paused, prometheus.GaugeValue, boolValue(s.Paused), labels)
 		gauge(m.pausedByUser, prometheus.GaugeValue, boolValue(s.PausedByUser), labels)
 		gauge(m.pending, prometheus.GaugeValue, float64(s.Pending), labels)
+		gauge(m.buffered, prometheus.GaugeValue, float64(s.BufferedBytes), labels)
 		if s.Lag >= 0 {
 			gauge(m.lag, prometheus.GaugeValue, float64(s.Lag), labels)
 		}

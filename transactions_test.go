@@ -1,0 +1,146 @@
+package kafkaconsumer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// produceTransactions writes to each of topic's partitions with a
+// transactional producer: a committed transaction, an aborted one, a
+// committed one and, last, an aborted one, of three records per partition
+// each. The log of each partition then ends in aborted records and their
+// ABORT marker. It returns the committed values and the aborted ones.
+func produceTransactions(t *testing.T, topic string, partitions int32) (committed, aborted []string) {
+	t.Helper()
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Producer.Idempotent = true
+	config.Producer.Transaction.ID = uniqueName("txn-producer")
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Producer.Return.Successes = true
+	config.Producer.Partitioner = sarama.NewManualPartitioner
+	config.Net.MaxOpenRequests = 1
+	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Close() }()
+	for txn, commit := range []bool{true, false, true, false} {
+		if err := producer.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		var msgs []*sarama.ProducerMessage
+		for p := range partitions {
+			for i := range 3 {
+				value := fmt.Sprintf("txn%d-p%d-%d", txn, p, i)
+				msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.StringEncoder(value)})
+				if commit {
+					committed = append(committed, value)
+				} else {
+					aborted = append(aborted, value)
+				}
+			}
+		}
+		if err := producer.SendMessages(msgs); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = producer.CommitTxn()
+		} else {
+			err = producer.AbortTxn()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return committed, aborted
+}
+
+// TestTransactions: a transactional producer's topic, read committed and
+// read uncommitted, in single messages and in batches. Read committed
+// hands out every committed record and no aborted one; in every case,
+// once everything handed out is acked, the committed offset reaches the
+// end of each partition, past the aborted records and the markers that
+// follow the last message handed out, so that lag reaches 0. The
+// committed offsets stayed short of the end (the last acked + 1), for
+// good.
+func TestTransactions(t *testing.T) {
+	parallelClusterTest(t)
+	if !testKafkaVersion().IsAtLeast(sarama.V0_11_0_0) {
+		t.Skip("transactions need Kafka 0.11")
+	}
+	const partitions = 4
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName(topicPrefix(t))
+	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
+		t.Fatal(err)
+	}
+	committed, aborted := produceTransactions(t, topic, partitions)
+	// The coordinator writes the last ABORT markers after AbortTxn
+	// returned: each partition ends at 16 once they are there (4
+	// transactions of 3 records and a marker each).
+	ends := make(map[int32]int64)
+	waitFor(t, 10*time.Second, "the transaction markers", func() bool {
+		for p := range int32(partitions) {
+			end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil || end != 16 {
+				return false
+			}
+			ends[p] = end
+		}
+		return true
+	})
+
+	for _, isolation := range []sarama.IsolationLevel{sarama.ReadCommitted, sarama.ReadUncommitted} {
+		for _, batch := range []int{0, 10} {
+			name := fmt.Sprintf("read uncommitted, BatchSize %d", batch)
+			if isolation == sarama.ReadCommitted {
+				name = fmt.Sprintf("read committed, BatchSize %d", batch)
+			}
+			config := testConfig()
+			config.BatchSize = batch
+			config.Consumer.IsolationLevel = isolation
+			group := uniqueName("txn")
+			c := joinWithCleanup(t, group, TopicSubscription(topic), config)
+			received, done := receiveAll(c)
+			want := committed
+			if isolation == sarama.ReadUncommitted {
+				want = append(append([]string(nil), committed...), aborted...)
+			}
+			if !poll(20*time.Second, func() bool { return received.has(want) }) {
+				t.Errorf("%s: received %d of the %d records", name, received.received(want), len(want))
+			}
+			if isolation == sarama.ReadCommitted {
+				if n := received.received(aborted); n > 0 {
+					t.Errorf("%s: received %d aborted records", name, n)
+				}
+			}
+			lagZero := poll(10*time.Second, func() bool {
+				stats := c.Stats()
+				for _, s := range stats {
+					if s.Lag != 0 {
+						return false
+					}
+				}
+				return len(stats) == partitions
+			})
+			if !lagZero {
+				t.Errorf("%s: lag did not reach 0: %+v", name, c.Stats())
+			}
+			if err := c.Close(); err != nil {
+				t.Errorf("%s: Close() = %v", name, err)
+			}
+			<-done
+			got := waitCommitted(t, client, group, topic, ends)
+			for p, end := range ends {
+				if got[p] != end {
+					t.Errorf("%s: partition %d committed at %d, want its end %d", name, p, got[p], end)
+				}
+			}
+		}
+	}
+}
