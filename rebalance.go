@@ -69,8 +69,13 @@ func (cm *consumerManager) run() {
 			continue
 		}
 		if readDeparted {
-			if departed, ok = cm.watchDeparted(instances); !ok {
+			var stale bool
+			if departed, stale, ok = cm.watchDeparted(instances); !ok {
 				return
+			}
+			if stale { // a static member came back since the instances were read
+				instancesChange = nil
+				continue
 			}
 			readDeparted = false
 		}

@@ -226,7 +226,10 @@ func (cm *consumerManager) serverClock() (int64, time.Time, error) {
 }
 
 // departedMembers returns the static members that are not among the
-// registered instances and whose grace is not over, sorted by ID. It
+// registered instances and whose grace is not over, sorted by ID; stale
+// when a member missing from instances is registered by now (it came
+// back since they were read): the caller reads them again before it
+// distributes, else it would distribute without that member. It
 // records the departure of a member whose session ended without a leave
 // (its record still says registered), and deletes the records whose grace
 // is over. Manager goroutine only (cm.departures caches the ends
@@ -237,20 +240,19 @@ func (cm *consumerManager) serverClock() (int64, time.Time, error) {
 // is at the version read before the registration was found missing. So
 // either the member's write comes after (and wins), or it came before
 // and this one fails: a returning member is never left marked departed.
-func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstanceList) ([]departure, error) {
+func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstanceList) (departed []departure, stale bool, err error) {
 	ids, _, err := cm.zkConn.Children(cm.staticNode())
 	if errors.Is(err, zk.ErrNoNode) {
 		cm.departures = nil
-		return nil, nil
+		return nil, false, nil
 	} else if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	registered := make(map[string]bool, len(instances))
 	for _, instance := range instances {
 		registered[instance.ID] = true
 	}
 	var (
-		result    []departure
 		next      = make(map[string]departure)
 		serverNow int64
 		localNow  time.Time
@@ -264,7 +266,7 @@ func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstance
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		} else if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		record, ok := parseStaticRecord(data)
 		if !ok || record.RestartGrace <= 0 {
@@ -273,9 +275,10 @@ func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstance
 		}
 		if record.State != staticDeparted {
 			if back, _, err := cm.zkConn.Exists(cm.groupNode("ids", id)); err != nil {
-				return nil, err
+				return nil, false, err
 			} else if back {
-				continue // it registered since: the instances' watch fires
+				stale = true // it registered since
+				continue
 			}
 			record.State = staticDeparted
 			marked, _ := json.Marshal(record)
@@ -290,13 +293,16 @@ func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstance
 				if data, stat, err = cm.zkConn.Get(node); errors.Is(err, zk.ErrNoNode) {
 					continue
 				} else if err != nil {
-					return nil, err
+					return nil, false, err
 				}
-				if record, ok = parseStaticRecord(data); !ok || record.State != staticDeparted {
+				if record, ok = parseStaticRecord(data); !ok {
+					continue
+				} else if record.State != staticDeparted {
+					stale = true // it registered again
 					continue
 				}
 			default:
-				return nil, err
+				return nil, false, err
 			}
 		}
 		stamp := [2]int64{int64(stat.Version), stat.Mtime}
@@ -304,7 +310,7 @@ func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstance
 		if d, ok := cm.departures[id]; !ok || d.stamp != stamp {
 			if localNow.IsZero() {
 				if serverNow, localNow, err = cm.serverClock(); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 			}
 			until = graceEnd(stat.Mtime, record.RestartGrace, serverNow, localNow)
@@ -316,11 +322,11 @@ func (cm *consumerManager) departedMembers(instances kazoo.ConsumergroupInstance
 		}
 		d := departure{id: id, until: until, stamp: stamp}
 		next[id] = d
-		result = append(result, d)
+		departed = append(departed, d)
 	}
 	cm.departures = next
-	sort.Slice(result, func(i, j int) bool { return result[i].id < result[j].id })
-	return result, nil
+	sort.Slice(departed, func(i, j int) bool { return departed[i].id < departed[j].id })
+	return departed, stale, nil
 }
 
 // removeStatic deletes a static record whose grace is over, unless it
@@ -335,19 +341,19 @@ func (cm *consumerManager) removeStatic(node string, version int32) {
 // watchDeparted returns departedMembers, retrying errors until the
 // manager is interrupted (ok is false then). With an instance of the
 // original library registered there is no grace: none.
-func (cm *consumerManager) watchDeparted(instances kazoo.ConsumergroupInstanceList) ([]departure, bool) {
+func (cm *consumerManager) watchDeparted(instances kazoo.ConsumergroupInstanceList) (departed []departure, stale, ok bool) {
 	if cm.originals {
 		cm.departures = nil
-		return nil, true
+		return nil, false, true
 	}
 	for attempt := 0; ; attempt++ {
-		departed, err := cm.departedMembers(instances)
+		departed, stale, err := cm.departedMembers(instances)
 		if err == nil {
-			return departed, true
+			return departed, stale, true
 		}
 		cm.logf(slog.LevelWarn, "Failed to read the group's static members: %s. Trying again.", convertError(err))
 		if !sleepOrDie(&cm.t, attempt) {
-			return nil, false
+			return nil, false, false
 		}
 	}
 }

@@ -212,7 +212,7 @@ func TestDepartedMemberCountedDuringGrace(t *testing.T) {
 	putRecord(t, fake, "other", staticDeparted, 30*time.Second)
 	registered := instanceList("me")
 	before := time.Now()
-	departed, err := cm.departedMembers(registered)
+	departed, _, err := cm.departedMembers(registered)
 	if err != nil || len(departed) != 1 || departed[0].id != "other" {
 		t.Fatalf("departedMembers = %+v, %v; want other", departed, err)
 	}
@@ -223,7 +223,7 @@ func TestDepartedMemberCountedDuringGrace(t *testing.T) {
 		t.Fatalf("members %v, want me and other", members)
 	}
 	sets := fake.count("Set")
-	if again, err := cm.departedMembers(registered); err != nil || len(again) != 1 || !again[0].until.Equal(departed[0].until) {
+	if again, _, err := cm.departedMembers(registered); err != nil || len(again) != 1 || !again[0].until.Equal(departed[0].until) {
 		t.Fatalf("departedMembers again = %+v, %v; want the same end", again, err)
 	}
 	wantCalls(t, fake, "Set", sets, "the end of a known departure is not computed again")
@@ -232,7 +232,7 @@ func TestDepartedMemberCountedDuringGrace(t *testing.T) {
 	// read with the clock, which ends other's grace too.
 	fake.advance(31 * time.Second)
 	cm.departures = nil // as for an instance that joins now
-	if departed, err = cm.departedMembers(registered); err != nil || len(departed) != 0 {
+	if departed, _, err = cm.departedMembers(registered); err != nil || len(departed) != 0 {
 		t.Fatalf("after the grace departedMembers = %+v, %v; want none", departed, err)
 	}
 	if got := recordState(t, fake, "other"); got != "none" {
@@ -247,7 +247,7 @@ func TestDepartureRecordedWhenTheSessionEnded(t *testing.T) {
 	t.Parallel()
 	cm, fake := staticManager(t)
 	putRecord(t, fake, "other", staticRegistered, 10*time.Second)
-	departed, err := cm.departedMembers(instanceList("me"))
+	departed, _, err := cm.departedMembers(instanceList("me"))
 	if err != nil || len(departed) != 1 || departed[0].id != "other" {
 		t.Fatalf("departedMembers = %+v, %v; want other", departed, err)
 	}
@@ -267,9 +267,9 @@ func TestReturnedMemberIsNotMarkedDeparted(t *testing.T) {
 	cm, fake := staticManager(t)
 	putRecord(t, fake, "other", staticRegistered, 10*time.Second)
 	fake.put("/consumers/g/ids/other", []byte("{}"), otherSession)
-	departed, err := cm.departedMembers(instanceList("me")) // the list read before it came back
-	if err != nil || len(departed) != 0 {
-		t.Fatalf("departedMembers = %+v, %v; want none", departed, err)
+	departed, stale, err := cm.departedMembers(instanceList("me")) // the list read before it came back
+	if err != nil || len(departed) != 0 || !stale {
+		t.Fatalf("departedMembers = %+v, stale %t, %v; want none, stale: the instances must be read again", departed, stale, err)
 	}
 	if got := recordState(t, fake, "other"); got != staticRegistered {
 		t.Fatalf("record of other: %s, want registered", got)
@@ -285,9 +285,9 @@ func TestDepartureLosesToAReturn(t *testing.T) {
 	fake.beforeNext("Set", func() {
 		fake.set(staticPath+"other", []byte(`{"version":1,"restart_grace_ms":10000,"state":"registered"}`))
 	})
-	departed, err := cm.departedMembers(instanceList("me"))
-	if err != nil || len(departed) != 0 {
-		t.Fatalf("departedMembers = %+v, %v; want none", departed, err)
+	departed, stale, err := cm.departedMembers(instanceList("me"))
+	if err != nil || len(departed) != 0 || !stale {
+		t.Fatalf("departedMembers = %+v, stale %t, %v; want none, stale", departed, stale, err)
 	}
 	if got := recordState(t, fake, "other"); got != staticRegistered {
 		t.Fatalf("record of other: %s, want registered", got)
@@ -302,7 +302,7 @@ func TestGraceIndependentOfClocks(t *testing.T) {
 	cm, fake := staticManager(t)
 	fake.advance(time.Hour)
 	putRecord(t, fake, "other", staticDeparted, 20*time.Second)
-	departed, err := cm.departedMembers(instanceList("me"))
+	departed, _, err := cm.departedMembers(instanceList("me"))
 	if err != nil || len(departed) != 1 {
 		t.Fatalf("departedMembers = %+v, %v; want other", departed, err)
 	}
@@ -319,7 +319,7 @@ func TestNoGraceWithOriginals(t *testing.T) {
 	putRecord(t, fake, "other", staticDeparted, 30*time.Second)
 	cm.originals = true
 	calls := fake.count("")
-	if departed, ok := cm.watchDeparted(instanceList("me", "original")); !ok || len(departed) != 0 {
+	if departed, _, ok := cm.watchDeparted(instanceList("me", "original")); !ok || len(departed) != 0 {
 		t.Fatalf("watchDeparted = %+v, %t; want none", departed, ok)
 	}
 	wantCalls(t, fake, "", calls, "no request with originals")
@@ -331,7 +331,7 @@ func TestNoGraceOfZero(t *testing.T) {
 	t.Parallel()
 	cm, fake := staticManager(t)
 	putRecord(t, fake, "other", staticDeparted, 0)
-	if departed, err := cm.departedMembers(instanceList("me")); err != nil || len(departed) != 0 {
+	if departed, _, err := cm.departedMembers(instanceList("me")); err != nil || len(departed) != 0 {
 		t.Fatalf("departedMembers = %+v, %v; want none", departed, err)
 	}
 	if got := recordState(t, fake, "other"); got != "none" {
