@@ -163,6 +163,38 @@ type Config struct {
 	// DefaultDiscoveryInterval (5 s).
 	DiscoveryInterval time.Duration
 
+	// InstanceID, when set, is this instance's stable identity in the
+	// group (static membership, as Kafka's group.instance.id): it
+	// registers as /consumers/<group>/ids/<InstanceID> instead of under a
+	// new random ID ("<hostname>:<UUID>") at each Join. The distribution
+	// sorts the instances by ID, so an instance that comes back with the
+	// same ID, while the others are the same, gets the same partitions.
+	// Use a name that is stable across restarts and unique in the group,
+	// such as a StatefulSet pod's name: up to 249 characters among
+	// letters, digits, '.', '_', '-' and ':' (not "." nor ".."); Validate
+	// refuses others. While another live instance is registered under the
+	// same ID, Join fails with an error wrapping ErrInstanceIDInUse; a
+	// registration left by a previous instance of the ID that died is
+	// waited for until its ZooKeeper session expires (up to this
+	// instance's Zookeeper.Timeout). Default "": a random ID.
+	InstanceID string
+
+	// RestartGrace is how long the other instances of the group wait for
+	// this instance to come back, after it departed (Close, Shutdown, or
+	// its ZooKeeper session expired), before they take its partitions:
+	// meanwhile they distribute the partitions as if it were still there,
+	// so nothing moves among them and its partitions are consumed by
+	// nobody (their lag grows; PartitionStats.AwaitingReturn shows them).
+	// When it comes back in time under the same InstanceID, it gets the
+	// same partitions; after the grace the group rebalances as without
+	// it. Kafka's session.timeout.ms for static members. The grace
+	// counts from the departure as ZooKeeper recorded it, so every
+	// instance ends it at the same moment whatever their clocks say. It
+	// needs InstanceID. In a group with instances of the original
+	// wvanbergen/kafka library registered, there is no grace (see
+	// docs/configuration.md). Default 0: the partitions move at once.
+	RestartGrace time.Duration
+
 	// MaxProcessingTime is how long a partition that is being stopped (in a
 	// rebalance or by Close) waits for the messages it handed out to be
 	// acked before it commits what was acked and lets go of the partition.
@@ -346,8 +378,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Listener %q is not a listener name (letters, digits, '_' and '-')", ErrInvalidConfig, c.Listener)
 	case c.Listener != "" && len(c.Brokers) > 0:
 		return fmt.Errorf("%w: Listener %q and Brokers are both set; Listener only selects among brokers found through ZooKeeper", ErrInvalidConfig, c.Listener)
+	case c.RestartGrace < 0:
+		return fmt.Errorf("%w: RestartGrace must not be negative, got %s", ErrInvalidConfig, c.RestartGrace)
+	case c.RestartGrace > 0 && c.InstanceID == "":
+		return fmt.Errorf("%w: RestartGrace is %s but InstanceID is empty: only an instance with a stable InstanceID can come back as itself; set InstanceID",
+			ErrInvalidConfig, c.RestartGrace)
 	case c.DiscoveryInterval <= 0:
 		return fmt.Errorf("%w: DiscoveryInterval must be positive, got %s", ErrInvalidConfig, c.DiscoveryInterval)
+	}
+	if err := validateInstanceID(c.InstanceID); err != nil {
+		return err
 	}
 	if err := c.validateDiscovery(); err != nil {
 		return err

@@ -7,6 +7,7 @@ package kafkaconsumer
 
 import (
 	"context"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -174,9 +175,10 @@ type Consumer interface {
 	// rebalance or Close) does nothing but, for the last case, log a line.
 	Ack(*sarama.ConsumerMessage)
 
-	// Stats returns the state of each partition this instance runs, sorted
-	// by topic and partition. It does not block on the network. After
-	// Close it returns nothing.
+	// Stats returns the state of each partition this instance runs, and
+	// of those it takes if their departed owner does not return in time
+	// (see PartitionStats.AwaitingReturn), sorted by topic and partition.
+	// It does not block on the network. After Close it returns nothing.
 	Stats() []PartitionStats
 }
 
@@ -235,6 +237,18 @@ type PartitionStats struct {
 	// that it has not begun to hand out: its share of
 	// Config.MaxBufferedBytes.
 	BufferedBytes int64
+	// AwaitingReturn, when not empty, is the Config.InstanceID of the
+	// departed instance whose return the group waits for
+	// (Config.RestartGrace): the partition is that instance's, and nobody
+	// consumes it until it comes back, or until its grace ends at
+	// AwaitingReturnUntil (on this instance's clock), when the partition
+	// falls to this instance. Stats lists such a partition though the
+	// instance does not run it, with Claimed false and the offsets and
+	// Lag -1; each partition awaiting its owner's return is listed by
+	// one instance of the group, the one that takes it if the owner does
+	// not return.
+	AwaitingReturn      string
+	AwaitingReturnUntil time.Time
 }
 
 // Join joins a consumer group and returns its running Consumer instance.

@@ -105,6 +105,18 @@ type consumerManager struct {
 	// by the manager goroutine only.
 	marked    map[string]bool
 	originals bool
+	// departures are the departed static members whose grace is not over,
+	// as departedMembers found them last (static.go); recordedShare is
+	// this instance's share as written in its static record, when
+	// shareRecorded. Used by the manager goroutine only (and, after it,
+	// by closeConnections).
+	departures    map[string]departure
+	recordedShare map[string][]int32
+	shareRecorded bool
+	// awaiting are the partitions this instance takes if their departed
+	// owner does not return within its grace (see awaitingReturn), for
+	// Stats; written by run only.
+	awaiting atomic.Pointer[[]PartitionStats]
 
 	// pms holds the partition managers, for Ack; written by run only.
 	pms atomic.Pointer[partitionManagers]
@@ -293,6 +305,9 @@ func (cm *consumerManager) Stats() []PartitionStats {
 		if !pm.claimOnly {
 			result = append(result, pm.stats())
 		}
+	}
+	if awaiting := cm.awaiting.Load(); awaiting != nil {
+		result = append(result, *awaiting...)
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].TopicPartition.less(result[j].TopicPartition) })
 	return result

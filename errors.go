@@ -36,6 +36,16 @@ var (
 	// ZooKeeper.
 	ErrZookeeperAccessDenied = errors.New("kafkaconsumer: zookeeper access denied")
 
+	// ErrInstanceIDInUse is returned by Join when another live instance
+	// is registered in the group under the same Config.InstanceID (its
+	// ZooKeeper session still holds the registration after this
+	// instance's Zookeeper.Timeout): the error names the ID. Nothing of
+	// this instance is left registered, and it consumes nothing. A
+	// running instance whose session expired, and whose ID was taken by
+	// another in the meantime, logs it and tries to register again until
+	// it is closed.
+	ErrInstanceIDInUse = errors.New("kafkaconsumer: instance id in use by another live instance")
+
 	// ErrRegistrationLost is sent on Errors() when the instance finds its
 	// ZooKeeper registration gone, usually because its session expired (a
 	// pause or partition longer than Zookeeper.Timeout). Its partition

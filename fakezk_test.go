@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,12 +47,16 @@ type fakeZK struct {
 	blocked  chan struct{}
 	blockErr error
 	waiting  int
+	// advanced is how far the fake's clock (ZooKeeper's, for the nodes'
+	// mtime) is ahead of the local one, in ms; see advance.
+	advanced int64
 }
 
 type fakeNode struct {
 	data    []byte
 	version int32 // of the data: 0 when created, even when created again
 	owner   int64 // the session of an ephemeral node; 0: persistent
+	mtime   int64 // when it was created or its data set last, on the fake's clock (ms)
 }
 
 // fakeTree maps the paths of the nodes to them; "/" is always there.
@@ -224,10 +229,10 @@ func (f *fakeZK) put(p string, data []byte, owner int64) {
 	var events []fakeEvent
 	for _, dir := range ancestors(p) {
 		if _, ok := f.nodes[dir]; !ok {
-			_ = f.nodes.create(dir, nil, 0, &events)
+			_ = f.nodes.create(dir, nil, 0, f.now(), &events)
 		}
 	}
-	if err := f.nodes.create(p, data, owner, &events); err != nil {
+	if err := f.nodes.create(p, data, owner, f.now(), &events); err != nil {
 		f.mu.Unlock()
 		panic("fakeZK.put " + p + ": " + err.Error())
 	}
@@ -259,6 +264,7 @@ func (f *fakeZK) set(p string, data []byte) {
 	}
 	n.data = append([]byte(nil), data...)
 	n.version++
+	n.mtime = f.now()
 	f.fireLocked([]fakeEvent{{path: p, typ: zk.EventNodeDataChanged}})
 }
 
@@ -308,7 +314,7 @@ func (t fakeTree) children(p string) []string {
 
 // create adds a node as ZooKeeper does, with its errors in ZooKeeper's
 // order, and records the watches it fires.
-func (t fakeTree) create(p string, data []byte, owner int64, events *[]fakeEvent) error {
+func (t fakeTree) create(p string, data []byte, owner, mtime int64, events *[]fakeEvent) error {
 	if !validPath(p) || p == "/" {
 		return zk.ErrInvalidPath
 	}
@@ -321,7 +327,7 @@ func (t fakeTree) create(p string, data []byte, owner int64, events *[]fakeEvent
 	case parent.owner != 0:
 		return zk.ErrNoChildrenForEphemerals
 	}
-	t[p] = &fakeNode{data: append([]byte(nil), data...), owner: owner}
+	t[p] = &fakeNode{data: append([]byte(nil), data...), owner: owner, mtime: mtime}
 	*events = append(*events, fakeEvent{child: true, path: path.Dir(p), typ: zk.EventNodeChildrenChanged})
 	return nil
 }
@@ -375,7 +381,7 @@ func (f *fakeZK) fireLocked(events []fakeEvent) {
 }
 
 func (f *fakeZK) stat(n *fakeNode, p string) *zk.Stat {
-	return &zk.Stat{Version: n.version, EphemeralOwner: n.owner, DataLength: int32(len(n.data)), NumChildren: int32(len(f.nodes.children(p)))}
+	return &zk.Stat{Version: n.version, EphemeralOwner: n.owner, DataLength: int32(len(n.data)), NumChildren: int32(len(f.nodes.children(p))), Mtime: n.mtime}
 }
 
 func (f *fakeZK) Create(p string, data []byte, flags int32, acl []zk.ACL) (string, error) {
@@ -392,7 +398,7 @@ func (f *fakeZK) Create(p string, data []byte, flags int32, acl []zk.ACL) (strin
 	}
 	f.mu.Lock()
 	var events []fakeEvent
-	err = f.nodes.create(p, data, owner, &events)
+	err = f.nodes.create(p, data, owner, f.now(), &events)
 	f.fireLocked(events)
 	f.mu.Unlock()
 	if ft.lostAnswer() {
@@ -442,6 +448,55 @@ func (f *fakeZK) read(op, p string, watches map[string][]chan zk.Event) (data []
 	}
 	return append([]byte(nil), n.data...), f.nodes.children(p), f.stat(n, p), watch, nil
 }
+
+func (f *fakeZK) Children(p string) ([]string, *zk.Stat, error) {
+	_, children, stat, _, err := f.read("Children", p, nil)
+	return children, stat, err
+}
+
+// Set sets the data of the node at p, as ZooKeeper does (version -1:
+// any), stamping it with the fake's clock.
+func (f *fakeZK) Set(p string, data []byte, version int32) (*zk.Stat, error) {
+	ft, err := f.begin("Set", p)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	n, ok := f.nodes[p]
+	switch {
+	case !ok:
+		err = zk.ErrNoNode
+	case version != -1 && version != n.version:
+		err = zk.ErrBadVersion
+	default:
+		n.data, n.mtime = append([]byte(nil), data...), f.now()
+		n.version++
+		f.fireLocked([]fakeEvent{{path: p, typ: zk.EventNodeDataChanged}})
+	}
+	var stat *zk.Stat
+	if err == nil {
+		stat = f.stat(n, p)
+	}
+	f.mu.Unlock()
+	if ft.lostAnswer() {
+		return nil, zk.ErrConnectionClosed
+	}
+	return stat, err
+}
+
+// SessionID is the fake's own session, the owner of the ephemeral nodes
+// it creates.
+func (f *fakeZK) SessionID() int64 { return fakeSession }
+
+// now is the fake's clock, ZooKeeper's: the local one, advanced by
+// advance; in ms since the epoch. f.mu held or not: advanced is read
+// atomically.
+func (f *fakeZK) now() int64 { return time.Now().UnixMilli() + atomic.LoadInt64(&f.advanced) }
+
+// advance moves the fake's clock d ahead of the local one: the nodes
+// written from now on are stamped later, as by a ZooKeeper whose clock
+// differs from the instance's.
+func (f *fakeZK) advance(d time.Duration) { atomic.AddInt64(&f.advanced, d.Milliseconds()) }
 
 func (f *fakeZK) Delete(p string, version int32) error {
 	ft, err := f.begin("Delete", p)
@@ -515,11 +570,21 @@ func (f *fakeZK) Multi(ops ...interface{}) ([]zk.MultiResponse, error) {
 				err = zk.ErrBadArguments
 				break
 			}
-			if err = tree.create(op.Path, op.Data, owner, &events); err == nil {
+			if err = tree.create(op.Path, op.Data, owner, f.now(), &events); err == nil {
 				responses[i].String = op.Path
 			}
 		case *zk.DeleteRequest:
 			err = tree.delete(op.Path, op.Version, &events)
+		case *zk.SetDataRequest:
+			if n, ok := tree[op.Path]; !ok {
+				err = zk.ErrNoNode
+			} else if op.Version != -1 && op.Version != n.version {
+				err = zk.ErrBadVersion
+			} else {
+				n.data, n.mtime = append([]byte(nil), op.Data...), f.now()
+				n.version++
+				events = append(events, fakeEvent{path: op.Path, typ: zk.EventNodeDataChanged})
+			}
 		case *zk.CheckVersionRequest:
 			if n, ok := tree[op.Path]; !ok {
 				err = zk.ErrNoNode

@@ -41,7 +41,8 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 //	E <error>                 from Errors()
 //	C                         closed cleanly (after SIGTERM)
 //
-// With KC_WORKERS > 0 it processes messages in that many workers with random
+// KC_INSTANCE_ID and KC_RESTART_GRACE set Config.InstanceID and
+// Config.RestartGrace. With KC_WORKERS > 0 it processes messages in that many workers with random
 // delays up to KC_DELAY, so acks come out of order. With KC_BATCH > 0 it
 // reads batches of up to that many messages (linger 10 ms), and acks each
 // batch with AckBatch (without workers). With KC_SHUTDOWN set, SIGTERM
@@ -65,6 +66,8 @@ func childMain() int {
 	config.MaxProcessingTime = envDuration("KC_MAX_PROCESSING", 2*time.Second)
 	config.Zookeeper.Timeout = envDuration("KC_SESSION", 2*time.Second)
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
+	config.InstanceID = os.Getenv("KC_INSTANCE_ID")
+	config.RestartGrace = envDuration("KC_RESTART_GRACE", 0)
 	if n, _ := strconv.Atoi(os.Getenv("KC_BATCH")); n > 0 {
 		config.BatchSize = n
 		config.BatchLinger = 10 * time.Millisecond
@@ -188,6 +191,8 @@ type childOptions struct {
 	delay         time.Duration
 	batch         int           // KC_BATCH: batches of up to this many messages
 	shutdown      time.Duration // KC_SHUTDOWN: SIGTERM calls Shutdown with this deadline
+	instanceID    string        // KC_INSTANCE_ID: Config.InstanceID
+	restartGrace  time.Duration // KC_RESTART_GRACE: Config.RestartGrace
 }
 
 // startChild starts a consumer process; the test's cleanup kills it if it
@@ -208,6 +213,8 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_DELAY="+opts.delay.String(),
 		"KC_BATCH="+strconv.Itoa(opts.batch),
 		"KC_SHUTDOWN="+opts.shutdown.String(),
+		"KC_INSTANCE_ID="+opts.instanceID,
+		"KC_RESTART_GRACE="+opts.restartGrace.String(),
 	)
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {

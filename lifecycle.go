@@ -60,9 +60,11 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
 	}
 
-	id, err := newInstanceID()
-	if err != nil {
-		return nil, err
+	id := config.InstanceID
+	if id == "" {
+		if id, err = newInstanceID(); err != nil {
+			return nil, err
+		}
 	}
 	logger := newLogger(config.Logger, group, id)
 
@@ -282,14 +284,70 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if cm.config.InstanceID != "" {
+		if err := cm.awaitPreviousInstance(ctx); err != nil {
+			return fmt.Errorf("register instance %s: %w", id, convertError(err))
+		}
+	}
 	sent := time.Now()
 	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(cm.registrationDenied(err)))
 	}
 	cm.registered = true
+	if cm.config.InstanceID != "" {
+		// After the registration: see departedMembers.
+		if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.markStatic(staticRegistered) }); err != nil {
+			return fmt.Errorf("record static member %s: %w", id, convertError(cm.denied(err, cm.staticNode(), "create and write its static record", zk.PermCreate|zk.PermWrite)))
+		}
+	}
 	cm.startGuard(sent)
 	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
 	return nil
+}
+
+// awaitPreviousInstance waits, for a Config.InstanceID, until no other
+// ZooKeeper session holds the registration of the ID: that of a previous
+// instance of the ID that died goes when its session expires. It waits up
+// to this instance's session timeout and a second, or until ctx is done;
+// then, with the registration still there, it returns an error wrapping
+// ErrInstanceIDInUse: another live instance holds it.
+func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
+	node := cm.groupNode("ids", cm.instance.ID)
+	wait := cm.sessionTimeout() + time.Second
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for logged := false; ; logged = true {
+		var (
+			owner int64
+			watch <-chan zk.Event
+		)
+		err := cm.zkCall(cm.zkTimeout(), func() error {
+			_, stat, w, err := cm.zkConn.GetW(node)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			owner, watch = stat.EphemeralOwner, w
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if watch == nil || owner == cm.zkConn.SessionID() {
+			return nil
+		}
+		if !logged {
+			cm.logf(slog.LevelInfo, "Instance ID %s is registered by another ZooKeeper session (0x%x); waiting up to %s for it to expire.", cm.instance.ID, owner, wait)
+		}
+		select {
+		case <-watch:
+		case <-deadline.C:
+			return fmt.Errorf("%w: %s is registered by another ZooKeeper session (0x%x), still alive after %s", ErrInstanceIDInUse, cm.instance.ID, owner, wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // shutdown runs when the manager goroutine ends:
@@ -318,6 +376,8 @@ func (cm *consumerManager) shutdown() {
 		}
 	}()
 	var errs []error
+	// Stats shows nothing after Close.
+	cm.awaiting.Store(nil)
 	for _, pm := range cm.managePartitionManagers(nil) { // each marks and commits its last acks
 		if pm.commitErr != nil {
 			errs = append(errs, pm.commitErr)
@@ -374,7 +434,11 @@ func (cm *consumerManager) closeConnections() []error {
 			// Close up. The registration goes with the session, at once
 			// when the close below reaches the server, else when it
 			// expires.
-			err = cm.zkCall(cm.zkTimeout(), cm.deregisterNode)
+			deregister := cm.deregisterNode
+			if cm.config.InstanceID != "" {
+				deregister = cm.deregisterStatic // and record the departure
+			}
+			err = cm.zkCall(cm.zkTimeout(), deregister)
 		}
 		if err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
 			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))

@@ -33,9 +33,15 @@ func (cm *consumerManager) run() {
 		partitionsChange <-chan zk.Event
 		instancesChange  <-chan zk.Event
 		ok               bool
+		// departed are the static members whose return the group waits
+		// for (static.go), read again with the instances; readDeparted
+		// says when.
+		departed     []departure
+		readDeparted bool
 	)
 	for {
 		if instancesChange == nil {
+			readDeparted = true
 			var kindsChanged bool
 			if instances, instancesChange, kindsChanged, ok = cm.watchInstances(); !ok {
 				return
@@ -62,17 +68,40 @@ func (cm *consumerManager) run() {
 			instancesChange = nil
 			continue
 		}
+		if readDeparted {
+			var stale bool
+			if departed, stale, ok = cm.watchDeparted(instances); !ok {
+				return
+			}
+			if stale { // a static member came back since the instances were read
+				instancesChange = nil
+				continue
+			}
+			readDeparted = false
+		}
 
-		cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
-		distribution := distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions))
+		leaders := retrievePartitionLeaders(partitions)
+		members := cm.withDeparted(instances, departed)
+		if len(departed) > 0 {
+			cm.logf(slog.LevelInfo, "Currently, %d instances are registered, and %d departed static members are waited for, to consume %d partitions in total.", len(instances), len(departed), len(partitions))
+		} else {
+			cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
+		}
+		distribution := distributePartitionsBetweenConsumers(members, leaders)
 		assigned := make(map[TopicPartition]assignment)
 		for _, p := range distribution[cm.instance.ID] {
 			tp := TopicPartition{Topic: p.Topic().Name, Partition: p.ID}
 			assigned[tp] = assignment{partition: p, claimOnly: cm.claimOnlyTopic(tp.Topic, cm.originals)}
 		}
+		var awaiting []PartitionStats
+		if len(departed) > 0 {
+			awaiting = cm.awaitingReturn(departed, distribution, distributePartitionsBetweenConsumers(instances, leaders))
+		}
+		cm.awaiting.Store(&awaiting)
 		cm.reportStops(cm.managePartitionManagers(assigned))
+		cm.recordShare(assigned)
 
-		if !cm.sleep(&partitionsChange, &instancesChange) {
+		if !cm.sleep(&partitionsChange, &instancesChange, graceOver(departed)) {
 			return
 		}
 	}
@@ -80,14 +109,23 @@ func (cm *consumerManager) run() {
 
 // sleep waits until a watch fires, and clears that watch, or until the
 // manager is interrupted (it returns false). Meanwhile it releases the
-// orphan claims, retrying those that fail.
-func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event) bool {
+// orphan claims, retrying those that fail. When graceOver is not zero, the
+// grace of a departed static member ends then: sleep clears the
+// instances' watch then too, so that they are read again with the
+// departed members.
+func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event, graceOver time.Time) bool {
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
 			retry.Stop()
 		}
 	}()
+	var graceC <-chan time.Time
+	if !graceOver.IsZero() {
+		grace := time.NewTimer(time.Until(graceOver))
+		defer grace.Stop()
+		graceC = grace.C
+	}
 	for attempt := 0; ; attempt++ {
 		var retryC <-chan time.Time
 		if left := cm.releaseOrphans(); len(left) > 0 {
@@ -108,6 +146,10 @@ func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Ev
 			return true
 		case ev := <-*instancesChange:
 			cm.logf(slog.LevelInfo, "Woke up because the list of running instances changed (%s).", describeEvent(ev))
+			*instancesChange = nil
+			return true
+		case <-graceC:
+			cm.logf(slog.LevelInfo, "Woke up because the grace of a departed static member ended.")
 			*instancesChange = nil
 			return true
 		case <-retryC:
@@ -205,6 +247,9 @@ func (cm *consumerManager) registerInstance() error {
 func (cm *consumerManager) register() bool {
 	for attempt := 0; ; attempt++ {
 		err := cm.registerInstance()
+		if err == nil && cm.config.InstanceID != "" {
+			err = cm.markStatic(staticRegistered) // after the registration: see departedMembers
+		}
 		if err == nil {
 			cm.logf(slog.LevelInfo, "Consumer instance registered again.")
 			return true

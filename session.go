@@ -6,6 +6,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"path"
 	"strconv"
 
@@ -77,8 +78,12 @@ func (cm *consumerManager) claimNode(tp TopicPartition) error {
 		if !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
-		data, _, err := cm.zkConn.Get(node)
+		data, stat, err := cm.zkConn.Get(node)
 		switch {
+		case err == nil && string(data) == cm.instance.ID && cm.config.InstanceID != "" && stat.EphemeralOwner != cm.zkConn.SessionID():
+			// A previous instance of this InstanceID, whose session has
+			// not expired yet: the node goes with it.
+			return kazoo.ErrPartitionClaimedByOther
 		case err == nil && string(data) == cm.instance.ID:
 			return nil
 		case err == nil:
@@ -141,8 +146,14 @@ func (cm *consumerManager) registerNode() error {
 }
 
 // registeredNode reports whether the instance's registration node exists.
+// With a Config.InstanceID, the node must also be this session's: another
+// session's is another instance's (ErrInstanceIDInUse), or a previous
+// instance's of the ID, whose session has not expired yet.
 func (cm *consumerManager) registeredNode() (bool, error) {
-	exists, _, err := cm.zkConn.Exists(cm.groupNode("ids", cm.instance.ID))
+	exists, stat, err := cm.zkConn.Exists(cm.groupNode("ids", cm.instance.ID))
+	if err == nil && exists && cm.config.InstanceID != "" && stat.EphemeralOwner != cm.zkConn.SessionID() {
+		return false, fmt.Errorf("%w: %s is registered by another ZooKeeper session (0x%x)", ErrInstanceIDInUse, cm.instance.ID, stat.EphemeralOwner)
+	}
 	return exists, err
 }
 
@@ -201,6 +212,11 @@ type zkSession interface {
 	Get(path string) ([]byte, *zk.Stat, error)
 	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	Set(path string, data []byte, version int32) (*zk.Stat, error)
+	// SessionID is the ID of the session, the ephemeral owner of the
+	// nodes it creates; 0 before it has one.
+	SessionID() int64
 	Delete(path string, version int32) error
 	Exists(path string) (bool, *zk.Stat, error)
 	Multi(ops ...interface{}) ([]zk.MultiResponse, error)
@@ -256,6 +272,20 @@ func (c sessionConn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event
 		return nil, nil, nil, err
 	}
 	return c.Conn.ChildrenW(path)
+}
+
+func (c sessionConn) Children(path string) ([]string, *zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return nil, nil, err
+	}
+	return c.Conn.Children(path)
+}
+
+func (c sessionConn) Set(path string, data []byte, version int32) (*zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return nil, err
+	}
+	return c.Conn.Set(path, data, version)
 }
 
 func (c sessionConn) Delete(path string, version int32) error {

@@ -35,9 +35,15 @@
 //	kafkaconsumer_partition_paused_by_user         gauge     group, topic, partition (Stats)
 //	kafkaconsumer_partition_pending_messages       gauge     group, topic, partition (Stats)
 //	kafkaconsumer_partition_lag_messages           gauge     group, topic, partition (Stats)
+//	kafkaconsumer_partition_awaiting_return        gauge     group, topic, partition (Stats)
 //
 // The per-partition series read from Stats exist while the observed
-// consumer runs the partition; its message counters start from 0 each
+// consumer runs the partition, or, for partition_awaiting_return (1) and
+// partition_claimed (0) alone, while the partition awaits the return of its
+// departed owner (a static member, see kafkaconsumer.Config.RestartGrace)
+// and falls to the observed consumer if it does not return: the sum of
+// partition_awaiting_return over a group counts the partitions nobody
+// consumes meanwhile; its message counters start from 0 each
 // time it starts running it (rate and increase handle such resets).
 package kprom
 
@@ -70,7 +76,7 @@ type Metrics struct {
 	commitErrors       *prometheus.CounterVec
 	pauses             *prometheus.CounterVec
 
-	handedOut, acked, claimed, paused, pausedByUser, pending, lag, buffered *prometheus.Desc
+	handedOut, acked, claimed, paused, pausedByUser, pending, lag, buffered, awaiting *prometheus.Desc
 
 	mu        sync.Mutex                        // guards consumers
 	consumers map[kafkaconsumer.Consumer]string // observed consumers and their groups
@@ -113,6 +119,7 @@ func New() *Metrics {
 		pending:            desc("partition_pending_messages", "Messages handed out and not acked yet."),
 		lag:                desc("partition_lag_messages", "Messages not processed yet: the high-water mark minus the offset to commit."),
 		buffered:           desc("partition_buffered_bytes", "Bytes of messages fetched for the partition that it has not begun to hand out (its share of Config.MaxBufferedBytes)."),
+		awaiting:           desc("partition_awaiting_return", "1 while the partition awaits the return of its departed owner (RestartGrace), consumed by nobody."),
 		consumers:          make(map[kafkaconsumer.Consumer]string),
 	}
 }
@@ -143,7 +150,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range m.vecs() {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pausedByUser, m.pending, m.lag, m.buffered} {
+	for _, d := range []*prometheus.Desc{m.handedOut, m.acked, m.claimed, m.paused, m.pausedByUser, m.pending, m.lag, m.buffered, m.awaiting} {
 		ch <- d
 	}
 }
@@ -182,6 +189,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, s := range seen {
 		labels := []string{k.group, s.Topic, strconv.Itoa(int(s.Partition))}
+		gauge(m.awaiting, prometheus.GaugeValue, boolValue(s.AwaitingReturn != ""), labels)
+		if s.AwaitingReturn != "" {
+			gauge(m.claimed, prometheus.GaugeValue, 0, labels)
+			continue
+		}
 		gauge(m.handedOut, prometheus.CounterValue, float64(s.HandedOut), labels)
 		gauge(m.acked, prometheus.CounterValue, float64(s.Acked), labels)
 		gauge(m.claimed, prometheus.GaugeValue, boolValue(s.Claimed), labels)

@@ -223,3 +223,56 @@ func TestScrapeRunningConsumer(t *testing.T) {
 	}
 	metrics.Forget(consumer)
 }
+
+// statsOnly is a Consumer whose Stats are given; its other methods are
+// not called by the collector.
+type statsOnly struct {
+	kafkaconsumer.Consumer
+	stats []kafkaconsumer.PartitionStats
+}
+
+func (s statsOnly) Stats() []kafkaconsumer.PartitionStats { return s.stats }
+
+// TestAwaitingReturn: a partition awaiting its departed owner's return is
+// exported as partition_awaiting_return 1 and partition_claimed 0 alone;
+// a running one as partition_awaiting_return 0 with the rest.
+func TestAwaitingReturn(t *testing.T) {
+	t.Parallel()
+	m := kprom.New()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(m)
+	m.Observe("g", &statsOnly{stats: []kafkaconsumer.PartitionStats{
+		{TopicPartition: kafkaconsumer.TopicPartition{Topic: "t", Partition: 0}, Claimed: true, Lag: 3},
+		{TopicPartition: kafkaconsumer.TopicPartition{Topic: "t", Partition: 1}, Lag: -1, AwaitingReturn: "pod-1", AwaitingReturnUntil: time.Now().Add(time.Minute)},
+	}})
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]float64)
+	for _, f := range families {
+		for _, metric := range f.GetMetric() {
+			partition := ""
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "partition" {
+					partition = l.GetValue()
+				}
+			}
+			got[f.GetName()+"/"+partition] = metric.GetGauge().GetValue() + metric.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"kafkaconsumer_partition_awaiting_return/0": 0,
+		"kafkaconsumer_partition_awaiting_return/1": 1,
+		"kafkaconsumer_partition_claimed/0":         1,
+		"kafkaconsumer_partition_claimed/1":         0,
+		"kafkaconsumer_partition_lag_messages/0":    3,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (exported %t), want %v", key, v, ok, want)
+		}
+	}
+	if _, ok := got["kafkaconsumer_partition_pending_messages/1"]; ok {
+		t.Error("a partition awaiting its owner's return has a pending-messages series")
+	}
+}

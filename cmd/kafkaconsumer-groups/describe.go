@@ -48,6 +48,9 @@ const (
 	StateEmpty       = "Empty"
 	StateStable      = "Stable"
 	StateRebalancing = "Rebalancing"
+	// StateAwaitingReturn: a static member departed and its grace is
+	// not over; its partitions are claimed by nobody until it returns.
+	StateAwaitingReturn = "AwaitingReturn"
 )
 
 // GroupDescription is what the tool reports about one consumer group: its
@@ -68,6 +71,10 @@ type GroupDescription struct {
 	State string `json:"state"`
 	// Instances are the registered instances, sorted by ID.
 	Instances []Instance `json:"instances"`
+	// Departed are the static members (Config.InstanceID) that are not
+	// registered and whose RestartGrace is not over, sorted by ID: the
+	// group keeps their partitions for them.
+	Departed []DepartedMember `json:"departed,omitempty"`
 	// Partitions are sorted by topic and partition.
 	Partitions []Partition `json:"partitions"`
 	// TotalCommitted, TotalLogEnd and TotalLag are the sums over Partitions
@@ -95,10 +102,29 @@ type Instance struct {
 	Library string `json:"library"`
 	// Registered is when the instance registered, from its timestamp.
 	Registered *time.Time `json:"registered,omitempty"`
+	// Static is true for an instance registered under a stable
+	// Config.InstanceID (it has a static record), whose ID is the same
+	// after a restart.
+	Static bool `json:"static,omitempty"`
 	// Owned are the partitions the instance has claimed, sorted.
 	Owned []TopicPartition `json:"owned"`
 	// Error says why the registration could not be read, if it could not.
 	Error string `json:"error,omitempty"`
+}
+
+// DepartedMember is a static member that left the group (or whose
+// session ended) and whose RestartGrace is not over.
+type DepartedMember struct {
+	// ID is its Config.InstanceID.
+	ID string `json:"id"`
+	// Until is when its grace ends: its departure as ZooKeeper recorded
+	// it, plus its RestartGrace; nil while the departure of a session
+	// that ended is not recorded yet (the others record it as they see
+	// it).
+	Until *time.Time `json:"until,omitempty"`
+	// Partitions are its share as it last recorded it, which the group
+	// keeps for it, sorted.
+	Partitions []TopicPartition `json:"partitions"`
 }
 
 // TopicPartition names a partition of a topic.
@@ -118,6 +144,10 @@ type Partition struct {
 	// OwnerRegistered is false when Owner is set but no longer registered:
 	// it is shutting down or its ZooKeeper session is expiring.
 	OwnerRegistered bool `json:"owner_registered"`
+	// AwaitingReturn is the ID of the departed static member (see
+	// GroupDescription.Departed) whose return the partition awaits,
+	// claimed by nobody meanwhile; "" otherwise.
+	AwaitingReturn string `json:"awaiting_return,omitempty"`
 	// Committed is the group's committed offset in Kafka: the next message
 	// the group will read (one more than Kafka holds for a group whose
 	// instances set CommitLastProcessed).
@@ -286,6 +316,62 @@ func (s *zkSession) children(node string) ([]string, error) {
 	return children, s.check("list "+s.chroot+node, err)
 }
 
+// getStat returns the data of a node under the chroot, and its stat; a
+// nil stat when it does not exist.
+func (s *zkSession) getStat(node string) ([]byte, *zk.Stat, error) {
+	data, stat, err := s.conn.Get(s.chroot + node)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, s.check("read "+s.chroot+node, err)
+	}
+	return data, stat, nil
+}
+
+// staticRecordJSON is the JSON layout of a static member's record,
+// /consumers/<group>/static/<id> (docs/zookeeper-layout.md).
+type staticRecordJSON struct {
+	Version      int                `json:"version"`
+	RestartGrace int64              `json:"restart_grace_ms"`
+	State        string             `json:"state"`
+	Partitions   map[string][]int32 `json:"partitions"`
+}
+
+// parseStaticRecord returns the departed member of a static record
+// written at mtime (ms, ZooKeeper's clock), read at now, of a member that
+// is not registered; ok is false when its grace is over (or it has none),
+// or the record is unreadable. A record still "registered" is a session
+// that ended and whose departure no instance recorded yet.
+func parseStaticRecord(id string, data []byte, mtime int64, now time.Time) (DepartedMember, bool) {
+	var record staticRecordJSON
+	if err := json.Unmarshal(data, &record); err != nil || record.Version != 1 || record.RestartGrace <= 0 {
+		return DepartedMember{}, false
+	}
+	member := DepartedMember{ID: id, Partitions: []TopicPartition{}}
+	switch record.State {
+	case "departed":
+		until := time.UnixMilli(mtime + record.RestartGrace).UTC()
+		if !until.After(now) {
+			return DepartedMember{}, false
+		}
+		member.Until = &until
+	case "registered":
+	default:
+		return DepartedMember{}, false
+	}
+	for topic, partitions := range record.Partitions {
+		for _, p := range partitions {
+			member.Partitions = append(member.Partitions, TopicPartition{Topic: topic, Partition: p})
+		}
+	}
+	sort.Slice(member.Partitions, func(i, j int) bool {
+		a, b := member.Partitions[i], member.Partitions[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
+	})
+	return member, true
+}
+
 // get returns the data of a node under the chroot, and whether it exists.
 func (s *zkSession) get(node string) ([]byte, bool, error) {
 	data, _, err := s.conn.Get(s.chroot + node)
@@ -350,6 +436,36 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 		}
 	}
 
+	// Static members: registered ones are marked, departed ones whose
+	// grace is not over are listed with the partitions they get back.
+	awaiting := make(map[TopicPartition]string)
+	statics, err := s.children(path.Join(groupNode, "static"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(statics)
+	for _, id := range statics {
+		data, stat, err := s.getStat(path.Join(groupNode, "static", id))
+		if err != nil {
+			return nil, err
+		}
+		if stat == nil {
+			continue
+		}
+		if idx, ok := registered[id]; ok {
+			desc.Instances[idx].Static = true
+			continue
+		}
+		member, ok := parseStaticRecord(id, data, stat.Mtime, time.Now())
+		if !ok {
+			continue
+		}
+		for _, tp := range member.Partitions {
+			awaiting[tp] = id
+		}
+		desc.Departed = append(desc.Departed, member)
+	}
+
 	// Brokers, the way the consumers of the group find them.
 	if desc.Brokers, err = s.brokers(access); err != nil {
 		return nil, err
@@ -366,6 +482,9 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 	for i := range desc.Partitions {
 		p := &desc.Partitions[i]
 		p.Owner = owners[p.TopicPartition]
+		if p.Owner == "" {
+			p.AwaitingReturn = awaiting[p.TopicPartition]
+		}
 		if p.Owner != "" {
 			if idx, ok := registered[p.Owner]; ok {
 				p.OwnerRegistered = true
@@ -393,9 +512,17 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 // instance that is gone, or (when every instance has the same
 // subscription) the claims are not yet spread as evenly as the library
 // spreads them (each instance gets P/C partitions, or one more).
+//
+// It is awaiting the return of a static member while a partition is
+// claimed by nobody for a departed static member within its grace.
 func groupState(desc *GroupDescription, subscribed map[TopicPartition]bool) string {
 	if len(desc.Instances) == 0 {
 		return StateEmpty
+	}
+	for _, p := range desc.Partitions {
+		if p.AwaitingReturn != "" {
+			return StateAwaitingReturn
+		}
 	}
 	for _, p := range desc.Partitions {
 		if (subscribed[p.TopicPartition] || p.Owner != "") && !p.OwnerRegistered {

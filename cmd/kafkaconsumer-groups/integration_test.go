@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -363,5 +364,66 @@ func TestDescribeDigestGroupIntegration(t *testing.T) {
 	}
 	if len(desc.Instances) != 1 {
 		t.Errorf("with credentials: %d instances, want 1: %s", len(desc.Instances), stdout.String())
+	}
+}
+
+// TestDescribeStaticMembersIntegration: instances with an InstanceID are
+// marked static; one that left, within its RestartGrace, is listed as
+// departed, and its partition as awaiting its return.
+func TestDescribeStaticMembersIntegration(t *testing.T) {
+	zookeeper, brokers := clusterPeers(t)
+	checkLeaks(t)
+	topic := createTopic(t, brokers, 2)
+	group := "cli-test." + topic
+	var consumers []kafkaconsumer.Consumer
+	for _, id := range []string{"pod-0", "pod-1"} {
+		config := kafkaconsumer.NewConfig()
+		config.InstanceID, config.RestartGrace = id, time.Minute
+		config.MaxProcessingTime = 2 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c, err := kafkaconsumer.JoinContext(ctx, group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
+		cancel()
+		if err != nil {
+			t.Fatalf("join %s: %s", id, err)
+		}
+		defer func() { _ = c.Close() }()
+		consumers = append(consumers, c)
+	}
+	waitFor(t, 30*time.Second, "both static instances to own a partition", func() error {
+		desc, err := describeJSON(zookeeper, group)
+		if err != nil {
+			return err
+		}
+		if desc.State != StateStable || len(desc.Instances) != 2 || !desc.Instances[0].Static || !desc.Instances[1].Static {
+			return fmt.Errorf("state %s, instances %+v", desc.State, desc.Instances)
+		}
+		return nil
+	})
+	owned := consumers[1].Stats()
+	if len(owned) != 1 {
+		t.Fatalf("pod-1 runs %v, want one partition", owned)
+	}
+	if err := consumers[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	desc, err := describeJSON(zookeeper, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc.State != StateAwaitingReturn || len(desc.Instances) != 1 || len(desc.Departed) != 1 || desc.Departed[0].ID != "pod-1" ||
+		desc.Departed[0].Until == nil || !desc.Departed[0].Until.After(time.Now()) {
+		t.Fatalf("state %s, instances %+v, departed %+v; want pod-1 departed, awaited", desc.State, desc.Instances, desc.Departed)
+	}
+	for _, p := range desc.Partitions {
+		if p.Partition == owned[0].Partition && (p.AwaitingReturn != "pod-1" || p.Owner != "") {
+			t.Errorf("pod-1's partition %d: owner %q, awaiting %q; want nobody's, awaiting pod-1", p.Partition, p.Owner, p.AwaitingReturn)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--zookeeper", zookeeper, "--group", group}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit status %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "Departed static member pod-1") || !strings.Contains(stdout.String(), "(awaiting pod-1)") {
+		t.Errorf("the table does not show pod-1 awaited:\n%s", stdout.String())
 	}
 }

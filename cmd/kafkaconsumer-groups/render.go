@@ -43,9 +43,24 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 			if library == "" {
 				library = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", instance.ID, library, subscription, registered, len(instance.Owned))
+			id := instance.ID
+			if instance.Static {
+				id += " (static)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", id, library, subscription, registered, len(instance.Owned))
 		}
 		_ = tw.Flush()
+	}
+	for _, member := range desc.Departed {
+		until := "its departure is being recorded"
+		if member.Until != nil {
+			until = "until " + member.Until.UTC().Format(time.RFC3339)
+		}
+		names := make([]string, len(member.Partitions))
+		for i, tp := range member.Partitions {
+			names[i] = fmt.Sprintf("%s/%d", tp.Topic, tp.Partition)
+		}
+		fmt.Fprintf(ew, "Departed static member %s, awaited %s; its partitions: %s.\n", member.ID, until, strings.Join(names, ", "))
 	}
 
 	fmt.Fprintln(ew)
@@ -56,6 +71,9 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		fmt.Fprintln(tw, "TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG")
 		for _, p := range desc.Partitions {
 			owner := "-"
+			if p.AwaitingReturn != "" {
+				owner = "- (awaiting " + p.AwaitingReturn + ")"
+			}
 			if p.Owner != "" {
 				owner = p.Owner
 				if !p.OwnerRegistered {

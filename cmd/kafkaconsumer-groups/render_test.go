@@ -253,6 +253,10 @@ func TestGroupState(t *testing.T) {
 		{"unclaimed partition", GroupDescription{Instances: []Instance{owned("a", 0, 1)}, Partitions: partitions("a", "a", "")}, StateRebalancing},
 		{"claimed by a gone instance", GroupDescription{Instances: []Instance{owned("a", 0, 1)}, Partitions: partitions("a", "a", "gone")}, StateRebalancing},
 		{"not balanced yet", GroupDescription{Instances: []Instance{owned("a", 0, 1, 2), owned("b")}, Partitions: partitions("a", "a", "a")}, StateRebalancing},
+		{"a partition awaiting a static member's return", GroupDescription{
+			Instances:  []Instance{owned("a", 0, 1)},
+			Partitions: []Partition{{TopicPartition: tp(0), Owner: "a", OwnerRegistered: true}, {TopicPartition: tp(1), Owner: "a", OwnerRegistered: true}, {TopicPartition: tp(2), AwaitingReturn: "b"}},
+		}, StateAwaitingReturn},
 		{"different subscriptions: no balance expected", GroupDescription{
 			Instances:  []Instance{owned("a", 0, 1, 2), {ID: "b", Pattern: "static", Subscription: map[string]int{"other": 1}, Owned: []TopicPartition{}}},
 			Partitions: partitions("a", "a", "a"),
@@ -263,5 +267,54 @@ func TestGroupState(t *testing.T) {
 				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStaticMembers: a static member is marked; a departed one within its
+// grace is listed with its partitions, which show whose return they
+// await.
+func TestStaticMembers(t *testing.T) {
+	t.Parallel()
+	until := time.Date(2025, 12, 2, 13, 41, 0, 0, time.UTC)
+	desc := &GroupDescription{
+		Group: "orders", Zookeeper: "zk:2181", Brokers: []string{"b1:9092"}, State: StateAwaitingReturn,
+		Instances: []Instance{{ID: "pod-0", Library: LibraryKafkaconsumer, Pattern: "static", Subscription: map[string]int{"orders": 1}, Static: true,
+			Owned: []TopicPartition{{"orders", 0}}}},
+		Departed: []DepartedMember{{ID: "pod-1", Until: &until, Partitions: []TopicPartition{{"orders", 1}}}},
+		Partitions: []Partition{
+			{TopicPartition: TopicPartition{"orders", 0}, Owner: "pod-0", OwnerRegistered: true, Committed: ptr(1), LogEnd: ptr(1), Lag: ptr(0)},
+			{TopicPartition: TopicPartition{"orders", 1}, AwaitingReturn: "pod-1", Committed: ptr(1), LogEnd: ptr(4), Lag: ptr(3)},
+		},
+	}
+	var buf bytes.Buffer
+	if err := render(&buf, desc, false); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(strings.Fields(buf.String()), " ")
+	for _, want := range []string{
+		"Group orders: AwaitingReturn,",
+		"pod-0 (static) kafkaconsumer",
+		"Departed static member pod-1, awaited until 2025-12-02T13:41:00Z; its partitions: orders/1.",
+		"orders 1 - (awaiting pod-1) 1 4 3",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q:\n%s", want, buf.String())
+		}
+	}
+
+	now := time.UnixMilli(1_000_000)
+	record := []byte(`{"version":1,"restart_grace_ms":30000,"state":"departed","partitions":{"orders":[3,1]}}`)
+	member, ok := parseStaticRecord("pod-1", record, now.UnixMilli()-10_000, now)
+	if !ok || member.Until == nil || !member.Until.Equal(now.Add(20*time.Second)) || len(member.Partitions) != 2 || member.Partitions[0].Partition != 1 {
+		t.Fatalf("parseStaticRecord = %+v, %t; want until now+20s, orders/1 and orders/3", member, ok)
+	}
+	if _, ok := parseStaticRecord("pod-1", record, now.UnixMilli()-31_000, now); ok {
+		t.Error("a record whose grace is over is listed")
+	}
+	if member, ok := parseStaticRecord("pod-1", []byte(`{"version":1,"restart_grace_ms":30000,"state":"registered"}`), 0, now); !ok || member.Until != nil {
+		t.Errorf("a record of a session that ended, not yet marked: %+v, %t; want listed without an end", member, ok)
+	}
+	if _, ok := parseStaticRecord("pod-1", []byte(`{"version":1,"restart_grace_ms":0,"state":"departed"}`), now.UnixMilli(), now); ok {
+		t.Error("a record without grace is listed")
 	}
 }
