@@ -8,7 +8,8 @@
 // (or taken back unread: the span then has a "taken back" event). The
 // trace context of the record's headers (W3C traceparent, or what the
 // configured propagator reads) is the span's parent; with LinkSpans the span
-// starts a new trace instead, linked to that context. A consumer set to
+// starts a new trace instead, linked to that context (the link has the
+// attribute messaging.kafka.offset). A consumer set to
 // batches (Config.BatchSize) gets one span per batch, a new root linked to
 // each record's context, ended when every message of the batch is acked or
 // taken back.
@@ -155,7 +156,7 @@ func (t *Tracer) HandingOut(msg *sarama.ConsumerMessage) {
 	if t.linkSpans {
 		opts = append(opts, trace.WithNewRoot())
 		if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			opts = append(opts, trace.WithLinks(recordLink(sc, msg)))
 		}
 	}
 	_, span := t.tracer.Start(parent, "receive "+msg.Topic, opts...)
@@ -166,13 +167,13 @@ func (t *Tracer) HandingOut(msg *sarama.ConsumerMessage) {
 
 // HandingOutBatch implements kafkaconsumer.Observer: it starts b's receive
 // span, a new root linked to the trace context of each of its messages
-// that has one.
+// that has one (each link with the message's messaging.kafka.offset).
 func (t *Tracer) HandingOutBatch(b *kafkaconsumer.Batch) {
 	links := make([]trace.Link, 0, len(b.Messages))
 	for _, msg := range b.Messages {
 		sc := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), ConsumerMessageCarrier{msg}))
 		if sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{semconv.MessagingKafkaOffset(int(msg.Offset))}})
+			links = append(links, recordLink(sc, msg))
 		}
 	}
 	_, span := t.tracer.Start(context.Background(), "receive "+b.Topic,
@@ -186,6 +187,12 @@ func (t *Tracer) HandingOutBatch(b *kafkaconsumer.Batch) {
 	for _, msg := range b.Messages {
 		t.inFlight.Store(msg, f)
 	}
+}
+
+// recordLink returns the link to sc, the trace context of msg's record,
+// with msg's offset (messaging.kafka.offset).
+func recordLink(sc trace.SpanContext, msg *sarama.ConsumerMessage) trace.Link {
+	return trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{semconv.MessagingKafkaOffset(int(msg.Offset))}}
 }
 
 // Acked implements kafkaconsumer.Observer: it ends msg's span, or, in a
