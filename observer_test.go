@@ -181,3 +181,28 @@ func TestObserverSeesTakeBack(t *testing.T) {
 		})
 	}
 }
+
+// TestObserverSeesFenceTakeBack: what the fence takes back from the
+// channel (takeBackUnread), messages and batches, is told as taken back.
+func TestObserverSeesFenceTakeBack(t *testing.T) {
+	t.Parallel()
+	obs := newRecordingObserver(t)
+	cm, _ := fakeSessionManager(t)
+	cm.config.Observer = obs
+	pm := newPartitionManager(cm, fakePartition("t", 0))
+	manageOffsets(pm, -1)
+	cm.pms.Store(&partitionManagers{pm.tp: pm})
+	for o := int64(0); o < 3; o++ {
+		msg := &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o}
+		obs.HandingOut(msg) // as handOut.send does
+		cm.messages <- msg
+	}
+	b := &Batch{Topic: "t", Partition: 0, pm: pm, Messages: []*sarama.ConsumerMessage{{Topic: "t", Offset: 3}, {Topic: "t", Offset: 4}}}
+	obs.HandingOutBatch(b) // as sendBatch does
+	cm.batches <- b
+
+	cm.takeBackUnread()
+	if handedOut, acked, takenBack, out := obs.counts(); handedOut != 5 || acked != 0 || takenBack != 5 || out != 0 {
+		t.Errorf("observer: %d handed out, %d acked, %d taken back, %d out; want 5, 0, 5, 0", handedOut, acked, takenBack, out)
+	}
+}
