@@ -88,10 +88,11 @@ else
 endif
 
 # The modules of the repository: the library, the Prometheus adapter kprom
-# (a module of its own, so that the library does not depend on the
-# Prometheus client), and examples/groupdemo, which uses kprom. Each target
-# that runs over ./... runs in each of them.
-MODULES := . kprom examples/groupdemo
+# and the OpenTelemetry tracer kotel (modules of their own, so that the
+# library depends on neither the Prometheus client nor OpenTelemetry), and
+# examples/groupdemo, which uses kprom. Each target that runs over ./...
+# runs in each of them.
+MODULES := . kprom kotel examples/groupdemo
 # each-module CMD: run CMD in every module, stopping at the first failure.
 each-module = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 

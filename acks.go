@@ -23,11 +23,20 @@ func (cm *consumerManager) Ack(msg *sarama.ConsumerMessage) {
 		pm = (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]
 		if pm == nil {
 			cm.logf(slog.LevelDebug, "Acked message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
+			cm.acked(msg)
 			return
 		}
 		slot.Store(pm)
 	}
 	pm.ack(msg.Offset)
+	cm.acked(msg)
+}
+
+// acked tells Config.Observer, if set, that msg was acked.
+func (cm *consumerManager) acked(msg *sarama.ConsumerMessage) {
+	if o := cm.config.Observer; o != nil {
+		o.Acked(msg)
+	}
 }
 
 // ackCacheSize is the number of slots of consumerManager.ackCache.

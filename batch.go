@@ -54,6 +54,9 @@ func (cm *consumerManager) AckBatch(b *Batch) {
 		}
 		return
 	}
+	if o := cm.config.Observer; o != nil {
+		defer cm.ackedBatch(o, b)
+	}
 	if pm.retired.Load() {
 		cm.logf(slog.LevelDebug, "Acked a batch of %s/%d, but this instance does not run that partition any more.", b.Topic, b.Partition)
 		return
@@ -69,6 +72,13 @@ func (cm *consumerManager) AckBatch(b *Batch) {
 	pm.mu.Unlock()
 	if wake {
 		pm.notify()
+	}
+}
+
+// ackedBatch tells o that each message of b was acked (see Observer).
+func (cm *consumerManager) ackedBatch(o Observer, b *Batch) {
+	for _, msg := range b.Messages {
+		o.Acked(msg)
 	}
 }
 
@@ -100,6 +110,8 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		errs:    pc.Errors(),
 		batches: cm.batches,
 		batch:   make([]*sarama.ConsumerMessage, 0, cm.config.BatchSize),
+
+		observer: cm.config.Observer,
 	}
 	receive, fill, topUp := h.receive, h.fill, h.topUp
 	if f, ok := pc.(*batchFetcher); ok {
@@ -303,6 +315,9 @@ func (h *handOut) fill(timer *time.Timer, linger time.Duration) bool {
 // forwarding errors while the Batches channel is full, and parking while a
 // hand-out hold (handOutHold) is on. Killed or fenced first, it takes them
 // back (before is lastHandedOut before them) and reports false.
+// Config.Observer, when set, is told of the batch before its send
+// (HandingOutBatch), and of each of its messages when the send is cut
+// short (TakenBack).
 func (h *handOut) sendBatch(n int, before int64) bool {
 	defer h.leaveSend()
 	if !h.enterSend() {
@@ -312,6 +327,9 @@ func (h *handOut) sendBatch(n int, before int64) bool {
 	msgs := make([]*sarama.ConsumerMessage, n)
 	copy(msgs, h.batch[:n])
 	b := &Batch{Topic: h.pm.tp.Topic, Partition: h.pm.tp.Partition, Messages: msgs, pm: h.pm}
+	if h.observer != nil {
+		h.observer.HandingOutBatch(b)
+	}
 	select {
 	case h.batches <- b:
 		return true
@@ -334,6 +352,7 @@ func (h *handOut) sendBatch(n int, before int64) bool {
 				continue
 			}
 		}
+		h.pm.parent.tookBackBatch(b)
 		h.pm.takeBack(msgs[0].Offset, before)
 		return false
 	}

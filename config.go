@@ -300,6 +300,12 @@ type Config struct {
 	// Prometheus). Default nil.
 	Metrics Metrics
 
+	// Observer, when set, is told of each message handed out, acked, or
+	// taken back unread (see Observer; the kotel module traces messages
+	// with it). It is called on the hand-out path, once per message (or
+	// batch) and once per ack. Default nil: no call.
+	Observer Observer
+
 	// Offsets configures where consumption starts.
 	Offsets struct {
 		// Initial is the offset to start at when the group has no committed

@@ -38,7 +38,8 @@
 //     the Consumer interface: Ack, Stats, and the bounds of Close and
 //     Shutdown.
 //   - Config: MaxProcessingTime, MaxPendingAcks, Config.Logger,
-//     Config.Metrics and the sarama settings that apply; BatchSize, for
+//     Config.Metrics, Config.Observer (traces: the kotel module) and the
+//     sarama settings that apply; BatchSize, for
 //     Batches of messages of one partition (the fast path, with AckBatch
 //     to ack a batch in one call).
 //   - Consumer.Pause and Consumer.Resume: hold back a partition whose

@@ -278,10 +278,12 @@ func (cm *consumerManager) takeBackUnread() {
 	for {
 		select {
 		case msg := <-cm.messages:
+			cm.tookBack(msg)
 			if pm := (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]; pm != nil {
 				pm.unhand(msg.Offset)
 			}
 		case b := <-cm.batches: // taken back whole: unhand forgets what follows its first message
+			cm.tookBackBatch(b)
 			if pm := (*cm.pms.Load())[TopicPartition{Topic: b.Topic, Partition: b.Partition}]; pm != nil {
 				pm.unhand(b.Messages[0].Offset)
 			}

@@ -58,6 +58,8 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		errs:  pc.Errors(),
 		out:   pm.parent.messages,
 		batch: make([]*sarama.ConsumerMessage, 0, handOutBatch),
+
+		observer: pm.parent.config.Observer,
 	}
 	receive := h.receive
 	if f, ok := pc.(*batchFetcher); ok {
@@ -128,6 +130,8 @@ type handOut struct {
 	in    <-chan *sarama.ConsumerMessage // the partition consumer's messages
 	errs  <-chan *sarama.ConsumerError   // its errors; nil once it closed them
 	out   chan<- *sarama.ConsumerMessage // the consumer's Messages channel
+	// observer is Config.Observer, read once: nil when unset.
+	observer Observer
 	// batches is the consumer's Batches channel (consumeBatches).
 	batches chan<- *Batch
 	// slabs are a batch fetcher's responses, instead of in; slab is
@@ -287,7 +291,9 @@ func (pm *partitionManager) reportPause(paused bool) {
 // partition hands out); the fence goes up well before the session can
 // have expired (fenceFraction). A hand-out hold (handOutHold) is checked
 // at the start and when the channel is full; it parks the loop until the
-// hold is released.
+// hold is released. Config.Observer, when set, is told of each message
+// before its send (HandingOut), and of one whose send was cut short
+// (TakenBack).
 func (h *handOut) send(n int, before int64) bool {
 	defer h.leaveSend()
 	if !h.enterSend() {
@@ -295,12 +301,18 @@ func (h *handOut) send(n int, before int64) bool {
 		return false
 	}
 	for i, msg := range h.batch[:n] {
+		if h.observer != nil {
+			h.observer.HandingOut(msg)
+		}
 		select {
 		case h.out <- msg:
 			continue
 		default:
 		}
 		if !h.sendWaiting(msg) {
+			if h.observer != nil {
+				h.observer.TakenBack(msg)
+			}
 			if i > 0 {
 				before = h.batch[i-1].Offset
 			}

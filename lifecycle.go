@@ -367,8 +367,10 @@ func (cm *consumerManager) shutdown() {
 		for {
 			select {
 			case msg := <-cm.messages:
+				cm.tookBack(msg)
 				cm.withdraw(msg)
 			case b := <-cm.batches:
+				cm.tookBackBatch(b)
 				cm.withdrawBatch(b)
 			case <-stop:
 				return
@@ -388,10 +390,10 @@ func (cm *consumerManager) shutdown() {
 	close(cm.markStop)
 	<-cm.markDone
 	for len(cm.messages) > 0 {
-		<-cm.messages // no partition manager is left to account for them
+		cm.tookBack(<-cm.messages) // no partition manager is left to account for them
 	}
 	for len(cm.batches) > 0 {
-		<-cm.batches
+		cm.tookBackBatch(<-cm.batches)
 	}
 	if left := cm.releaseOrphans(); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s; they go when the ZooKeeper session expires", ErrReleaseFailed, describePartitions(left)))

@@ -232,6 +232,7 @@ func (pm *partitionManager) withdrawUnread(deadline time.Time) int {
 			select {
 			case b := <-cm.batches:
 				if b.pm == pm {
+					cm.tookBackBatch(b)
 					pm.withdrawAll(b.Messages)
 					n += len(b.Messages)
 				} else {
@@ -251,6 +252,7 @@ func (pm *partitionManager) withdrawUnread(deadline time.Time) int {
 			select {
 			case msg := <-cm.messages:
 				if msg.Partition == pm.tp.Partition && msg.Topic == pm.tp.Topic {
+					cm.tookBack(msg)
 					pm.withdrawAll([]*sarama.ConsumerMessage{msg})
 					n++
 				} else {
