@@ -157,6 +157,18 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 // false, with nothing in the batch, when killed, fenced, or when the
 // fetcher stopped.
 func (h *handOut) receiveSlab() bool {
+	// Killed or fenced, hand out nothing more, though the slab holds more
+	// (a response holds up to Fetch.Default per partition): a stopping
+	// partition must not go on filling the channel that Close drains.
+	select {
+	case <-h.dying:
+		h.killed = true
+		return false
+	case <-h.fence:
+		h.fencedOut = true
+		return false
+	default:
+	}
 	for len(h.slab) == 0 {
 		if h.closed {
 			return false

@@ -291,3 +291,31 @@ func TestStatsAndRebalanceNames(t *testing.T) {
 		t.Fatalf("Stats() = %+v", s)
 	}
 }
+
+// TestKilledTakesNoMoreOfTheSlab: a partition manager that is killed (or
+// fenced) hands out nothing more, though the fetched slab holds more
+// messages. The loop took the next messages of the slab without looking
+// at the tomb, and went on filling the channel that Close drains: a
+// message the drain took back before one the user received stopped the
+// commit below it, and the next owner processed it again
+// (TestMixedGroupOnSarama19 saw it once).
+func TestKilledTakesNoMoreOfTheSlab(t *testing.T) {
+	t.Parallel()
+	for range 50 {
+		cm, pm := fakeManager(nil, nil)
+		manageOffsets(pm, -1)
+		f := &batchFetcher{slabs: make(chan slab, 1), errs: make(chan *sarama.ConsumerError)}
+		msgs := make([]*sarama.ConsumerMessage, 10)
+		for i := range msgs {
+			msgs[i] = &sarama.ConsumerMessage{Topic: "t", Offset: int64(i)}
+		}
+		f.slabs <- slab{msgs: msgs, next: 10}
+		pm.t.Kill(nil)
+		if end := pm.consume(f); end != consumeKilled {
+			t.Fatalf("consume() = %d, want consumeKilled", end)
+		}
+		if n := len(cm.messages); n != 0 {
+			t.Fatalf("a killed partition handed out %d messages", n)
+		}
+	}
+}
