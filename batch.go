@@ -117,6 +117,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 	if f, ok := pc.(*batchFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
+		defer f.handedOut() // what is left of the slab in hand is dropped
 	}
 	var linger *time.Timer
 	if cm.config.BatchLinger > 0 {
@@ -201,8 +202,11 @@ func (h *handOut) took(s slab, ok bool) {
 	}
 	h.slab, h.slabNext = s.msgs, s.next
 	h.fetcher.taken(s)
-	if len(s.msgs) == 0 && len(h.batch) == 0 {
-		h.pm.skipTo(s.next)
+	if len(s.msgs) == 0 {
+		h.fetcher.handedOut()
+		if len(h.batch) == 0 {
+			h.pm.skipTo(s.next)
+		}
 	}
 }
 
@@ -221,6 +225,9 @@ func (h *handOut) takeSlab() {
 	n := min(len(h.slab), cap(h.batch)-len(h.batch))
 	h.batch = append(h.batch, h.slab[:n]...)
 	h.slab = h.slab[n:]
+	if len(h.slab) == 0 {
+		h.fetcher.handedOut()
+	}
 }
 
 // topUpSlabs is topUp for a batch fetcher.

@@ -105,6 +105,9 @@ type fetchBudget struct {
 // release gives back the bytes of a slab that loop l fetched (nil: its
 // loop is not counted any more), and wakes the loops that wait for them.
 func (b *fetchBudget) release(l *brokerLoop, size int64) {
+	if size == 0 {
+		return
+	}
 	b.buffered.Add(-size)
 	if l != nil {
 		l.held.Add(-size)
@@ -119,6 +122,16 @@ func (b *fetchBudget) release(l *brokerLoop, size int64) {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// reserve counts size bytes of a request in flight, and returns what it
+// counted (nothing without a limit), for release.
+func (b *fetchBudget) reserve(size int32) int64 {
+	if b.limit <= 0 {
+		return 0
+	}
+	b.buffered.Add(int64(size))
+	return int64(size)
 }
 
 // maxBytes returns the MaxBytes of the next request of loop l: the free
@@ -294,7 +307,12 @@ func (l *brokerLoop) run() {
 			return
 		default:
 		}
+		// The request's bytes are reserved while it is in flight, so that
+		// the other loops do not count the same free bytes; the slabs of
+		// the response count once delivered.
+		reserved := budget.reserve(maxBytes)
 		l.fetch(ready, maxBytes)
+		budget.release(nil, reserved)
 	}
 }
 
@@ -370,7 +388,7 @@ func (l *brokerLoop) handle(ready []*batchFetcher, resp *sarama.FetchResponse) t
 			f.report(err) // ErrMessageTooLarge: skipped
 		case len(msgs) > 0 || moved:
 			f.intercept(msgs)
-			f.deliver(slab{msgs: msgs, next: f.offset, size: size, from: l})
+			f.deliver(slab{msgs: msgs, next: f.offset, acct: &slabAccount{size: size, from: l}})
 		}
 		f.retries.Store(0)
 		if l.leaderMoved(f) {
@@ -454,9 +472,12 @@ type batchFetcher struct {
 	// offset is out of range (the partition manager starts again at
 	// Offsets.Initial). Read after done.
 	legacy, outOfRange bool
-	// buffered is the bytes of the slab delivered and not taken yet
-	// (PartitionStats.BufferedBytes).
+	// buffered is the bytes of the slabs delivered and not handed out
+	// entirely yet, the one in the channel and the one the partition is
+	// handing out (PartitionStats.BufferedBytes); inHand is the account
+	// of the latter.
 	buffered atomic.Int64
+	inHand   atomic.Pointer[slabAccount]
 
 	// offset is the next offset to fetch, and fetchSize the size asked
 	// for; the loop's while subscribed, run's otherwise.
@@ -485,8 +506,16 @@ type batchFetcher struct {
 type slab struct {
 	msgs []*sarama.ConsumerMessage
 	next int64
-	size int64
-	from *brokerLoop // the loop that fetched it, whose held counts size
+	acct *slabAccount
+}
+
+// slabAccount is the count of a slab's bytes in the budget, from its
+// delivery until the partition handed it out entirely (or dropped it, or
+// was paused): release gives them back once.
+type slabAccount struct {
+	size     int64
+	from     *brokerLoop // the loop that fetched it, whose held counts size
+	released atomic.Bool
 }
 
 // startBatchFetcher starts a batch fetcher of tp at offset on hub. It
@@ -526,7 +555,7 @@ func (f *batchFetcher) run() {
 		f.ended = true
 		close(f.slabs)
 		if s, ok := <-f.slabs; ok { // not taken: give its bytes back
-			f.unbuffer(s.from)
+			f.release(s.acct)
 		}
 		f.mu.Unlock()
 	}()
@@ -673,34 +702,50 @@ func (f *batchFetcher) deliver(s slab) {
 	if f.ended {
 		return
 	}
-	f.buffered.Store(s.size)
-	f.hub.budget.buffered.Add(s.size)
-	s.from.held.Add(s.size)
+	a := s.acct
+	f.buffered.Add(a.size)
+	f.hub.budget.buffered.Add(a.size)
+	a.from.held.Add(a.size)
 	select {
 	case f.slabs <- s:
 	default:
-		f.unbuffer(s.from) // not reached: the loop delivers only when slabs is empty
+		f.release(a) // not reached: the loop delivers only when slabs is empty
 	}
 }
 
-// taken tells the loop that the partition manager took slab s: the
-// partition is ready for the next request, and its bytes are free.
+// taken tells the loop that the partition manager took slab s, and
+// released the one it handed out before: the partition is ready for the
+// next request. s counts in the budget until the partition handed it
+// out entirely (release).
 func (f *batchFetcher) taken(s slab) {
-	f.unbuffer(s.from)
+	if prev := f.inHand.Swap(s.acct); prev != nil {
+		f.release(prev)
+	}
 	if l := f.loop.Load(); l != nil {
 		l.notify()
 	}
 }
 
-// unbuffer gives the bytes of the slab the partition holds back to the
-// budget of the hub and of from, the loop that fetched it: when the
-// partition took it, when the fetcher ended without, or when the partition
-// is paused (a paused partition's slab waits for Resume outside the
-// budget, so that the others do not wait for it). Counted once.
-func (f *batchFetcher) unbuffer(from *brokerLoop) {
-	if size := f.buffered.Swap(0); size != 0 {
-		f.hub.budget.release(from, size)
+// release gives the bytes of a slab back to the budget of the hub and of
+// the loop that fetched it: once the partition handed it out entirely,
+// when the partition stops handing out or the fetcher ended without
+// handing it out, or when the partition is paused (a paused partition's
+// slabs wait for Resume outside the budget, so that the others do not
+// wait for them). Counted once; nil is no slab.
+func (f *batchFetcher) release(a *slabAccount) {
+	if a == nil || !a.released.CompareAndSwap(false, true) {
+		return
 	}
+	f.buffered.Add(-a.size)
+	if a.size != 0 {
+		f.hub.budget.release(a.from, a.size)
+	}
+}
+
+// handedOut tells that the partition handed out everything it took, or
+// stopped handing out: the slab in hand leaves the budget.
+func (f *batchFetcher) handedOut() {
+	f.release(f.inHand.Swap(nil))
 }
 
 // report sends err on errs, without blocking the loop: it is dropped when
@@ -728,13 +773,19 @@ func (f *batchFetcher) report(err error) bool {
 // batch larger than the fetch size) makes the next fetch ask for more, as
 // sarama's consumer does.
 func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.ConsumerMessage, size int64, moved bool, err error) {
-	n := 0
+	n, payload := 0, 0
 	for _, records := range block.RecordsSet {
 		if records.MsgSet != nil {
 			return nil, 0, false, errLegacyRecords
 		}
 		if rb := records.RecordBatch; rb != nil && !rb.Control && !rb.PartialTrailingRecord {
 			n += len(rb.Records)
+			for _, rec := range rb.Records {
+				payload += len(rec.Key) + len(rec.Value)
+				for _, h := range rec.Headers {
+					payload += len(h.Key) + len(h.Value)
+				}
+			}
 		}
 	}
 	conf := f.hub.conf
@@ -742,8 +793,15 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 	if conf.Consumer.IsolationLevel == sarama.ReadCommitted {
 		aborted = newAbortedTransactions(block.AbortedTransactions)
 	}
-	slab := make([]sarama.ConsumerMessage, n)
+	// The messages are allocated in chunks of slabChunk, and their keys,
+	// values and headers copied into chunks of an arena of the slab's
+	// own: they point into the response's buffer, which holds every
+	// partition's records, and would keep all of it alive as long as one
+	// message of any of them is; and a message the user keeps keeps its
+	// chunks alive, not the whole slab.
+	var chunk []sarama.ConsumerMessage
 	msgs = make([]*sarama.ConsumerMessage, 0, n)
+	a := arena{remaining: payload}
 	partial := block.Partial
 	next := f.offset
 	for _, records := range block.RecordsSet {
@@ -765,17 +823,17 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 			if offset < f.offset {
 				continue
 			}
-			m := &slab[len(msgs)] // written in place: no copy of the struct
+			if len(chunk) == 0 {
+				chunk = make([]sarama.ConsumerMessage, min(n-len(msgs), slabChunk))
+			}
+			m := &chunk[0] // written in place: no copy of the struct
+			chunk = chunk[1:]
 			m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
-			m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
+			m.Key, m.Value, m.Headers = a.bytes(rec.Key), a.bytes(rec.Value), a.recordHeaders(rec.Headers)
 			if rb.LogAppendTime {
 				m.Timestamp = rb.MaxTimestamp
 			} else {
 				m.Timestamp = rb.FirstTimestamp.Add(rec.TimestampDelta)
-			}
-			size += int64(len(rec.Key) + len(rec.Value))
-			for _, h := range rec.Headers {
-				size += int64(len(h.Key) + len(h.Value))
 			}
 			msgs = append(msgs, m)
 		}
@@ -790,6 +848,7 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 	}
 	moved = next > f.offset
 	f.offset = next
+	size = int64(a.used) + int64(len(msgs))*messageOverhead
 	switch {
 	case moved:
 		f.fetchSize = conf.Consumer.Fetch.Default
@@ -803,6 +862,60 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 		}
 	}
 	return msgs, size, moved, nil
+}
+
+// messageOverhead is what a message of a slab takes beside its keys,
+// values and headers: its sarama.ConsumerMessage and the pointer to it.
+var messageOverhead = int64(reflect.TypeFor[sarama.ConsumerMessage]().Size()) + 8
+
+// slabChunk is how many messages of a slab are allocated together
+// (handOutBatch: a hand-out takes at most that many at once), and
+// arenaChunk the size of the chunks of its arena.
+const (
+	slabChunk  = handOutBatch
+	arenaChunk = 64 << 10
+)
+
+// arena holds the bytes of a slab's messages, copied out of the response
+// they came in, in chunks of arenaChunk (or of one larger key or value).
+type arena struct {
+	buf       []byte // what is left of the current chunk
+	remaining int    // bytes of the slab not placed yet (at most)
+	used      int    // bytes placed
+}
+
+// bytes returns a copy of b in the arena: nil for nil (a tombstone's
+// value), and with its capacity ending at its length, so that an append
+// to it cannot overwrite the next.
+func (a *arena) bytes(b []byte) []byte {
+	switch {
+	case b == nil:
+		return nil
+	case len(b) == 0:
+		return []byte{}
+	case len(b) > len(a.buf):
+		a.buf = make([]byte, max(min(arenaChunk, a.remaining), len(b)))
+	}
+	out := a.buf[:len(b):len(b)]
+	copy(out, b)
+	a.buf = a.buf[len(b):]
+	a.remaining -= len(b)
+	a.used += len(b)
+	return out
+}
+
+// recordHeaders returns a copy of hs, their keys and values in the arena.
+func (a *arena) recordHeaders(hs []*sarama.RecordHeader) []*sarama.RecordHeader {
+	if hs == nil {
+		return nil
+	}
+	out := make([]*sarama.RecordHeader, len(hs))
+	copies := make([]sarama.RecordHeader, len(hs))
+	for i, h := range hs {
+		copies[i] = sarama.RecordHeader{Key: a.bytes(h.Key), Value: a.bytes(h.Value)}
+		out[i] = &copies[i]
+	}
+	return out
 }
 
 // abortedTransactions filters, reading committed, the record batches of
@@ -893,10 +1006,11 @@ func (f *batchFetcher) Pause() {
 	f.paused.Store(true)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.release(f.inHand.Load())
 	select {
 	case s, ok := <-f.slabs:
 		if ok {
-			f.unbuffer(s.from)
+			f.release(s.acct)
 			f.slabs <- s // back: capacity 1, and only the loop sends, under mu
 		}
 	default:

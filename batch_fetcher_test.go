@@ -401,8 +401,8 @@ func TestBatchFetcherReadCommitted(t *testing.T) {
 	if got, want := offsets(msgs), []int64{0, 1, 2, 8, 9, 10}; !slices.Equal(got, want) {
 		t.Errorf("read committed: offsets %v, want %v", got, want)
 	}
-	if size != 6 {
-		t.Errorf("size %d, want 6 (one byte of value each)", size)
+	if want := 6 + 6*messageOverhead; size != want {
+		t.Errorf("size %d, want %d (one byte of value and a message each)", size, want)
 	}
 	if f.offset != 16 {
 		t.Errorf("next offset %d, want 16, past the last marker", f.offset)

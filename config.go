@@ -33,7 +33,7 @@ const (
 	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
 	DefaultMaxPendingAcks = 16384
 	// DefaultMaxBufferedBytes is the MaxBufferedBytes of NewConfig.
-	DefaultMaxBufferedBytes = 32 << 20
+	DefaultMaxBufferedBytes = 16 << 20
 
 	// DefaultDiscoveryInterval is the DiscoveryInterval of NewConfig.
 	DefaultDiscoveryInterval = 5 * time.Second
@@ -221,19 +221,21 @@ type Config struct {
 	// (256 KiB with the default). Default 16384.
 	MaxPendingAcks int
 
-	// MaxBufferedBytes bounds the bytes of messages (keys, values and
-	// headers) that the instance has fetched ahead and no partition has
-	// begun to hand out, for all its partitions together: each fetch
-	// request asks for at most what is free of it (Kafka's fetch.max.bytes
-	// taken from one budget), and a broker whose fetched messages all went
-	// out may always fetch, so that every partition makes progress. Each
-	// partition holds, beyond it, the messages of one response it is
-	// handing out. PartitionStats.BufferedBytes shows a partition's share.
-	// 0 lifts the bound (Consumer.Fetch.MaxBytes per request still
-	// holds). Default 32 MiB (DefaultMaxBufferedBytes), with which the
-	// resident memory at full speed stays at or below sarama's own
-	// consumer's (BENCHMARKS.md). Not used for partitions in the pre-0.11
-	// message format, which sarama's partition consumer fetches.
+	// MaxBufferedBytes bounds the memory of the messages that the instance
+	// has fetched and not handed out yet (their keys, values and headers,
+	// copied out of the responses, and the messages themselves), for all
+	// its partitions together: each fetch request asks for at most
+	// what is free of it (Kafka's fetch.max.bytes taken from one budget),
+	// and a broker whose fetched messages all went out may always fetch,
+	// so that every partition makes progress. Beyond it, each partition
+	// holds the messages of its batch in hand (up to 256, or BatchSize),
+	// and the partitions paused by Pause or at MaxPendingAcks their
+	// fetched messages. PartitionStats.BufferedBytes shows a partition's
+	// share. 0 lifts the bound (Consumer.Fetch.MaxBytes per request
+	// still holds). Default 16 MiB (DefaultMaxBufferedBytes);
+	// BENCHMARKS.md has the memory and throughput it gives. Not used for
+	// partitions in the pre-0.11 message format, which sarama's partition
+	// consumer fetches.
 	MaxBufferedBytes int64
 
 	// BatchSize, when positive, sets the consumer to batches: it hands out

@@ -234,8 +234,7 @@ type PartitionStats struct {
 	// or -1 when either is unknown.
 	Lag int64
 	// BufferedBytes is the bytes of messages fetched for the partition
-	// that it has not begun to hand out: its share of
-	// Config.MaxBufferedBytes.
+	// and not handed out yet: its share of Config.MaxBufferedBytes.
 	BufferedBytes int64
 	// AwaitingReturn, when not empty, is the Config.InstanceID of the
 	// departed instance whose return the group waits for

@@ -65,6 +65,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 	if f, ok := pc.(*batchFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive = h.receiveSlab
+		defer f.handedOut() // what is left of the slab in hand is dropped
 	}
 	for {
 		if !receive() {
@@ -349,8 +350,13 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 }
 
 // waitForRoom waits, while paused, for an ack that may have made room. It
-// reports false when killed.
+// reports false when killed. The slab in hand leaves the fetch budget
+// meanwhile: the partition's wait is the user's, and the other
+// partitions must not wait for it.
 func (h *handOut) waitForRoom() bool {
+	if h.fetcher != nil {
+		h.fetcher.handedOut()
+	}
 	select {
 	case <-h.dying:
 		h.killed = true

@@ -54,6 +54,9 @@ type childSpec struct {
 	// ZookeeperTimeout is kafkaconsumer's ZooKeeper session timeout;
 	// GroupSession and GroupHeartbeat those of the Kafka-coordinated groups.
 	ZookeeperTimeout time.Duration
+	// MaxBufferedBytes is kafkaconsumer's Config.MaxBufferedBytes; -1
+	// keeps its default.
+	MaxBufferedBytes int64
 	GroupSession     time.Duration
 	GroupHeartbeat   time.Duration
 	// Timeout bounds a drain.

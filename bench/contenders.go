@@ -348,6 +348,9 @@ func startOursWith(spec *childSpec, h handler, batch int) (instance, error) {
 	cfg.Offsets.Initial = saramaInitial(spec)
 	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
 	cfg.BatchSize = batch
+	if spec.MaxBufferedBytes >= 0 {
+		cfg.MaxBufferedBytes = spec.MaxBufferedBytes
+	}
 	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
 	if err != nil {
 		return nil, err

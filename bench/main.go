@@ -59,6 +59,7 @@ type options struct {
 
 	jsonOut, pngOut, mdOut string
 	profileDir             string
+	maxBufferedBytes       int64
 }
 
 func main() {
@@ -92,6 +93,7 @@ func main() {
 	flag.StringVar(&o.pngOut, "png", "results.png", "where to write the chart (empty: nowhere)")
 	flag.StringVar(&o.mdOut, "md", "results.md", "where to write the Markdown tables too (empty: nowhere)")
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "if set, every throughput child writes a CPU profile there")
+	flag.Int64Var(&o.maxBufferedBytes, "max-buffered-bytes", -1, "kafkaconsumer's Config.MaxBufferedBytes (-1: its default)")
 	flag.Parse()
 	o.messages = messages
 	var err error
@@ -201,6 +203,7 @@ func baseSpec(cl *cluster, o *options, mode string) childSpec {
 		Brokers:          cl.brokers,
 		Zookeeper:        cl.zookeeper,
 		ZookeeperTimeout: o.sessionTimeout,
+		MaxBufferedBytes: o.maxBufferedBytes,
 		GroupSession:     session,
 		GroupHeartbeat:   heartbeat,
 		Timeout:          5 * time.Minute,
