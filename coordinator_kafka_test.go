@@ -59,7 +59,7 @@ func (o handOutObserver) HandingOut(msg *sarama.ConsumerMessage) {
 	tp := TopicPartition{Topic: msg.Topic, Partition: msg.Partition}
 	o.h.events[tp] = append(o.h.events[tp], o.name)
 }
-func (o handOutObserver) HandingOutBatch(*Batch)           {}
+func (o handOutObserver) HandingOutBatch(*Batch)            {}
 func (o handOutObserver) Acked(*sarama.ConsumerMessage)     {}
 func (o handOutObserver) TakenBack(*sarama.ConsumerMessage) {}
 
