@@ -362,6 +362,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	if err := req.AddGroupProtocolMetadata(kafkaProtocol, meta); err != nil {
 		return nil, err
 	}
+	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
 	sent := time.Now()
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {

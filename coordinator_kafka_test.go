@@ -86,6 +86,7 @@ func (h *handOuts) switches() map[TopicPartition]int {
 // nothing is lost, nothing is delivered twice, Close is bounded.
 func TestIntegrationKafkaCoordinatorJoinSplitLeave(t *testing.T) {
 	parallelClusterTest(t)
+	debugLogs(t)
 	topic := newTopic(t, 8)
 	group := uniqueName("kafkacoord")
 	client := newTestClient(t)
