@@ -92,6 +92,9 @@ type kafkaCoordinator struct {
 	rejoin    chan struct{}
 	rejoinFor atomic.Int32
 	lost      atomic.Bool
+	// removal receives a token (buffer 1) when the manager goroutine
+	// learns that this member was removed: the guard handles it.
+	removal chan struct{}
 	// joined passes the send time of the JoinGroup of each generation
 	// synced to the guard, which moves the fence's deadline (buffer 1;
 	// the manager goroutine replaces a value not taken yet).
@@ -125,6 +128,7 @@ func newKafkaCoordinator(cm *consumerManager) *kafkaCoordinator {
 		rebalanceTimeout:  max(g.Rebalance.Timeout, cm.config.MaxProcessingTime+stopGrace+g.Session.Timeout),
 		member:            groupMember{generation: sarama.GroupGenerationUndefined},
 		rejoin:            make(chan struct{}, 1),
+		removal:           make(chan struct{}, 1),
 		joined:            make(chan time.Time, 1),
 	}
 	if cm.config.InstanceID != "" {
@@ -279,14 +283,14 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			attempt = -1 // at once: the coordinator asked for it
 			continue
 		case errors.Is(kerr, sarama.ErrUnknownMemberId):
-			cm.logf(slog.LevelWarn, "No longer a member of the group (%s): the partitions are lost; joining anew.", err)
-			k.loseMembership()
+			cm.logf(slog.LevelWarn, "No longer a member of the group (%s): the partitions are lost, with what was acked since the last commit; joining anew.", err)
+			k.removedFromGroup()
 			cm.reportStops(cm.managePartitionManagers(nil))
 			attempt = -1
 			continue
 		case errors.Is(kerr, sarama.ErrFencedInstancedId):
 			err = fmt.Errorf("%w: %s: the group's coordinator has another member with this Config.InstanceID (FENCED_INSTANCE_ID); trying again", ErrInstanceIDInUse, cm.config.InstanceID)
-			k.loseMembership()
+			k.removedFromGroup()
 			cm.reportStops(cm.managePartitionManagers(nil))
 			cm.sendError(err)
 		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
@@ -310,6 +314,28 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 // JoinGroup at once (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS at the
 // sync).
 var errRejoin = errors.New("join again")
+
+// removedFromGroup handles a removal from the group that the manager
+// goroutine learnt of: the guard, as for one it learns of itself, raises
+// the fence, takes back what sits unread once no partition hands out,
+// and loses the membership (loseMembership); removedFromGroup waits for
+// that, or until the manager is interrupted. The next generation synced
+// lifts the fence.
+func (k *kafkaCoordinator) removedFromGroup() {
+	cm := k.cm
+	select {
+	case k.removal <- struct{}{}:
+	default:
+	}
+	for !k.lost.Load() {
+		select {
+		case <-k.rejoin:
+		case <-cm.t.Dying():
+			return
+		}
+	}
+	k.lost.Store(false) // the caller stops the partitions
+}
 
 // loseMembership records that this member was removed from the group:
 // every partition is lost (no final commit: Kafka refuses it, and another

@@ -81,6 +81,23 @@ func (k *kafkaCoordinator) guard() {
 		rebalancing bool      // a heartbeat was answered REBALANCE_IN_PROGRESS since
 	)
 	deadline.Stop()
+	// lose handles a removal from the group: the fence goes up, what sits
+	// unread is taken back, the partitions are lost, and the manager joins
+	// anew. It reports false when the guard is stopped meanwhile.
+	lose := func(generation int32, reason string) bool {
+		if cm.fence.raise() {
+			cm.logKafkaFence(stableSent)
+		}
+		if !cm.takeBackAll() {
+			return false
+		}
+		drained = true
+		cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		k.loseMembership()
+		k.lost.Store(true)
+		k.requestRejoin(generation)
+		return true
+	}
 	defer next.Stop()
 	defer deadline.Stop()
 	for {
@@ -139,19 +156,15 @@ func (k *kafkaCoordinator) guard() {
 				if k.joining.Load() {
 					continue // the manager's JoinGroup finds out itself
 				}
-				if cm.fence.raise() {
-					cm.logKafkaFence(stableSent)
-				}
-				if !cm.takeBackAll() {
+				if !lose(r.member.generation, r.err.Error()) {
 					return
 				}
-				drained = true
-				cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", r.member.generation, r.err)
-				k.loseMembership()
-				k.lost.Store(true)
-				k.requestRejoin(r.member.generation)
 			default:
 				cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
+			}
+		case <-k.removal:
+			if !lose(k.current().generation, "the group's coordinator answered the JoinGroup or SyncGroup so") {
+				return
 			}
 		case <-deadline.C:
 			cm.fence.raise() // the case below takes back what sits unread
