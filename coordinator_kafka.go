@@ -440,7 +440,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		return nil, fmt.Errorf("sync group %s: the assignment: %w", cm.group, err)
 	}
 	k.setMember(member)
-	k.answered(sent)
+	k.tellJoined(sent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {
 		for topic, ids := range mine.Topics {
@@ -478,10 +478,10 @@ func (k *kafkaCoordinator) call(f func() error) error {
 	}
 }
 
-// answered tells the guard that the JoinGroup sent at sent made this
+// tellJoined tells the guard that the JoinGroup sent at sent made this
 // member part of a generation: the coordinator counts its session from
 // the join's completion, later than sent.
-func (k *kafkaCoordinator) answered(sent time.Time) {
+func (k *kafkaCoordinator) tellJoined(sent time.Time) {
 	for {
 		select {
 		case k.joined <- sent:
