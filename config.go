@@ -147,6 +147,21 @@ type Config struct {
 	// listener. It cannot be combined with Brokers.
 	Listener string
 
+	// Coordinator says who coordinates the group: CoordinatorZooKeeper
+	// (the default: ZooKeeper, as the original library) or
+	// CoordinatorKafka (Kafka's group coordinator, with the classic
+	// protocol; no ZooKeeper at all). With CoordinatorKafka, Join takes ""
+	// for the ZooKeeper connection string (it refuses another), Brokers
+	// is required, the partitions come from Kafka's metadata whatever
+	// Discovery says, and the group's timeouts are sarama's
+	// Consumer.Group settings: Session.Timeout (the fence and a dead
+	// member's fail-over; a static member's grace), Heartbeat.Interval
+	// (at most a third of it) and Rebalance.Timeout (raised to
+	// MaxProcessingTime + 5 s + Session.Timeout at least, so that a
+	// member stopping its revoked partitions is not removed). The
+	// Zookeeper settings, RestartGrace excepted, are unused then.
+	Coordinator Coordinator
+
 	// Discovery says where the brokers, topics and partitions are found:
 	// DiscoverFromZookeeper (the default) or DiscoverFromKafka, for a
 	// cluster in KRaft mode (Kafka 4 has no other), whose ZooKeeper holds
@@ -397,6 +412,9 @@ func (c *Config) Validate() error {
 	if err := validateInstanceID(c.InstanceID); err != nil {
 		return err
 	}
+	if err := c.validateCoordinator(); err != nil {
+		return err
+	}
 	if err := c.validateDiscovery(); err != nil {
 		return err
 	}
@@ -446,4 +464,34 @@ func (c *Config) saramaConfig() *sarama.Config {
 	// so that each is seen, timed and reported to Metrics.
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	return &sc
+}
+
+// MinKafkaVersionForStaticMembers is the oldest sarama Config.Version
+// with which CoordinatorKafka accepts an InstanceID: JoinGroup carries the
+// group instance ID from Kafka 2.3 on (KIP-345).
+var MinKafkaVersionForStaticMembers = sarama.V2_3_0_0
+
+// validateCoordinator checks Coordinator and what CoordinatorKafka needs.
+func (c *Config) validateCoordinator() error {
+	switch c.Coordinator {
+	case CoordinatorZooKeeper:
+		return nil
+	case CoordinatorKafka:
+	default:
+		return fmt.Errorf("%w: Coordinator must be CoordinatorZooKeeper or CoordinatorKafka, got %s", ErrInvalidConfig, c.Coordinator)
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return fmt.Errorf("%w: Coordinator is CoordinatorKafka but Brokers is empty; give the bootstrap addresses of the Kafka cluster (no ZooKeeper is used to find them)", ErrInvalidConfig)
+	case c.RestartGrace > 0:
+		return fmt.Errorf("%w: RestartGrace is %s but Coordinator is CoordinatorKafka, whose coordinator keeps a static member's partitions for Consumer.Group.Session.Timeout (sarama); leave RestartGrace 0 and set that instead",
+			ErrInvalidConfig, c.RestartGrace)
+	case c.Config != nil && !c.Version.IsAtLeast(MinKafkaVersionForKafkaDiscovery):
+		return fmt.Errorf("%w: Version %s is too old for CoordinatorKafka, which reads Kafka's metadata as DiscoverFromKafka does; use %s or later",
+			ErrInvalidConfig, c.Version, MinKafkaVersionForKafkaDiscovery)
+	case c.Config != nil && c.InstanceID != "" && !c.Version.IsAtLeast(MinKafkaVersionForStaticMembers):
+		return fmt.Errorf("%w: InstanceID is set but Version %s is older than %s, the first whose JoinGroup carries a group instance ID (static membership) with CoordinatorKafka",
+			ErrInvalidConfig, c.Version, MinKafkaVersionForStaticMembers)
+	}
+	return nil
 }

@@ -58,6 +58,9 @@ type consumerManager struct {
 	subscription     Subscription
 	subscriptionJSON []byte
 	hooks            *testHooks // the tests' fault injection points; nil in normal use
+	// coord is the group's coordinator (coordinator.go), set by Join;
+	// nil in the unit tests, which get the ZooKeeper one (coordinator).
+	coord coordinator
 
 	// kz is kazoo-go's connection for a custom Subscription's
 	// WatchPartitions, opened by connect and closed by closeConnections;
@@ -86,7 +89,8 @@ type consumerManager struct {
 	registered bool
 
 	client       sarama.Client // the first fetcher's, also for metadata
-	offsetClient sarama.Client // the offset store's (see connect)
+	offsetClient sarama.Client // the offset store's (see openKafka)
+	groupClient  sarama.Client // CoordinatorKafka's group requests (see connectKafka); nil otherwise
 	fetchers     []fetcher     // the partition consumers' (see fetcherOf)
 	offsets      *offsetStore  // nil until connect made it
 

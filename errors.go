@@ -43,7 +43,10 @@ var (
 	// this instance is left registered, and it consumes nothing. A
 	// running instance whose session expired, and whose ID was taken by
 	// another in the meantime, logs it and tries to register again until
-	// it is closed.
+	// it is closed. With CoordinatorKafka it is sent on Errors() instead,
+	// when the group's coordinator fenced this member because another
+	// joined with the same InstanceID (FENCED_INSTANCE_ID): its
+	// partitions stop, and it tries to join again.
 	ErrInstanceIDInUse = errors.New("kafkaconsumer: instance id in use by another live instance")
 
 	// ErrRegistrationLost is sent on Errors() when the instance finds its

@@ -30,3 +30,10 @@ func joinWithHooksCleanup(t *testing.T, group string, subscription Subscription,
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// kafkaMemberOf returns the generation and member ID of a consumer of a
+// Kafka-coordinated group.
+func kafkaMemberOf(c Consumer) (generation int32, memberID string) {
+	m := c.(*consumerManager).coord.(*kafkaCoordinator).current()
+	return m.generation, m.id
+}

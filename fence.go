@@ -206,13 +206,23 @@ func (cm *consumerManager) guard(session int64, lastAnswered time.Time) {
 // session: the fence's deadline moves to sent + fenceAfter, and the fence
 // is lifted when that is ahead. It reports whether it lifted the fence.
 func (cm *consumerManager) answered(sent time.Time, deadline *time.Timer) bool {
-	by := sent.Add(cm.fenceAfter())
+	return cm.answeredBy(sent.Add(cm.fenceAfter()), deadline)
+}
+
+// answeredBy moves the fence's deadline to by, and lifts the fence when
+// that is ahead; it reports whether it lifted the fence. The guard of
+// either coordinator calls it (deadline is its timer).
+func (cm *consumerManager) answeredBy(by time.Time, deadline *time.Timer) bool {
 	cm.fenceBy.Store(int64(by.Sub(cm.fenceBase)))
 	deadline.Reset(time.Until(by))
 	if !time.Now().Before(by) || !cm.fence.lift() {
 		return false
 	}
-	cm.logf(slog.LevelWarn, "The ZooKeeper session answered again: partitions resume (fenced for %s).", time.Since(cm.fencedAt).Round(time.Millisecond))
+	who := "The ZooKeeper session"
+	if _, ok := cm.coord.(*kafkaCoordinator); ok {
+		who = "The group's coordinator"
+	}
+	cm.logf(slog.LevelWarn, "%s answered again: partitions resume (fenced for %s).", who, time.Since(cm.fencedAt).Round(time.Millisecond))
 	return true
 }
 
@@ -239,8 +249,13 @@ func (cm *consumerManager) pastFenceDeadline() bool {
 }
 
 // fenceAfter is how long after the send time of the last answered request
-// the instance is fenced.
+// the instance is fenced: fenceFraction of the ZooKeeper session timeout,
+// or, in a Kafka-coordinated group, kafkaFenceFraction of the group's
+// (coordinator_kafka_guard.go).
 func (cm *consumerManager) fenceAfter() time.Duration {
+	if k, ok := cm.coord.(*kafkaCoordinator); ok {
+		return k.fenceAfter()
+	}
 	return time.Duration(float64(cm.sessionTimeout()) * fenceFraction)
 }
 

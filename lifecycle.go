@@ -19,7 +19,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
-	"github.com/wvanbergen/kazoo-go"
 )
 
 // joinGroup is Join (waitClaims false) and JoinContext (true); hooks are
@@ -36,14 +35,26 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 			return nil, err
 		}
 	}
+	kafkaCoordinated := config != nil && config.Coordinator == CoordinatorKafka
+	if _, ok := subscription.(topicSelector); !ok && kafkaCoordinated {
+		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Coordinator CoordinatorZooKeeper only; with CoordinatorKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	}
 	if _, ok := subscription.(topicSelector); !ok && config != nil && config.Discovery == DiscoverFromKafka {
 		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
 	}
 	if _, ok := subscription.(topicSelector); !ok && config != nil && (config.ZookeeperTLS != nil || len(config.ZookeeperAuth) > 0) {
 		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions through a kazoo-go connection of its own, which cannot use Config.ZookeeperTLS or Config.ZookeeperAuth; use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
 	}
-	nodes, chroot, err := parseZookeeper(zookeeper)
-	if err != nil {
+	var (
+		nodes  []string
+		chroot string
+		err    error
+	)
+	if kafkaCoordinated {
+		if zookeeper != "" {
+			return nil, fmt.Errorf("%w: Coordinator is CoordinatorKafka, which uses no ZooKeeper, but Join was given the ZooKeeper connection string %q; pass \"\"", ErrInvalidConfig, zookeeper)
+		}
+	} else if nodes, chroot, err = parseZookeeper(zookeeper); err != nil {
 		return nil, err
 	}
 	if config == nil {
@@ -83,10 +94,14 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	cfg.Zookeeper = &kzConfig
 
 	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
-	security := zkSecurity{tls: config.ZookeeperTLS, auth: config.ZookeeperAuth}
-	probe, err := probeZookeeper(ctx, nodes, &kzConfig, security, negotiated, zkConns, states)
-	if err != nil {
-		return nil, err
+	var probe *zk.Conn
+	if kafkaCoordinated {
+		cfg.Discovery = DiscoverFromKafka // the partitions from Kafka's metadata
+	} else {
+		security := zkSecurity{tls: config.ZookeeperTLS, auth: config.ZookeeperAuth}
+		if probe, err = probeZookeeper(ctx, nodes, &kzConfig, security, negotiated, zkConns, states); err != nil {
+			return nil, err
+		}
 	}
 
 	cm := &consumerManager{
@@ -97,7 +112,6 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		group:           group,
 		subscription:    subscription,
 		hooks:           hooks,
-		zkConn:          sessionConn{probe},
 		zkProbe:         probe,
 		zkConns:         zkConns,
 		messages:        make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
@@ -113,6 +127,9 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		zkStateChanged: states,
 		handOutStopped: make(chan struct{}, 1),
 		fenceBase:      time.Now(),
+	}
+	if probe != nil {
+		cm.zkConn = sessionConn{probe}
 	}
 	cm.pms.Store(&partitionManagers{})
 	close(cm.closedMessages)
@@ -131,7 +148,16 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		defer close(kafkaCut)
 		dialer.cut(fmt.Errorf("kafkaconsumer: join: %w", ctx.Err()))
 	})
-	err = cm.connect(ctx, nodes, probe, id, markRegistration(subscriptionJSON))
+	if kafkaCoordinated {
+		k := newKafkaCoordinator(cm)
+		cm.coord = k
+		cm.kzGroup = kazooValues.Consumergroup(group)
+		cm.instance = cm.kzGroup.Instance(id)
+		err = k.connectKafka(ctx)
+	} else {
+		cm.coord = zookeeperCoordinator{cm}
+		err = cm.connectZookeeper(ctx, nodes, probe, id, markRegistration(subscriptionJSON))
+	}
 	if !stopCut() { // ctx is done: the Kafka connections are cut for good
 		<-kafkaCut
 		if err == nil {
@@ -199,33 +225,11 @@ func (cm *consumerManager) notifyClaims() {
 	}
 }
 
-// connect does the work of Join after validation: broker discovery (see
-// discoverBrokers), the sarama clients, offset store and consumer, and
-// last the registration, so that the group never hands a share to an
-// instance that cannot consume it. On error, closeConnections undoes what
-// was done.
-func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
-	cm.kzGroup = kazooValues.Consumergroup(cm.group)
-	cm.instance = cm.kzGroup.Instance(id)
-	cm.subscriptionJSON = subscriptionJSON
-	if _, ok := cm.subscription.(cachingSubscription); !ok {
-		// A custom Subscription reads ZooKeeper through kazoo-go (see
-		// Subscription.WatchPartitions): it gets a connection of its own.
-		kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
-		if err != nil {
-			return fmt.Errorf("connect to zookeeper: %w", convertError(err))
-		}
-		cm.kz = kz
-	}
-
-	brokers, err := cm.discoverBrokers(probe)
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
+// openKafka opens what both coordinators share for Kafka: the sarama
+// clients, consumers and fetch hubs of the partitions (see fetcherOf), and
+// the offset store with its own client. On error, closeConnections closes
+// what was opened.
+func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) error {
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
 	// batch fetchers share one budget of Config.MaxBufferedBytes.
@@ -255,6 +259,7 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 		}
 	}
 	cm.client = cm.fetchers[0].client
+	var err error
 	// The offset store has a client of its own: Kafka answers the
 	// requests of one connection one at a time, and its OffsetFetch and
 	// OffsetCommit requests would otherwise wait behind the consumer's
@@ -270,84 +275,7 @@ func (cm *consumerManager) connect(ctx context.Context, nodes []string, probe *z
 	if h := cm.hooks; h != nil {
 		cm.offsets.failRound = h.commitRound
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
-	if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.mkdirs(cm.groupNode()) }); err != nil {
-		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
-	}
-
-	if err := cm.zkCall(cm.zkTimeout(), cm.checkAccess); err != nil {
-		return fmt.Errorf("join group %s: %w", cm.group, convertError(err))
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if cm.config.InstanceID != "" {
-		if err := cm.awaitPreviousInstance(ctx); err != nil {
-			return fmt.Errorf("register instance %s: %w", id, convertError(err))
-		}
-	}
-	sent := time.Now()
-	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
-		return fmt.Errorf("register instance %s: %w", id, convertError(cm.registrationDenied(err)))
-	}
-	cm.registered = true
-	if cm.config.InstanceID != "" {
-		// After the registration: see departedMembers.
-		if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.markStatic(staticRegistered) }); err != nil {
-			return fmt.Errorf("record static member %s: %w", id, convertError(cm.denied(err, cm.staticNode(), "create and write its static record", zk.PermCreate|zk.PermWrite)))
-		}
-	}
-	cm.startGuard(sent)
-	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
-	return nil
-}
-
-// awaitPreviousInstance waits, for a Config.InstanceID, until no other
-// ZooKeeper session holds the registration of the ID: that of a previous
-// instance of the ID that died goes when its session expires. It waits up
-// to this instance's session timeout and a second, or until ctx is done;
-// then, with the registration still there, it returns an error wrapping
-// ErrInstanceIDInUse: another live instance holds it.
-func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
-	node := cm.groupNode("ids", cm.instance.ID)
-	wait := cm.sessionTimeout() + time.Second
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for logged := false; ; logged = true {
-		var (
-			owner int64
-			watch <-chan zk.Event
-		)
-		err := cm.zkCall(cm.zkTimeout(), func() error {
-			_, stat, w, err := cm.zkConn.GetW(node)
-			if errors.Is(err, zk.ErrNoNode) {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			owner, watch = stat.EphemeralOwner, w
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if watch == nil || owner == cm.zkConn.SessionID() {
-			return nil
-		}
-		if !logged {
-			cm.logf(slog.LevelInfo, "Instance ID %s is registered by another ZooKeeper session (0x%x); waiting up to %s for it to expire.", cm.instance.ID, owner, wait)
-		}
-		select {
-		case <-watch:
-		case <-deadline.C:
-			return fmt.Errorf("%w: %s is registered by another ZooKeeper session (0x%x), still alive after %s", ErrInstanceIDInUse, cm.instance.ID, owner, wait)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return ctx.Err()
 }
 
 // shutdown runs when the manager goroutine ends:
@@ -423,42 +351,12 @@ func describePartitions(tps []TopicPartition) string {
 const closeGrace = 5 * time.Second
 
 // closeConnections closes what connect opened, in reverse order, and
-// returns what did not complete. Each step runs only if its part was
-// opened.
+// returns what did not complete: Kafka (closeKafka), then the
+// coordinator's membership and connections (coordinator.close). Each step
+// runs only if its part was opened.
 func (cm *consumerManager) closeConnections() []error {
-	var errs []error
 	cm.closeKafka()
-	cm.stopGuard()
-	if cm.registered {
-		err := errFenced
-		if !cm.fenced() {
-			// Bounded: a ZooKeeper that does not answer must not hold
-			// Close up. The registration goes with the session, at once
-			// when the close below reaches the server, else when it
-			// expires.
-			deregister := cm.deregisterNode
-			if cm.config.InstanceID != "" {
-				deregister = cm.deregisterStatic // and record the departure
-			}
-			err = cm.zkCall(cm.zkTimeout(), deregister)
-		}
-		if err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
-			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
-			cm.logf(slog.LevelError, "Failed to %s.", err)
-			errs = append(errs, err)
-		}
-		cm.registered = false
-	}
-	if cm.kz != nil {
-		if err := cm.kz.Close(); err != nil {
-			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
-		}
-	}
-	if cm.zkProbe != nil {
-		closeSession(cm.zkProbe, cm.zkConns)
-	}
-	cm.zkCalls.Wait() // the close ended their requests
-	return errs
+	return cm.coordinator().close()
 }
 
 // closeKafka closes the consumer and the committer, and then the clients.
@@ -488,6 +386,7 @@ func (cm *consumerManager) closeKafka() {
 			close(cm.commitStop)
 			<-cm.commitDone
 		}
+		cm.coordinator().beforeKafkaClose() // a LeaveGroup, after the last commits
 	}()
 
 	deadline := time.Now().Add(closeGrace)
@@ -517,7 +416,7 @@ wait:
 // closeClients closes the sarama clients that connect opened, logging
 // their errors when logErrors is set.
 func (cm *consumerManager) closeClients(logErrors bool) {
-	clients := []sarama.Client{cm.offsetClient}
+	clients := []sarama.Client{cm.offsetClient, cm.groupClient}
 	for _, f := range cm.fetchers {
 		clients = append(clients, f.client)
 	}

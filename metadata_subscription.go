@@ -163,7 +163,7 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 		sel = internalToo{sel}
 	}
 	for attempt := 0; ; attempt++ {
-		view, err := readMetadata(cm.client, sel)
+		view, err := readMetadata(cm.metadataClient(), sel)
 		if err == nil {
 			if len(view.missing) > 0 {
 				cm.logf(slog.LevelWarn, "Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
@@ -204,7 +204,7 @@ func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataV
 				return
 			case <-ticker.C:
 			}
-			view, err := readMetadata(cm.client, sel)
+			view, err := readMetadata(cm.metadataClient(), sel)
 			if err != nil {
 				cm.logf(slog.LevelWarn, "Failed to poll Kafka's metadata: %s. Trying again in %s.", err, cm.config.DiscoveryInterval)
 				continue
@@ -231,4 +231,16 @@ func (cm *consumerManager) stopMetadataPoller() {
 		cm.metadataPoll.stop()
 		cm.metadataPoll = nil
 	}
+}
+
+// metadataClient is the client that reads the subscription's metadata:
+// the first fetcher's, or, in a Kafka-coordinated group, the offset
+// store's, whose connections carry no fetch: a metadata request queued
+// behind a fetch waits up to Consumer.MaxWaitTime, and every rebalance
+// of such a group reads the metadata first.
+func (cm *consumerManager) metadataClient() sarama.Client {
+	if _, ok := cm.coord.(*kafkaCoordinator); ok {
+		return cm.offsetClient
+	}
+	return cm.client
 }

@@ -27,8 +27,12 @@ import (
 // committer goroutine, which runs the rounds.
 //
 // The requests are those of sarama's offset manager for the configured
-// Version, as a client that is not a member of a Kafka-coordinated group:
-// no member ID, generation -1.
+// Version. In a ZooKeeper-coordinated group they are those of a client
+// that is not a member of a Kafka-coordinated group: no member ID,
+// generation -1. In a Kafka-coordinated group (member set) they carry the
+// member's generation, member ID and instance ID, so that Kafka refuses
+// the commits of a member it removed from the group (ILLEGAL_GENERATION,
+// UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
 type offsetStore struct {
 	client sarama.Client // the offset client (see connect)
 	conf   *sarama.Config
@@ -52,6 +56,10 @@ type offsetStore struct {
 	// lastProcessed is Config.CommitLastProcessed: commits are made in the
 	// last-processed convention (internal/commitmark). Set before use.
 	lastProcessed bool
+	// member, when set (CoordinatorKafka), returns the membership that
+	// commits carry: the generation, the member ID and the instance ID
+	// (nil for none). Set before use.
+	member func() (generation int32, memberID string, instanceID *string)
 
 	mu    sync.Mutex
 	parts map[TopicPartition]*storedOffset
@@ -297,6 +305,14 @@ func (s *offsetStore) commitRound() {
 	if len(dirty) == 0 {
 		return
 	}
+	if s.member != nil {
+		if g, _, _ := s.member(); g < 0 {
+			// Not a member of a generation (before the first, or after a
+			// removal): Kafka would take a commit without generation
+			// from anyone once the group is empty.
+			return
+		}
+	}
 	var err error
 	if s.failRound != nil {
 		err = s.failRound()
@@ -367,6 +383,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		return true
 	}
 	req := s.commitRequest()
+	generation := req.ConsumerGroupGeneration
 	timestamp := int64(0)
 	if req.Version == 1 {
 		timestamp = sarama.ReceiveTime // version 1's: when the broker receives it
@@ -407,8 +424,18 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		case errors.Is(kerr, sarama.ErrNotLeaderForPartition), errors.Is(kerr, sarama.ErrLeaderNotAvailable),
 			coordinatorMoved(kerr):
 			release = true // not an error: the next round asks the new coordinator
-		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress):
-			// The coordinator is loading the group: the next round commits.
+		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress), errors.Is(kerr, sarama.ErrRebalanceInProgress):
+			// The coordinator is loading the group, or the group is
+			// completing a rebalance: the next round commits.
+		case s.member != nil && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId)):
+			// Refused as a member's commit. After a generation change
+			// that this round did not see yet, the next round commits
+			// with the new one; else this member was removed, and the
+			// refusal is reported (the guard learns it from its
+			// heartbeats too).
+			if g, _, _ := s.member(); g == generation && g >= 0 {
+				failed = append(failed, failure{b.tp, kerr})
+			}
 		case errors.Is(kerr, sarama.ErrUnknownTopicOrPartition) && b.part.closed != nil && s.parts[b.tp] == b.part:
 			// The topic is gone: the final commit of its stopped
 			// partition never succeeds, and must not land on a topic of
@@ -435,13 +462,16 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 }
 
 // commitRequest returns an empty OffsetCommit request of the version
-// sarama's offset manager sends for the configured Version, as a client
-// outside Kafka's group membership.
+// sarama's offset manager sends for the configured Version: as a client
+// outside Kafka's group membership, or as the member that member gives.
 func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 	req := &sarama.OffsetCommitRequest{
 		Version:                 1,
 		ConsumerGroup:           s.group,
 		ConsumerGroupGeneration: sarama.GroupGenerationUndefined,
+	}
+	if s.member != nil {
+		req.ConsumerGroupGeneration, req.ConsumerID, req.GroupInstanceId = s.member()
 	}
 	v := s.conf.Version
 	for _, step := range []struct {

@@ -50,11 +50,17 @@ func newInitialOffsets(running *sync.WaitGroup, client sarama.Client, initial in
 // instance's own, of an earlier partition manager whose final commit
 // is still pending (closing), may not, so such a partition is left out. A
 // partition claimed alone is left out too: its claim may follow the read.
+// With no claims (CoordinatorKafka), the generation's assignment is the
+// claim, and every partition of tps is read.
 func newCommittedOffsets(running *sync.WaitGroup, store *offsetStore, claims *claimBatch, tps []TopicPartition) *offsetBatch {
 	return newOffsetBatch(running, func() map[TopicPartition]int64 {
 		var claimed []TopicPartition
 		for _, tp := range tps {
-			if ok, _ := claims.claimed(tp); ok && !store.closing(tp) {
+			if claims == nil {
+				if !store.closing(tp) {
+					claimed = append(claimed, tp)
+				}
+			} else if ok, _ := claims.claimed(tp); ok && !store.closing(tp) {
 				claimed = append(claimed, tp)
 			}
 		}

@@ -191,7 +191,7 @@ func (pm *partitionManager) errorf(format string, args ...interface{}) error {
 // when it stopped is its tomb's reason.
 func (pm *partitionManager) run() {
 	defer pm.t.Done()
-	if pm.claim() {
+	if pm.parent.coordinator().claim(pm) {
 		if pm.claimOnly {
 			pm.logf(slog.LevelDebug, "Claimed; held for the instances of the original library, not consumed.")
 			<-pm.t.Dying()
@@ -230,7 +230,7 @@ func (pm *partitionManager) stop() error {
 			pm.commitErr = pm.closeOffsets(deadline.Add(-releaseShare))
 		}
 	}
-	err := errors.Join(pm.commitErr, pm.release(deadline))
+	err := errors.Join(pm.commitErr, pm.parent.coordinator().release(pm, deadline))
 	pm.logf(slog.LevelDebug, "Stopped partition.")
 	return err
 }

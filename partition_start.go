@@ -98,7 +98,7 @@ func (pm *partitionManager) consumeUntilKilled() {
 			if end == consumeKilled {
 				return
 			}
-			pm.logf(slog.LevelDebug, "Fenced: handing out nothing until the ZooKeeper session answers again.")
+			pm.logf(slog.LevelDebug, "Fenced: handing out nothing until the group's coordination (ZooKeeper session or group coordinator) answers again.")
 			continue
 		}
 		if err := pc.Close(); err != nil {

@@ -1,0 +1,604 @@
+package kafkaconsumer
+
+// The Kafka coordinator (CoordinatorKafka): the manager loop of a group
+// that Kafka's group coordinator keeps, with the classic protocol. Each
+// round reads the subscription's partitions from Kafka's metadata, joins
+// the group (JoinGroup, then SyncGroup: the leader computes the
+// assignment, coordinator_kafka_assign.go), and runs the partition
+// managers of this member's assignment; the guard
+// (coordinator_kafka_guard.go) heartbeats, fences, and asks for the next
+// round when the coordinator starts a rebalance.
+//
+// One owner at a time. A member consumes a partition only while the
+// assignment of its current generation holds it; a rebalance keeps
+// running the partitions that stay, and stops the revoked ones, with
+// their final commits, before the member joins again. The leader never
+// assigns a partition that another member of the generation reports as
+// owned (the owned partitions of each JoinGroup, KIP-429): a partition
+// that moves is first revoked from its owner, which stops it and joins
+// again, and only the generation after that gives it to its new owner.
+// A member that is no longer in the generation reports nothing, so the
+// leader may give its partitions away at once; such a member must have
+// stopped handing out by then, which the fence ensures: the coordinator
+// removes a member a session timeout after the last heartbeat it
+// received, or, during a rebalance, when it has not joined within the
+// rebalance timeout; the guard fences at 0.8 of each, counted from the
+// send of the last heartbeat answered (coordinator_kafka_guard.go). A
+// member that learns it was removed (UNKNOWN_MEMBER_ID,
+// ILLEGAL_GENERATION, FENCED_INSTANCE_ID) loses its partitions without a
+// final commit, which Kafka would refuse anyway: commits carry the
+// generation and the member ID (offsetStore.member).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// kafkaProtocolType is the protocol type of the group: Kafka's consumer
+// protocol, whose member metadata and assignments the tools read.
+const kafkaProtocolType = "consumer"
+
+// kafkaProtocol is the name of the group's one protocol, the library's own
+// assignor (distribution.go). Kafka refuses a member whose protocols share
+// none with the group's (INCONSISTENT_GROUP_PROTOCOL).
+const kafkaProtocol = "kafkaconsumer"
+
+// groupMember is this instance's membership in a generation.
+type groupMember struct {
+	id         string // the member ID the coordinator gave; "" before
+	generation int32  // sarama.GroupGenerationUndefined (-1) when not a member
+}
+
+// kafkaCoordinator is the coordinator of CoordinatorKafka.
+type kafkaCoordinator struct {
+	cm *consumerManager
+	// client is the group client: FindCoordinator, JoinGroup, SyncGroup
+	// and LeaveGroup go through it, on a connection of their own (a
+	// JoinGroup waits there for the whole rebalance). Its Net.ReadTimeout
+	// covers the rebalance timeout. Opened by connectKafka, closed by
+	// closeClients.
+	client sarama.Client
+	// instanceID is Config.InstanceID as GroupInstanceId, nil without.
+	instanceID *string
+	// sessionTimeout, rebalanceTimeout and heartbeatInterval are the
+	// member's (see newKafkaCoordinator).
+	sessionTimeout, rebalanceTimeout, heartbeatInterval time.Duration
+
+	mu sync.Mutex // guards member
+	// member is the membership of the last generation synced; the guard
+	// heartbeats with it, the offset store commits with it.
+	member groupMember
+	// joining is set by the manager goroutine while its JoinGroup and
+	// SyncGroup are in flight: the guard does not take an answer to the
+	// previous generation's heartbeat for a removal then.
+	joining atomic.Bool
+
+	// rejoin receives a token, without blocking the sender, when the
+	// guard learns that the group rebalances, or that this member was
+	// removed (lost is set then); rejoinFor is the generation it was
+	// learnt for, so that the manager ignores a token of a generation
+	// it has left behind.
+	rejoin    chan struct{}
+	rejoinFor atomic.Int32
+	lost      atomic.Bool
+	// removal receives a token (buffer 1) when the manager goroutine
+	// learns that this member was removed: the guard handles it.
+	removal chan struct{}
+	// joined passes the send time of the JoinGroup of each generation
+	// synced to the guard, which moves the fence's deadline (buffer 1;
+	// the manager goroutine replaces a value not taken yet).
+	joined chan time.Time
+
+	// calls counts the goroutines of group requests that nobody waits
+	// for: heartbeats in flight, a JoinGroup or SyncGroup that the
+	// shutdown abandoned. close waits for them after the clients closed,
+	// which ends their requests.
+	calls sync.WaitGroup
+	// leaveErr is what the LeaveGroup of beforeKafkaClose returned;
+	// close returns it.
+	leaveErr error
+	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
+	// to Errors(): it is reported once, and retried quietly.
+	reportedProtocol bool
+}
+
+// newKafkaCoordinator returns the Kafka coordinator of cm. The session
+// timeout is Consumer.Group.Session.Timeout; heartbeats go every
+// Consumer.Group.Heartbeat.Interval, at most a third of it. The rebalance
+// timeout is Consumer.Group.Rebalance.Timeout, raised to cover a member
+// that stops its revoked partitions before it joins again
+// (MaxProcessingTime + stopGrace) plus a session timeout.
+func newKafkaCoordinator(cm *consumerManager) *kafkaCoordinator {
+	g := cm.config.Consumer.Group
+	k := &kafkaCoordinator{
+		cm:                cm,
+		sessionTimeout:    g.Session.Timeout,
+		heartbeatInterval: min(g.Heartbeat.Interval, g.Session.Timeout/3),
+		rebalanceTimeout:  max(g.Rebalance.Timeout, cm.config.MaxProcessingTime+stopGrace+g.Session.Timeout),
+		member:            groupMember{generation: sarama.GroupGenerationUndefined},
+		rejoin:            make(chan struct{}, 1),
+		removal:           make(chan struct{}, 1),
+		joined:            make(chan time.Time, 1),
+	}
+	if cm.config.InstanceID != "" {
+		id := cm.config.InstanceID
+		k.instanceID = &id
+	}
+	return k
+}
+
+// current returns the membership of the last generation synced.
+func (k *kafkaCoordinator) current() groupMember {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.member
+}
+
+// setMember records the membership of a generation synced.
+func (k *kafkaCoordinator) setMember(m groupMember) {
+	k.mu.Lock()
+	k.member = m
+	k.mu.Unlock()
+}
+
+// commitMember is the offset store's member: the generation and member ID
+// its commits carry, and the instance ID.
+func (k *kafkaCoordinator) commitMember() (generation int32, memberID string, instanceID *string) {
+	m := k.current()
+	return m.generation, m.id, k.instanceID
+}
+
+// connectKafka does the work of Join after validation for a
+// Kafka-coordinated group: the sarama clients, offset store and consumer
+// (openKafka) from Config.Brokers, the group client, and a lookup of the
+// group's coordinator, so that Join fails when there is none to join. The
+// group is joined by the manager loop. On error, closeConnections undoes
+// what was done.
+func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
+	cm := k.cm
+	brokers := append([]string(nil), cm.config.Brokers...)
+	cm.logf(slog.LevelInfo, "Kafka coordinates the group (CoordinatorKafka); brokers %s, topics and partitions from Kafka's metadata every %s.",
+		strings.Join(brokers, ","), cm.config.DiscoveryInterval)
+	if err := cm.openKafka(ctx, brokers); err != nil {
+		return err
+	}
+	cm.offsets.member = k.commitMember
+	conf := *cm.config.Config
+	// A JoinGroup is answered when the rebalance completes: up to the
+	// rebalance timeout.
+	conf.Net.ReadTimeout = max(conf.Net.ReadTimeout, k.rebalanceTimeout+5*time.Second)
+	client, err := sarama.NewClient(brokers, &conf)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
+		}
+		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+	}
+	cm.groupClient, k.client = client, client // closeClients closes it
+	if err := client.RefreshCoordinator(cm.group); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("find the coordinator of group %s: %w", cm.group, err)
+	}
+	return ctx.Err()
+}
+
+// manage is the manager loop of a Kafka-coordinated group:
+//  1. read the subscription's partitions from Kafka's metadata (a poller
+//     watches them for changes);
+//  2. join the group and sync: the assignment of the new generation;
+//  3. run the partition managers of the assignment: those that stay run
+//     on, the revoked ones stop (final commit) before anything else, and
+//     then the member joins again at once, so that their new owners get
+//     them in the next generation;
+//  4. sleep until the metadata change, the guard asks for a rebalance, or
+//     the manager is interrupted.
+func (k *kafkaCoordinator) manage() {
+	cm := k.cm
+	cm.startKafkaGuard(k)
+	var (
+		partitions kazoo.PartitionList
+		changed    <-chan zk.Event
+		ok         bool
+	)
+	for {
+		if k.lost.Swap(false) {
+			// Removed from the group: the guard lost every partition
+			// (no final commit); stop them before joining anew.
+			cm.reportStops(cm.managePartitionManagers(nil))
+		}
+		if partitions, changed, ok = cm.watchSubscription(); !ok {
+			return
+		}
+		assigned, ok := k.join(partitions)
+		if !ok {
+			return
+		}
+		stopped := cm.managePartitionManagers(assigned)
+		cm.reportStops(stopped)
+		if len(stopped) > 0 {
+			// The revoked partitions stopped: join again, so that their
+			// new owners get them (see the file's comment).
+			continue
+		}
+		if !k.sleep(changed) {
+			return
+		}
+	}
+}
+
+// sleep waits until the metadata poller fires, the guard asks for a new
+// generation, or the manager is interrupted (it returns false).
+func (k *kafkaCoordinator) sleep(changed <-chan zk.Event) bool {
+	cm := k.cm
+	for {
+		select {
+		case <-cm.t.Dying():
+			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
+			return false
+		case <-changed:
+			cm.logf(slog.LevelInfo, "Woke up because the subscription's partitions changed in Kafka's metadata; joining the group again.")
+			return true
+		case <-k.rejoin:
+			if k.lost.Load() || k.rejoinFor.Load() >= k.current().generation {
+				cm.logf(slog.LevelInfo, "Woke up because the group rebalances; joining again.")
+				return true
+			}
+		}
+	}
+}
+
+// join joins the group and syncs, retrying until it has the assignment of
+// a generation, or until the manager is interrupted (ok is false then).
+func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[TopicPartition]assignment, ok bool) {
+	cm := k.cm
+	k.joining.Store(true)
+	defer k.joining.Store(false)
+	for attempt := 0; ; attempt++ {
+		assigned, err := k.joinOnce(partitions)
+		if err == nil {
+			return assigned, true
+		}
+		select {
+		case <-cm.t.Dying():
+			return nil, false
+		default:
+		}
+		var kerr sarama.KError
+		errors.As(err, &kerr)
+		switch {
+		case errors.Is(err, errRejoin):
+			attempt = -1 // at once: the coordinator asked for it
+			continue
+		case errors.Is(kerr, sarama.ErrUnknownMemberId):
+			cm.logf(slog.LevelWarn, "No longer a member of the group (%s): the partitions are lost, with what was acked since the last commit; joining anew.", err)
+			k.removedFromGroup()
+			cm.reportStops(cm.managePartitionManagers(nil))
+			attempt = -1
+			continue
+		case errors.Is(kerr, sarama.ErrFencedInstancedId):
+			err = fmt.Errorf("%w: %s: the group's coordinator has another member with this Config.InstanceID (FENCED_INSTANCE_ID); trying again", ErrInstanceIDInUse, cm.config.InstanceID)
+			k.removedFromGroup()
+			cm.reportStops(cm.managePartitionManagers(nil))
+			cm.sendError(err)
+		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
+			if !k.reportedProtocol {
+				k.reportedProtocol = true
+				cm.sendError(fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+			}
+		case coordinatorMoved(kerr) || kerr == 0:
+			// A coordinator that moved, or a request that failed as a
+			// whole: look it up again.
+			_ = k.client.RefreshCoordinator(cm.group)
+		}
+		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
+		if !sleepOrDie(&cm.t, attempt) {
+			return nil, false
+		}
+	}
+}
+
+// errRejoin is what joinOnce returns when the coordinator asks for a new
+// JoinGroup at once (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS at the
+// sync).
+var errRejoin = errors.New("join again")
+
+// removedFromGroup handles a removal from the group that the manager
+// goroutine learnt of: the guard, as for one it learns of itself, raises
+// the fence, takes back what sits unread once no partition hands out,
+// and loses the membership (loseMembership); removedFromGroup waits for
+// that, or until the manager is interrupted. The next generation synced
+// lifts the fence.
+func (k *kafkaCoordinator) removedFromGroup() {
+	cm := k.cm
+	select {
+	case k.removal <- struct{}{}:
+	default:
+	}
+	for !k.lost.Load() {
+		select {
+		case <-k.rejoin:
+		case <-cm.t.Dying():
+			return
+		}
+	}
+	k.lost.Store(false) // the caller stops the partitions
+}
+
+// loseMembership records that this member was removed from the group:
+// every partition is lost (no final commit: Kafka refuses it, and another
+// member may own the partition), and the next JoinGroup is a new
+// member's.
+func (k *kafkaCoordinator) loseMembership() {
+	for _, pm := range *k.cm.pms.Load() {
+		pm.lose()
+	}
+	k.setMember(groupMember{generation: sarama.GroupGenerationUndefined})
+}
+
+// ownedPartitions returns the partitions this member runs, for its
+// JoinGroup (KIP-429's owned partitions): every partition manager not
+// lost. The manager goroutine calls it between rounds, when no partition
+// is stopping.
+func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
+	owned := make(map[string][]int32)
+	for tp, pm := range *k.cm.pms.Load() {
+		if !pm.isLost() {
+			owned[tp.Topic] = append(owned[tp.Topic], tp.Partition)
+		}
+	}
+	for _, ps := range owned {
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	}
+	return owned
+}
+
+// joinOnce sends one JoinGroup and, when it succeeds, one SyncGroup, and
+// returns this member's assignment. The leader computes the assignment of
+// every member (assignKafka).
+func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
+	cm := k.cm
+	broker, err := k.client.Coordinator(cm.group)
+	if err != nil {
+		return nil, err
+	}
+	version := cm.config.Version
+	req := sarama.NewJoinGroupRequest(version)
+	req.GroupId = cm.group
+	req.MemberId = k.current().id
+	req.SessionTimeout = int32(k.sessionTimeout / time.Millisecond)
+	req.RebalanceTimeout = int32(k.rebalanceTimeout / time.Millisecond)
+	req.ProtocolType = kafkaProtocolType
+	if req.Version >= 5 {
+		req.GroupInstanceId = k.instanceID
+	}
+	meta := memberMetadata(partitions, k.ownedPartitions())
+	if err := req.AddGroupProtocolMetadata(kafkaProtocol, meta); err != nil {
+		return nil, err
+	}
+	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
+	sent := time.Now()
+	var resp *sarama.JoinGroupResponse
+	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
+		_ = broker.Close() // the client opens it again
+		return nil, err
+	}
+	switch {
+	case errors.Is(resp.Err, sarama.ErrMemberIdRequired):
+		k.setMember(groupMember{id: resp.MemberId, generation: sarama.GroupGenerationUndefined})
+		return nil, errRejoin
+	case !errors.Is(resp.Err, sarama.ErrNoError):
+		if errors.Is(resp.Err, sarama.ErrUnknownMemberId) && k.current().generation < 0 {
+			k.setMember(groupMember{generation: sarama.GroupGenerationUndefined}) // a member ID that expired before its first generation
+			return nil, errRejoin
+		}
+		return nil, fmt.Errorf("join group %s: %w", cm.group, resp.Err)
+	}
+	member := groupMember{id: resp.MemberId, generation: resp.GenerationId}
+
+	sync := syncGroupRequest(version, cm.group, member, k.instanceID)
+	if resp.LeaderId == resp.MemberId {
+		plan, err := k.assign(resp, partitions)
+		if err != nil {
+			return nil, fmt.Errorf("assign the group's partitions: %w", err)
+		}
+		for id, topics := range plan {
+			if err := sync.AddGroupAssignmentMember(id, &sarama.ConsumerGroupMemberAssignment{Topics: topics}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var syncResp *sarama.SyncGroupResponse
+	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
+		_ = broker.Close()
+		return nil, err
+	}
+	switch {
+	case errors.Is(syncResp.Err, sarama.ErrRebalanceInProgress):
+		return nil, errRejoin // another member joined meanwhile
+	case errors.Is(syncResp.Err, sarama.ErrIllegalGeneration):
+		// A later generation completed meanwhile: the next JoinGroup
+		// tells whether this member is still in the group.
+		return nil, errRejoin
+	case !errors.Is(syncResp.Err, sarama.ErrNoError):
+		return nil, fmt.Errorf("sync group %s: %w", cm.group, syncResp.Err)
+	}
+	mine, err := syncResp.GetMemberAssignment()
+	if err != nil {
+		return nil, fmt.Errorf("sync group %s: the assignment: %w", cm.group, err)
+	}
+	k.setMember(member)
+	k.tellJoined(sent)
+	assigned := make(map[TopicPartition]assignment)
+	if mine != nil {
+		for topic, ids := range mine.Topics {
+			t := kazooValues.Topic(topic)
+			for _, id := range ids {
+				assigned[TopicPartition{Topic: topic, Partition: id}] = assignment{partition: t.Partition(id, nil)}
+			}
+		}
+	}
+	leader := ""
+	if resp.LeaderId == resp.MemberId {
+		leader = ", as the leader"
+	}
+	cm.logf(slog.LevelInfo, "Joined generation %d of the group as %s%s: %d members, %d partitions assigned to this member.",
+		member.generation, member.id, leader, max(len(resp.Members), 1), len(assigned))
+	return assigned, nil
+}
+
+// call runs a group request on a goroutine of its own, and waits for it
+// or until the manager is interrupted: a JoinGroup may wait for the whole
+// rebalance, and a hung broker for Net.ReadTimeout. An abandoned request
+// ends when the shutdown closes the clients (close waits for it).
+func (k *kafkaCoordinator) call(f func() error) error {
+	done := make(chan error, 1)
+	k.calls.Add(1)
+	go func() { // owned by close, which waits for calls
+		defer k.calls.Done()
+		done <- f()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-k.cm.t.Dying():
+		return errors.New("interrupted")
+	}
+}
+
+// tellJoined tells the guard that the JoinGroup sent at sent made this
+// member part of a generation: the coordinator counts its session from
+// the join's completion, later than sent.
+func (k *kafkaCoordinator) tellJoined(sent time.Time) {
+	for {
+		select {
+		case k.joined <- sent:
+			return
+		default:
+		}
+		select {
+		case <-k.joined: // not taken yet: replaced
+		default:
+		}
+	}
+}
+
+// syncGroupRequest returns a SyncGroup request of member, of the version
+// sarama's consumer group sends for version.
+func syncGroupRequest(version sarama.KafkaVersion, group string, member groupMember, instanceID *string) *sarama.SyncGroupRequest {
+	req := &sarama.SyncGroupRequest{GroupId: group, MemberId: member.id, GenerationId: member.generation}
+	for _, step := range []struct {
+		from    sarama.KafkaVersion
+		version int16
+	}{{sarama.V0_11_0_0, 1}, {sarama.V2_0_0_0, 2}, {sarama.V2_3_0_0, 3}, {sarama.V2_4_0_0, 4}, {sarama.V2_5_0_0, 5}} {
+		if version.IsAtLeast(step.from) {
+			req.Version = step.version
+		}
+	}
+	if req.Version >= 3 {
+		req.GroupInstanceId = instanceID
+	}
+	if req.Version >= 5 {
+		protocolType, protocol := kafkaProtocolType, kafkaProtocol
+		req.ProtocolType, req.ProtocolName = &protocolType, &protocol
+	}
+	return req
+}
+
+// claim implements coordinator: the generation's assignment is the claim.
+func (k *kafkaCoordinator) claim(pm *partitionManager) bool {
+	pm.setClaimed()
+	return true
+}
+
+// release implements coordinator: nothing to release, the next JoinGroup
+// reports the partition as no longer owned.
+func (k *kafkaCoordinator) release(pm *partitionManager, _ time.Time) error {
+	pm.mu.Lock()
+	pm.claimed = false
+	pm.mu.Unlock()
+	return nil
+}
+
+// claimBatch implements coordinator: none.
+func (k *kafkaCoordinator) claimBatch([]TopicPartition) *claimBatch { return nil }
+
+// beforeKafkaClose implements coordinator: after the last commits, the
+// guard stops and the member leaves the group (LeaveGroup), so that the
+// others take its partitions at once; a static member (InstanceID) does
+// not leave: the coordinator keeps its partitions for it until its
+// session timeout (KIP-345).
+func (k *kafkaCoordinator) beforeKafkaClose() {
+	cm := k.cm
+	cm.stopGuard()
+	m := k.current()
+	if m.id == "" || k.instanceID != nil || cm.fenced() {
+		return
+	}
+	k.leaveErr = k.leave(m)
+	if k.leaveErr != nil {
+		cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", k.leaveErr, k.sessionTimeout)
+	} else {
+		cm.logf(slog.LevelInfo, "Left the group.")
+	}
+}
+
+// leave sends the LeaveGroup of m.
+func (k *kafkaCoordinator) leave(m groupMember) error {
+	cm := k.cm
+	broker, err := k.client.Coordinator(cm.group)
+	if err != nil {
+		return err
+	}
+	req := &sarama.LeaveGroupRequest{GroupId: cm.group, MemberId: m.id}
+	v := cm.config.Version
+	for _, step := range []struct {
+		from    sarama.KafkaVersion
+		version int16
+	}{{sarama.V0_11_0_0, 1}, {sarama.V2_0_0_0, 2}, {sarama.V2_4_0_0, 4}} {
+		if v.IsAtLeast(step.from) {
+			req.Version = step.version
+		}
+	}
+	if req.Version >= 3 {
+		req.Members = []sarama.MemberIdentity{{MemberId: m.id}}
+	}
+	resp, err := broker.LeaveGroup(req)
+	if err != nil {
+		_ = broker.Close()
+		return err
+	}
+	if !errors.Is(resp.Err, sarama.ErrNoError) && !errors.Is(resp.Err, sarama.ErrUnknownMemberId) {
+		return resp.Err
+	}
+	for _, r := range resp.Members {
+		if !errors.Is(r.Err, sarama.ErrNoError) && !errors.Is(r.Err, sarama.ErrUnknownMemberId) {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// close implements coordinator: the guard is stopped (if beforeKafkaClose
+// did not run), the group requests abandoned in flight ended with the
+// clients, which closeKafka closed.
+func (k *kafkaCoordinator) close() []error {
+	k.cm.stopGuard()
+	k.calls.Wait()
+	if k.leaveErr != nil {
+		return []error{fmt.Errorf("leave group %s: %w", k.cm.group, k.leaveErr)}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package kafkaconsumer
+
+// The Kafka coordinator's guard: the goroutine that heartbeats to the
+// group's coordinator and keeps the fence (fence.go) of a
+// Kafka-coordinated group, as the ZooKeeper guard does for a session.
+//
+// The margin: the coordinator removes a member the session timeout S
+// after the last heartbeat it received (or after the completion of its
+// last join), so never before the send of the last heartbeat it answered
+// plus S. The guard fences at 0.8 × S after that send (kafkaFenceFraction),
+// which keeps 0.2 × S (2 s with sarama's default 10 s) for a coordinator
+// whose clock runs faster, the network, and the partitions' stop. During
+// a rebalance the heartbeats are answered (REBALANCE_IN_PROGRESS), but the
+// coordinator removes a member that has not joined within the rebalance
+// timeout R of the rebalance's start, which followed the send of the last
+// heartbeat answered without error: until the member has joined, the
+// fence's deadline is also at most that send + 0.8 × R. The manager
+// joins at once, and R covers a member that first stops its revoked
+// partitions (newKafkaCoordinator), so this deadline is one that a member
+// meets unless it hangs.
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// kafkaFenceFraction is the share of the session timeout (or, during a
+// rebalance, of the rebalance timeout), counted from the send of the last
+// heartbeat answered, after which a member of a Kafka-coordinated group
+// is fenced.
+const kafkaFenceFraction = 0.8
+
+// fenceAfter is how long after the send of the last heartbeat answered
+// the member is fenced.
+func (k *kafkaCoordinator) fenceAfter() time.Duration {
+	return time.Duration(float64(k.sessionTimeout) * kafkaFenceFraction)
+}
+
+// startKafkaGuard starts the guard goroutine of k; closeConnections (or
+// beforeKafkaClose) stops it with stopGuard.
+func (cm *consumerManager) startKafkaGuard(k *kafkaCoordinator) {
+	cm.guardStop, cm.guardDone = make(chan struct{}), make(chan struct{})
+	go k.guard()
+}
+
+// guard is the guard goroutine of a Kafka-coordinated group. While the
+// member is in a generation it sends a heartbeat every heartbeatInterval
+// (one in flight at a time) and:
+//   - answered without error, it moves the fence's deadline to the
+//     heartbeat's send + 0.8 × S, and lifts the fence when that is ahead;
+//   - answered REBALANCE_IN_PROGRESS, it asks the manager to join again,
+//     and keeps the deadline within 0.8 × R of the last answer without
+//     error (see the file's comment);
+//   - answered UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
+//     FENCED_INSTANCE_ID, the member was removed: the fence goes up, the
+//     partitions are lost, and the manager joins anew (unless it is
+//     joining already, which finds out itself);
+//   - not answered, nothing: the deadline comes, and the fence goes up.
+//
+// When the fence is up (raised here, by the hand-out path or by a
+// commit), it takes back what sits unread in Messages, as the ZooKeeper
+// guard does. The manager tells it of each generation synced (joined).
+func (k *kafkaCoordinator) guard() {
+	cm := k.cm
+	defer close(cm.guardDone)
+	type result struct {
+		member groupMember
+		sent   time.Time
+		err    error
+	}
+	var (
+		results     = make(chan result, 1)
+		inFlight    bool
+		next        = time.NewTimer(k.heartbeatInterval)
+		deadline    = time.NewTimer(time.Hour)
+		drained     bool      // what sat unread was taken back since the fence went up
+		stableSent  time.Time // the send of the last heartbeat (or join) answered without error
+		rebalancing bool      // a heartbeat was answered REBALANCE_IN_PROGRESS since
+	)
+	deadline.Stop()
+	// lose handles a removal from the group: the fence goes up, what sits
+	// unread is taken back, the partitions are lost, and the manager joins
+	// anew. It reports false when the guard is stopped meanwhile.
+	lose := func(generation int32, reason string) bool {
+		if cm.fence.raise() {
+			cm.logKafkaFence(stableSent)
+		}
+		if !cm.takeBackAll() {
+			return false
+		}
+		drained = true
+		cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		k.loseMembership()
+		k.lost.Store(true)
+		k.requestRejoin(generation)
+		return true
+	}
+	defer next.Stop()
+	defer deadline.Stop()
+	for {
+		raised, _ := cm.fence.channels()
+		if drained {
+			raised = nil
+		}
+		select {
+		case <-cm.guardStop:
+			return
+		case sent := <-k.joined:
+			stableSent, rebalancing = sent, false
+			if cm.answeredBy(sent.Add(k.fenceAfter()), deadline) {
+				drained = false
+			}
+			if !inFlight {
+				next.Reset(k.heartbeatInterval)
+			}
+		case <-next.C:
+			m := k.current()
+			if m.generation < 0 || inFlight {
+				continue // joined tells when there is a generation
+			}
+			inFlight = true
+			k.calls.Add(1)
+			go func(m groupMember, sent time.Time) { // owned by close, which waits for calls
+				defer k.calls.Done()
+				results <- result{m, sent, k.heartbeat(m)}
+			}(m, time.Now())
+		case r := <-results:
+			inFlight = false
+			next.Reset(k.heartbeatInterval)
+			if r.member != k.current() {
+				continue // a generation left behind
+			}
+			switch {
+			case r.err == nil:
+				stableSent, rebalancing = r.sent, false
+				if cm.answeredBy(r.sent.Add(k.fenceAfter()), deadline) {
+					drained = false
+				}
+			case errors.Is(r.err, sarama.ErrRebalanceInProgress):
+				if !rebalancing {
+					rebalancing = true
+					cm.logf(slog.LevelInfo, "The group rebalances (generation %d ends); joining again.", r.member.generation)
+				}
+				k.requestRejoin(r.member.generation)
+				by := r.sent.Add(k.fenceAfter())
+				if limit := stableSent.Add(time.Duration(float64(k.rebalanceTimeout) * kafkaFenceFraction)); limit.Before(by) {
+					by = limit
+				}
+				if cm.answeredBy(by, deadline) {
+					drained = false
+				}
+			case removed(r.err):
+				if k.joining.Load() {
+					continue // the manager's JoinGroup finds out itself
+				}
+				if !lose(r.member.generation, r.err.Error()) {
+					return
+				}
+			default:
+				cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
+			}
+		case <-k.removal:
+			if !lose(k.current().generation, "the group's coordinator answered the JoinGroup or SyncGroup so") {
+				return
+			}
+		case <-deadline.C:
+			cm.fence.raise() // the case below takes back what sits unread
+		case <-raised:
+			cm.logKafkaFence(stableSent)
+			if !cm.takeBackAll() {
+				return
+			}
+			drained = true
+		}
+	}
+}
+
+// removed reports whether err means that the member is not in the
+// group's generation any more.
+func removed(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownMemberId) || errors.Is(err, sarama.ErrIllegalGeneration) || errors.Is(err, sarama.ErrFencedInstancedId)
+}
+
+// requestRejoin asks the manager goroutine, without blocking, to join the
+// group again; generation is the one the guard learnt it for.
+func (k *kafkaCoordinator) requestRejoin(generation int32) {
+	k.rejoinFor.Store(generation)
+	select {
+	case k.rejoin <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeat sends one heartbeat of m to the group's coordinator (on the
+// offset store's connection to it: the group client's may be held by a
+// JoinGroup), and returns the error of the request or of its answer.
+func (k *kafkaCoordinator) heartbeat(m groupMember) error {
+	cm := k.cm
+	broker, err := cm.offsets.broker()
+	if err != nil {
+		return err
+	}
+	req := &sarama.HeartbeatRequest{GroupId: cm.group, MemberId: m.id, GenerationId: m.generation}
+	v := cm.config.Version
+	for _, step := range []struct {
+		from    sarama.KafkaVersion
+		version int16
+	}{{sarama.V0_11_0_0, 1}, {sarama.V2_0_0_0, 2}, {sarama.V2_3_0_0, 3}, {sarama.V2_4_0_0, 4}} {
+		if v.IsAtLeast(step.from) {
+			req.Version = step.version
+		}
+	}
+	if req.Version >= 3 {
+		req.GroupInstanceId = k.instanceID
+	}
+	resp, err := broker.Heartbeat(req)
+	if err != nil {
+		cm.offsets.releaseBroker(broker)
+		_ = broker.Close() // the client opens it again on its next use
+		return err
+	}
+	if coordinatorMoved(resp.Err) {
+		cm.offsets.releaseBroker(broker)
+	}
+	if errors.Is(resp.Err, sarama.ErrNoError) {
+		return nil
+	}
+	return resp.Err
+}
+
+// logKafkaFence tells that the fence went up in a Kafka-coordinated group.
+func (cm *consumerManager) logKafkaFence(lastAnswered time.Time) {
+	cm.fencedAt = time.Now()
+	cm.logf(slog.LevelWarn, "No answer from the group's coordinator since %s ago: this member may be removed from the group; handing out and committing nothing until it answers again.",
+		time.Since(lastAnswered).Round(time.Millisecond))
+}

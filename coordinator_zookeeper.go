@@ -1,0 +1,391 @@
+package kafkaconsumer
+
+// The ZooKeeper coordinator (CoordinatorZooKeeper): the manager loop of a
+// ZooKeeper-coordinated group (watches on the group's instances and the
+// subscription's partitions, the registration, the distribution computed
+// by every instance), its part of connect and of the shutdown. Its claims
+// are in claims.go, its nodes in session.go, its static members in
+// static.go, its fence's guard in fence.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// zookeeperCoordinator is the coordinator of CoordinatorZooKeeper.
+type zookeeperCoordinator struct{ cm *consumerManager }
+
+func (z zookeeperCoordinator) manage()                         { z.cm.manageZookeeper() }
+func (z zookeeperCoordinator) claim(pm *partitionManager) bool { return pm.claim() }
+func (z zookeeperCoordinator) claimBatch(tps []TopicPartition) *claimBatch {
+	return newClaimBatch(z.cm, tps)
+}
+func (z zookeeperCoordinator) beforeKafkaClose() {}
+
+// close stops the guard, deregisters the instance and closes the
+// ZooKeeper connections (see closeConnections).
+func (z zookeeperCoordinator) close() []error {
+	cm := z.cm
+	var errs []error
+	cm.stopGuard()
+	if cm.registered {
+		err := errFenced
+		if !cm.fenced() {
+			// Bounded: a ZooKeeper that does not answer must not hold
+			// Close up. The registration goes with the session, at once
+			// when the close below reaches the server, else when it
+			// expires.
+			deregister := cm.deregisterNode
+			if cm.config.InstanceID != "" {
+				deregister = cm.deregisterStatic // and record the departure
+			}
+			err = cm.zkCall(cm.zkTimeout(), deregister)
+		}
+		if err != nil && !errors.Is(err, kazoo.ErrInstanceNotRegistered) {
+			err = fmt.Errorf("deregister instance %s: %w", cm.instance.ID, convertError(err))
+			cm.logf(slog.LevelError, "Failed to %s.", err)
+			errs = append(errs, err)
+		}
+		cm.registered = false
+	}
+	if cm.kz != nil {
+		if err := cm.kz.Close(); err != nil {
+			cm.logf(slog.LevelWarn, "Failed to close ZooKeeper connection: %s.", err)
+		}
+	}
+	if cm.zkProbe != nil {
+		closeSession(cm.zkProbe, cm.zkConns)
+	}
+	cm.zkCalls.Wait() // the close ended their requests
+	return errs
+}
+
+func (z zookeeperCoordinator) release(pm *partitionManager, deadline time.Time) error {
+	return pm.release(deadline)
+}
+
+// manageZookeeper is the manager loop of a ZooKeeper-coordinated group:
+//  1. watch the partitions of the subscription, and the group's instances;
+//  2. register again if the registration is gone (the ZooKeeper session
+//     expired), after stopping every partition, whose claims went with it;
+//  3. distribute the partitions over the instances;
+//  4. run a partition manager for each partition of this instance's share;
+//  5. sleep until a watch fires, then go back to 1 for what changed.
+func (cm *consumerManager) manageZookeeper() {
+	var (
+		partitions       kazoo.PartitionList
+		instances        kazoo.ConsumergroupInstanceList
+		partitionsChange <-chan zk.Event
+		instancesChange  <-chan zk.Event
+		ok               bool
+		// departed are the static members whose return the group waits
+		// for (static.go), read again with the instances; readDeparted
+		// says when.
+		departed     []departure
+		readDeparted bool
+	)
+	for {
+		if instancesChange == nil {
+			readDeparted = true
+			var kindsChanged bool
+			if instances, instancesChange, kindsChanged, ok = cm.watchInstances(); !ok {
+				return
+			}
+			if kindsChanged {
+				partitionsChange = nil // the partitions to distribute depend on the kinds
+			}
+		}
+		if partitionsChange == nil {
+			if partitions, partitionsChange, ok = cm.watchSubscription(); !ok {
+				return
+			}
+		}
+
+		if instances.Find(cm.instance.ID) == nil {
+			cm.logf(slog.LevelWarn, "This instance's registration is gone (ZooKeeper session expired?); stopping all partitions and registering again.")
+			cm.sendError(ErrRegistrationLost)
+			cm.config.metrics().RegistrationLost(cm.group)
+			cm.loseClaims()
+			cm.reportStops(cm.managePartitionManagers(nil))
+			if !cm.register() {
+				return
+			}
+			instancesChange = nil
+			continue
+		}
+		if readDeparted {
+			var stale bool
+			if departed, stale, ok = cm.watchDeparted(instances); !ok {
+				return
+			}
+			if stale { // a static member came back since the instances were read
+				instancesChange = nil
+				continue
+			}
+			readDeparted = false
+		}
+
+		leaders := retrievePartitionLeaders(partitions)
+		members := cm.withDeparted(instances, departed)
+		if len(departed) > 0 {
+			cm.logf(slog.LevelInfo, "Currently, %d instances are registered, and %d departed static members are waited for, to consume %d partitions in total.", len(instances), len(departed), len(partitions))
+		} else {
+			cm.logf(slog.LevelInfo, "Currently, %d instances are registered, to consume %d partitions in total.", len(instances), len(partitions))
+		}
+		distribution := distributePartitionsBetweenConsumers(members, leaders)
+		assigned := make(map[TopicPartition]assignment)
+		for _, p := range distribution[cm.instance.ID] {
+			tp := TopicPartition{Topic: p.Topic().Name, Partition: p.ID}
+			assigned[tp] = assignment{partition: p, claimOnly: cm.claimOnlyTopic(tp.Topic, cm.originals)}
+		}
+		var awaiting []PartitionStats
+		if len(departed) > 0 {
+			awaiting = cm.awaitingReturn(departed, distribution, distributePartitionsBetweenConsumers(instances, leaders))
+		}
+		cm.awaiting.Store(&awaiting)
+		cm.reportStops(cm.managePartitionManagers(assigned))
+		cm.recordShare(assigned)
+
+		if !cm.sleep(&partitionsChange, &instancesChange, graceOver(departed)) {
+			return
+		}
+	}
+}
+
+// sleep waits until a watch fires, and clears that watch, or until the
+// manager is interrupted (it returns false). Meanwhile it releases the
+// orphan claims, retrying those that fail. When graceOver is not zero, the
+// grace of a departed static member ends then: sleep clears the
+// instances' watch then too, so that they are read again with the
+// departed members.
+func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event, graceOver time.Time) bool {
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	var graceC <-chan time.Time
+	if !graceOver.IsZero() {
+		grace := time.NewTimer(time.Until(graceOver))
+		defer grace.Stop()
+		graceC = grace.C
+	}
+	for attempt := 0; ; attempt++ {
+		var retryC <-chan time.Time
+		if left := cm.releaseOrphans(); len(left) > 0 {
+			if retry == nil {
+				retry = time.NewTimer(retryDelay(attempt))
+			} else {
+				retry.Reset(retryDelay(attempt))
+			}
+			retryC = retry.C
+		}
+		select {
+		case <-cm.t.Dying():
+			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
+			return false
+		case ev := <-*partitionsChange:
+			cm.logf(slog.LevelInfo, "Woke up because the subscription reported a change in partitions (%s).", describeEvent(ev))
+			*partitionsChange = nil
+			return true
+		case ev := <-*instancesChange:
+			cm.logf(slog.LevelInfo, "Woke up because the list of running instances changed (%s).", describeEvent(ev))
+			*instancesChange = nil
+			return true
+		case <-graceC:
+			cm.logf(slog.LevelInfo, "Woke up because the grace of a departed static member ended.")
+			*instancesChange = nil
+			return true
+		case <-retryC:
+		}
+	}
+}
+
+func describeEvent(ev zk.Event) string {
+	if ev.Err != nil {
+		return fmt.Sprintf("%s: %s", ev.Type, ev.Err)
+	}
+	return ev.Type.String()
+}
+
+// watchInstances returns the group's instances and a watch on them, and
+// sets cm.originals (see originalsRegistered); it reports whether that
+// changed. It retries errors until the manager is interrupted (ok is false
+// then).
+func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstanceList, changed <-chan zk.Event, kindsChanged, ok bool) {
+	for attempt := 0; ; attempt++ {
+		instances, watch, err := cm.watchInstanceNodes()
+		var originals bool
+		if err == nil {
+			originals, err = cm.originalsRegistered(instances)
+		}
+		if err == nil {
+			changed = watch
+			kindsChanged = originals != cm.originals
+			if kindsChanged {
+				if originals {
+					cm.logf(slog.LevelInfo, "An instance of the original library is registered: distributing over the partitions it sees, Kafka's internal topics included (claimed, never consumed).")
+				} else {
+					cm.logf(slog.LevelInfo, "No instance of the original library is registered any more: distributing without Kafka's internal topics.")
+				}
+			}
+			cm.originals = originals
+			return instances, changed, kindsChanged, true
+		}
+		cm.logf(slog.LevelWarn, "Failed to watch consumer group instances: %s. Trying again.", convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return nil, nil, false, false
+		}
+	}
+}
+
+// registerInstance creates the instance's registration node (see
+// session.go). An ID of this instance's own can be registered already only
+// by an earlier attempt whose answer was lost: then it checks that the
+// node is there, and tries again when it is not.
+func (cm *consumerManager) registerInstance() error {
+	for attempt := 0; ; attempt++ {
+		err := cm.registerNode()
+		if !errors.Is(err, kazoo.ErrInstanceAlreadyRegistered) || attempt == 10 {
+			return err
+		}
+		if registered, err := cm.registeredNode(); err != nil {
+			return err
+		} else if registered {
+			return nil // an earlier attempt went through before its answer was lost
+		}
+	}
+}
+
+// register registers the instance again, retrying errors until the manager
+// is interrupted.
+func (cm *consumerManager) register() bool {
+	for attempt := 0; ; attempt++ {
+		err := cm.registerInstance()
+		if err == nil && cm.config.InstanceID != "" {
+			err = cm.markStatic(staticRegistered) // after the registration: see departedMembers
+		}
+		if err == nil {
+			cm.logf(slog.LevelInfo, "Consumer instance registered again.")
+			return true
+		}
+		cm.logf(slog.LevelWarn, "Failed to register: %s. Trying again.", convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return false
+		}
+	}
+}
+
+// connectZookeeper does the work of Join after validation for a
+// ZooKeeper-coordinated group: broker discovery (see discoverBrokers), the
+// sarama clients, offset store and consumer (openKafka), and last the
+// registration, so that the group never hands a share to an instance that
+// cannot consume it. On error, closeConnections undoes what was done.
+func (cm *consumerManager) connectZookeeper(ctx context.Context, nodes []string, probe *zk.Conn, id string, subscriptionJSON []byte) error {
+	cm.kzGroup = kazooValues.Consumergroup(cm.group)
+	cm.instance = cm.kzGroup.Instance(id)
+	cm.subscriptionJSON = subscriptionJSON
+	if _, ok := cm.subscription.(cachingSubscription); !ok {
+		// A custom Subscription reads ZooKeeper through kazoo-go (see
+		// Subscription.WatchPartitions): it gets a connection of its own.
+		kz, err := kazoo.NewKazoo(nodes, cm.config.Zookeeper)
+		if err != nil {
+			return fmt.Errorf("connect to zookeeper: %w", convertError(err))
+		}
+		cm.kz = kz
+	}
+
+	brokers, err := cm.discoverBrokers(probe)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	if err := cm.openKafka(ctx, brokers); err != nil {
+		return err
+	}
+
+	if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.mkdirs(cm.groupNode()) }); err != nil {
+		return fmt.Errorf("create consumer group %s: %w", cm.group, convertError(err))
+	}
+
+	if err := cm.zkCall(cm.zkTimeout(), cm.checkAccess); err != nil {
+		return fmt.Errorf("join group %s: %w", cm.group, convertError(err))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if cm.config.InstanceID != "" {
+		if err := cm.awaitPreviousInstance(ctx); err != nil {
+			return fmt.Errorf("register instance %s: %w", id, convertError(err))
+		}
+	}
+	sent := time.Now()
+	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
+		return fmt.Errorf("register instance %s: %w", id, convertError(cm.registrationDenied(err)))
+	}
+	cm.registered = true
+	if cm.config.InstanceID != "" {
+		// After the registration: see departedMembers.
+		if err := cm.zkCall(cm.zkTimeout(), func() error { return cm.markStatic(staticRegistered) }); err != nil {
+			return fmt.Errorf("record static member %s: %w", id, convertError(cm.denied(err, cm.staticNode(), "create and write its static record", zk.PermCreate|zk.PermWrite)))
+		}
+	}
+	cm.startGuard(sent)
+	cm.logf(slog.LevelInfo, "Consumer instance registered (%s).", id)
+	return nil
+}
+
+// awaitPreviousInstance waits, for a Config.InstanceID, until no other
+// ZooKeeper session holds the registration of the ID: that of a previous
+// instance of the ID that died goes when its session expires. It waits up
+// to this instance's session timeout and a second, or until ctx is done;
+// then, with the registration still there, it returns an error wrapping
+// ErrInstanceIDInUse: another live instance holds it.
+func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
+	node := cm.groupNode("ids", cm.instance.ID)
+	wait := cm.sessionTimeout() + time.Second
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for logged := false; ; logged = true {
+		var (
+			owner int64
+			watch <-chan zk.Event
+		)
+		err := cm.zkCall(cm.zkTimeout(), func() error {
+			_, stat, w, err := cm.zkConn.GetW(node)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			owner, watch = stat.EphemeralOwner, w
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if watch == nil || owner == cm.zkConn.SessionID() {
+			return nil
+		}
+		if !logged {
+			cm.logf(slog.LevelInfo, "Instance ID %s is registered by another ZooKeeper session (0x%x); waiting up to %s for it to expire.", cm.instance.ID, owner, wait)
+		}
+		select {
+		case <-watch:
+		case <-deadline.C:
+			return fmt.Errorf("%w: %s is registered by another ZooKeeper session (0x%x), still alive after %s", ErrInstanceIDInUse, cm.instance.ID, owner, wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
