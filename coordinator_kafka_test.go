@@ -22,6 +22,17 @@ import (
 
 // kafkaTestConfig is testConfig for CoordinatorKafka: Brokers set, short
 // group timeouts (the broker's group.min.session.timeout.ms is 6 s).
+// kafkaCoordinatorTest is parallelClusterTest for a test of
+// CoordinatorKafka, which supports Kafka 2.4 and later: it skips older
+// clusters (make test-matrix runs the integration suite on Kafka 1.1).
+func kafkaCoordinatorTest(t *testing.T) {
+	t.Helper()
+	parallelClusterTest(t)
+	if !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
+		t.Skipf("CoordinatorKafka supports Kafka 2.4 and later, not %s", testKafkaVersion())
+	}
+}
+
 func kafkaTestConfig() *Config {
 	config := testConfig()
 	config.Coordinator = CoordinatorKafka
@@ -91,7 +102,7 @@ func (h *handOuts) switches() map[TopicPartition]int {
 // turn); the first leaves gracefully and the second takes everything;
 // nothing is lost, nothing is delivered twice, Close is bounded.
 func TestIntegrationKafkaCoordinatorJoinSplitLeave(t *testing.T) {
-	parallelClusterTest(t)
+	kafkaCoordinatorTest(t)
 	debugLogs(t)
 	topic := newTopic(t, 8)
 	group := uniqueName("kafkacoord")
@@ -294,7 +305,7 @@ func TestKafkaAssignmentEncoding(t *testing.T) {
 // group would send it, is refused by the broker, and the committed
 // offset stays the live members'.
 func TestIntegrationKafkaCoordinatorZombieCommitRefused(t *testing.T) {
-	parallelClusterTest(t)
+	kafkaCoordinatorTest(t)
 	topic := newTopic(t, 2)
 	group := uniqueName("kafkacoord-zombie")
 	client := newTestClient(t)
@@ -351,7 +362,7 @@ func TestIntegrationKafkaCoordinatorZombieCommitRefused(t *testing.T) {
 // partitions wait for it, the other member's do not move, and it gets
 // the same ones back when it returns within the session timeout.
 func TestIntegrationKafkaCoordinatorStaticRejoinKeepsPartitions(t *testing.T) {
-	parallelClusterTest(t)
+	kafkaCoordinatorTest(t)
 	topic := newTopic(t, 4)
 	group := uniqueName("kafkacoord-static")
 	client := newTestClient(t)
@@ -399,7 +410,7 @@ func TestIntegrationKafkaCoordinatorStaticRejoinKeepsPartitions(t *testing.T) {
 // TestIntegrationKafkaCoordinatorJoinContext: JoinContext returns once
 // the first generation's partitions are claimed.
 func TestIntegrationKafkaCoordinatorJoinContext(t *testing.T) {
-	parallelClusterTest(t)
+	kafkaCoordinatorTest(t)
 	topic := newTopic(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
