@@ -99,3 +99,17 @@ func (cm *consumerManager) coordinator() coordinator {
 	}
 	return zookeeperCoordinator{cm}
 }
+
+// kafkaActive returns the Kafka coordinator when Kafka's group coordinator
+// coordinates the group now: always with CoordinatorKafka, and after the
+// switch for an instance that follows it (coordinator_migrate.go); nil
+// otherwise.
+func (cm *consumerManager) kafkaActive() *kafkaCoordinator {
+	switch c := cm.coord.(type) {
+	case *kafkaCoordinator:
+		return c
+	case *migratingCoordinator:
+		return c.active.Load()
+	}
+	return nil
+}

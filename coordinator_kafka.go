@@ -108,6 +108,11 @@ type kafkaCoordinator struct {
 	// leaveErr is what the LeaveGroup of beforeKafkaClose returned;
 	// close returns it.
 	leaveErr error
+	// followsSwitch is set for an instance that follows the group's
+	// coordinator switch (coordinator_migrate.go): its JoinGroup says so
+	// in the member metadata's user data (memberUserData), for the
+	// groups tool.
+	followsSwitch bool
 	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
 	// to Errors(): it is reported once, and retried quietly.
 	reportedProtocol bool
@@ -174,6 +179,13 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 		return err
 	}
 	cm.offsets.member = k.commitMember
+	return k.openGroupClient(ctx, brokers)
+}
+
+// openGroupClient opens the group client on brokers and looks up the
+// group's coordinator. closeClients closes the client.
+func (k *kafkaCoordinator) openGroupClient(ctx context.Context, brokers []string) error {
+	cm := k.cm
 	conf := *cm.config.Config
 	// A JoinGroup is answered when the rebalance completes: up to the
 	// rebalance timeout.
@@ -205,7 +217,18 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 //     them in the next generation;
 //  4. sleep until the metadata change, the guard asks for a rebalance, or
 //     the manager is interrupted.
-func (k *kafkaCoordinator) manage() {
+func (k *kafkaCoordinator) manage() { k.manageUntil(nil) }
+
+// manageUntil is manage for an instance that follows the group's
+// coordinator switch (sw, coordinator_migrate.go; nil: none). It starts
+// the guard, and returns true when sw says that ZooKeeper coordinates
+// the group now: then every partition stopped with its final commit, the
+// guard stopped, and the member left the group (leaveForSwitch). Before
+// it runs the partitions of a generation, it reads the switch afresh
+// (sw.confirm): a member whose JoinGroup completed after the group was
+// switched back and emptied must not consume (see coordinator_migrate.go).
+// It returns false when the manager is interrupted.
+func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 	cm := k.cm
 	cm.startKafkaGuard(k)
 	var (
@@ -219,12 +242,28 @@ func (k *kafkaCoordinator) manage() {
 			// (no final commit); stop them before joining anew.
 			cm.reportStops(cm.managePartitionManagers(nil))
 		}
+		if sw != nil {
+			if !sw.read() {
+				return false
+			}
+			if !sw.kafka() {
+				return k.leaveForSwitch()
+			}
+		}
 		if partitions, changed, ok = cm.watchSubscription(); !ok {
-			return
+			return false
 		}
 		assigned, ok := k.join(partitions)
 		if !ok {
-			return
+			return false
+		}
+		if sw != nil {
+			if !sw.confirm() {
+				return false
+			}
+			if !sw.kafka() {
+				return k.leaveForSwitch()
+			}
 		}
 		stopped := cm.managePartitionManagers(assigned)
 		cm.reportStops(stopped)
@@ -233,21 +272,29 @@ func (k *kafkaCoordinator) manage() {
 			// new owners get them (see the file's comment).
 			continue
 		}
-		if !k.sleep(changed) {
-			return
+		var switched <-chan zk.Event
+		if sw != nil {
+			switched = sw.changed
+		}
+		if !k.sleep(changed, switched) {
+			return false
 		}
 	}
 }
 
 // sleep waits until the metadata poller fires, the guard asks for a new
-// generation, or the manager is interrupted (it returns false).
-func (k *kafkaCoordinator) sleep(changed <-chan zk.Event) bool {
+// generation, the coordinator switch changes (switched; nil without), or
+// the manager is interrupted (it returns false).
+func (k *kafkaCoordinator) sleep(changed, switched <-chan zk.Event) bool {
 	cm := k.cm
 	for {
 		select {
 		case <-cm.t.Dying():
 			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
 			return false
+		case <-switched:
+			cm.logf(slog.LevelInfo, "Woke up because the group's coordinator switch changed.")
+			return true
 		case <-changed:
 			cm.logf(slog.LevelInfo, "Woke up because the subscription's partitions changed in Kafka's metadata; joining the group again.")
 			return true
@@ -385,6 +432,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		req.GroupInstanceId = k.instanceID
 	}
 	meta := memberMetadata(partitions, k.ownedPartitions())
+	meta.UserData = memberUserData(k.followsSwitch)
 	if err := req.AddGroupProtocolMetadata(kafkaProtocol, meta); err != nil {
 		return nil, err
 	}
@@ -547,7 +595,7 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 	if m.id == "" || k.instanceID != nil || cm.fenced() {
 		return
 	}
-	k.leaveErr = k.leave(m)
+	k.leaveErr = k.leave(m, nil)
 	if k.leaveErr != nil {
 		cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", k.leaveErr, k.sessionTimeout)
 	} else {
@@ -555,8 +603,10 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 	}
 }
 
-// leave sends the LeaveGroup of m.
-func (k *kafkaCoordinator) leave(m groupMember) error {
+// leave sends the LeaveGroup of m; with instanceID, that of a static
+// member (KIP-345: LeaveGroup v3 and later), which the coordinator removes
+// at once too.
+func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	cm := k.cm
 	broker, err := k.client.Coordinator(cm.group)
 	if err != nil {
@@ -573,7 +623,7 @@ func (k *kafkaCoordinator) leave(m groupMember) error {
 		}
 	}
 	if req.Version >= 3 {
-		req.Members = []sarama.MemberIdentity{{MemberId: m.id}}
+		req.Members = []sarama.MemberIdentity{{MemberId: m.id, GroupInstanceId: instanceID}}
 	}
 	resp, err := broker.LeaveGroup(req)
 	if err != nil {

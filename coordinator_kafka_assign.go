@@ -6,6 +6,7 @@ package kafkaconsumer
 // which kafka-consumer-groups.sh --describe, sarama and franz-go read.
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/IBM/sarama"
@@ -38,6 +39,18 @@ func memberMetadata(partitions kazoo.PartitionList, owned map[string][]int32) *s
 		meta.OwnedPartitions = append(meta.OwnedPartitions, &sarama.OwnedPartition{Topic: topic, Partitions: ps})
 	}
 	return meta
+}
+
+// memberUserData is the user data of this library's member metadata: the
+// "client" field of the ZooKeeper registration (mixed.go), and, for an
+// instance that follows the group's coordinator switch (followsSwitch),
+// the "migration" field, by which the groups tool's migrate tells the
+// members that go back to ZooKeeper when asked from those that do not.
+func memberUserData(followsSwitch bool) []byte {
+	if followsSwitch {
+		return []byte(fmt.Sprintf(`{"client":%q,"migration":%d}`, registrationClient, migrationVersion))
+	}
+	return []byte(fmt.Sprintf(`{"client":%q}`, registrationClient))
 }
 
 // kafkaMember is a member of a generation, as the leader sees it.

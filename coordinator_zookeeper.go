@@ -21,7 +21,7 @@ import (
 // zookeeperCoordinator is the coordinator of CoordinatorZooKeeper.
 type zookeeperCoordinator struct{ cm *consumerManager }
 
-func (z zookeeperCoordinator) manage()                         { z.cm.manageZookeeper() }
+func (z zookeeperCoordinator) manage()                         { z.cm.manageZookeeper(nil) }
 func (z zookeeperCoordinator) claim(pm *partitionManager) bool { return pm.claim() }
 func (z zookeeperCoordinator) claimBatch(tps []TopicPartition) *claimBatch {
 	return newClaimBatch(z.cm, tps)
@@ -77,7 +77,13 @@ func (z zookeeperCoordinator) release(pm *partitionManager, deadline time.Time) 
 //  3. distribute the partitions over the instances;
 //  4. run a partition manager for each partition of this instance's share;
 //  5. sleep until a watch fires, then go back to 1 for what changed.
-func (cm *consumerManager) manageZookeeper() {
+//
+// With sw (an instance that follows the group's coordinator switch,
+// coordinator_migrate.go; nil: none), it also watches the switch, and
+// when it says kafka, stops every partition with its final commit,
+// releases the claims, deregisters and returns true. It returns false
+// when the manager is interrupted.
+func (cm *consumerManager) manageZookeeper(sw *coordinatorSwitch) (switched bool) {
 	var (
 		partitions       kazoo.PartitionList
 		instances        kazoo.ConsumergroupInstanceList
@@ -91,11 +97,19 @@ func (cm *consumerManager) manageZookeeper() {
 		readDeparted bool
 	)
 	for {
+		if sw != nil {
+			if !sw.read() {
+				return false
+			}
+			if sw.kafka() {
+				return cm.leaveZookeeperForSwitch()
+			}
+		}
 		if instancesChange == nil {
 			readDeparted = true
 			var kindsChanged bool
 			if instances, instancesChange, kindsChanged, ok = cm.watchInstances(); !ok {
-				return
+				return false
 			}
 			if kindsChanged {
 				partitionsChange = nil // the partitions to distribute depend on the kinds
@@ -103,7 +117,7 @@ func (cm *consumerManager) manageZookeeper() {
 		}
 		if partitionsChange == nil {
 			if partitions, partitionsChange, ok = cm.watchSubscription(); !ok {
-				return
+				return false
 			}
 		}
 
@@ -113,8 +127,8 @@ func (cm *consumerManager) manageZookeeper() {
 			cm.config.metrics().RegistrationLost(cm.group)
 			cm.loseClaims()
 			cm.reportStops(cm.managePartitionManagers(nil))
-			if !cm.register() {
-				return
+			if !cm.register(sw) {
+				return false
 			}
 			instancesChange = nil
 			continue
@@ -122,7 +136,7 @@ func (cm *consumerManager) manageZookeeper() {
 		if readDeparted {
 			var stale bool
 			if departed, stale, ok = cm.watchDeparted(instances); !ok {
-				return
+				return false
 			}
 			if stale { // a static member came back since the instances were read
 				instancesChange = nil
@@ -152,19 +166,20 @@ func (cm *consumerManager) manageZookeeper() {
 		cm.reportStops(cm.managePartitionManagers(assigned))
 		cm.recordShare(assigned)
 
-		if !cm.sleep(&partitionsChange, &instancesChange, graceOver(departed)) {
-			return
+		if !cm.sleep(&partitionsChange, &instancesChange, sw, graceOver(departed)) {
+			return false
 		}
 	}
 }
 
 // sleep waits until a watch fires, and clears that watch, or until the
 // manager is interrupted (it returns false). Meanwhile it releases the
-// orphan claims, retrying those that fail. When graceOver is not zero, the
+// orphan claims, retrying those that fail. A change of the coordinator
+// switch (sw, when not nil) wakes it too. When graceOver is not zero, the
 // grace of a departed static member ends then: sleep clears the
 // instances' watch then too, so that they are read again with the
 // departed members.
-func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event, graceOver time.Time) bool {
+func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Event, sw *coordinatorSwitch, graceOver time.Time) bool {
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
@@ -198,6 +213,10 @@ func (cm *consumerManager) sleep(partitionsChange, instancesChange *<-chan zk.Ev
 		case ev := <-*instancesChange:
 			cm.logf(slog.LevelInfo, "Woke up because the list of running instances changed (%s).", describeEvent(ev))
 			*instancesChange = nil
+			return true
+		case ev := <-sw.watch():
+			cm.logf(slog.LevelInfo, "Woke up because the group's coordinator switch changed (%s).", describeEvent(ev))
+			sw.changed = nil
 			return true
 		case <-graceC:
 			cm.logf(slog.LevelInfo, "Woke up because the grace of a departed static member ended.")
@@ -265,10 +284,19 @@ func (cm *consumerManager) registerInstance() error {
 }
 
 // register registers the instance again, retrying errors until the manager
-// is interrupted.
-func (cm *consumerManager) register() bool {
+// is interrupted. When the coordinator switch (sw) says kafka, it does not
+// register, and has sw read again: the manager loop leaves ZooKeeper's
+// coordination then.
+func (cm *consumerManager) register(sw *coordinatorSwitch) bool {
 	for attempt := 0; ; attempt++ {
 		err := cm.registerInstance()
+		if errors.Is(err, errCoordinatorSwitched) {
+			cm.registered = false
+			if sw != nil {
+				sw.changed = nil
+			}
+			return true
+		}
 		if err == nil && cm.config.InstanceID != "" {
 			err = cm.markStatic(staticRegistered) // after the registration: see departedMembers
 		}
@@ -330,7 +358,13 @@ func (cm *consumerManager) connectZookeeper(ctx context.Context, nodes []string,
 		}
 	}
 	sent := time.Now()
-	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); err != nil {
+	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); errors.Is(err, errCoordinatorSwitched) {
+		// Kafka coordinates the group: this instance follows it, without
+		// a registration (coordinator_migrate.go).
+		cm.logf(slog.LevelInfo, "The group's coordinator switch (%s) says kafka: this instance joins Kafka's group instead of registering.", cm.switchNode())
+		cm.coord.(*migratingCoordinator).startOnKafka = true
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("register instance %s: %w", id, convertError(cm.registrationDenied(err)))
 	}
 	cm.registered = true

@@ -41,6 +41,11 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 //	E <error>                 from Errors()
 //	C                         closed cleanly (after SIGTERM)
 //
+// With KC_TIMES set it also writes, with the time in Unix nanoseconds,
+//
+//	D <ns> <partition> <offset> <value>   received
+//	X <ns> <partition>                    revoked
+//
 // KC_INSTANCE_ID and KC_RESTART_GRACE set Config.InstanceID and
 // Config.RestartGrace. With KC_WORKERS > 0 it processes messages in that many workers with random
 // delays up to KC_DELAY, so acks come out of order. With KC_BATCH > 0 it
@@ -72,9 +77,13 @@ func childMain() int {
 		config.BatchSize = n
 		config.BatchLinger = 10 * time.Millisecond
 	}
+	times := os.Getenv("KC_TIMES") != ""
 	config.OnRebalance = func(r Rebalance) {
 		for _, tp := range r.Revoked {
 			writeLine("R %s %d", tp.Topic, tp.Partition)
+			if times {
+				writeLine("X %d %d", time.Now().UnixNano(), tp.Partition)
+			}
 		}
 		for _, tp := range r.Assigned {
 			writeLine("A %s %d", tp.Topic, tp.Partition)
@@ -132,6 +141,9 @@ func childMain() int {
 	}
 	handle := func(msg *sarama.ConsumerMessage) {
 		writeLine("M %s", msg.Value)
+		if times {
+			writeLine("D %d %d %d %s", time.Now().UnixNano(), msg.Partition, msg.Offset, msg.Value)
+		}
 		if workers > 0 {
 			work <- msg
 		}
@@ -193,6 +205,7 @@ type childOptions struct {
 	shutdown      time.Duration // KC_SHUTDOWN: SIGTERM calls Shutdown with this deadline
 	instanceID    string        // KC_INSTANCE_ID: Config.InstanceID
 	restartGrace  time.Duration // KC_RESTART_GRACE: Config.RestartGrace
+	times         bool          // KC_TIMES: timed D and X lines
 }
 
 // startChild starts a consumer process; the test's cleanup kills it if it
@@ -216,6 +229,9 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_INSTANCE_ID="+opts.instanceID,
 		"KC_RESTART_GRACE="+opts.restartGrace.String(),
 	)
+	if opts.times {
+		c.cmd.Env = append(c.cmd.Env, "KC_TIMES=1")
+	}
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {
 		t.Fatal(err)

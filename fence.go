@@ -219,7 +219,7 @@ func (cm *consumerManager) answeredBy(by time.Time, deadline *time.Timer) bool {
 		return false
 	}
 	who := "The ZooKeeper session"
-	if _, ok := cm.coord.(*kafkaCoordinator); ok {
+	if cm.kafkaActive() != nil {
 		who = "The group's coordinator"
 	}
 	cm.logf(slog.LevelWarn, "%s answered again: partitions resume (fenced for %s).", who, time.Since(cm.fencedAt).Round(time.Millisecond))
@@ -253,7 +253,7 @@ func (cm *consumerManager) pastFenceDeadline() bool {
 // or, in a Kafka-coordinated group, kafkaFenceFraction of the group's
 // (coordinator_kafka_guard.go).
 func (cm *consumerManager) fenceAfter() time.Duration {
-	if k, ok := cm.coord.(*kafkaCoordinator); ok {
+	if k := cm.kafkaActive(); k != nil {
 		return k.fenceAfter()
 	}
 	return time.Duration(float64(cm.sessionTimeout()) * fenceFraction)

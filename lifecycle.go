@@ -155,8 +155,11 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		cm.instance = cm.kzGroup.Instance(id)
 		err = k.connectKafka(ctx)
 	} else {
-		cm.coord = zookeeperCoordinator{cm}
-		err = cm.connectZookeeper(ctx, nodes, probe, id, markRegistration(subscriptionJSON))
+		m := newMigratingCoordinator(cm)
+		cm.coord = m
+		if err = cm.connectZookeeper(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err == nil {
+			m.attach()
+		}
 	}
 	if !stopCut() { // ctx is done: the Kafka connections are cut for good
 		<-kafkaCut

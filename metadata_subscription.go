@@ -239,7 +239,7 @@ func (cm *consumerManager) stopMetadataPoller() {
 // behind a fetch waits up to Consumer.MaxWaitTime, and every rebalance
 // of such a group reads the metadata first.
 func (cm *consumerManager) metadataClient() sarama.Client {
-	if _, ok := cm.coord.(*kafkaCoordinator); ok {
+	if cm.kafkaActive() != nil {
 		return cm.offsetClient
 	}
 	return cm.client

@@ -29,8 +29,14 @@ import (
 // registrations of this package's instances.
 const registrationClient = "github.com/kafkaconsumer/kafkaconsumer"
 
-// markRegistration adds the "client" field to a registration, unless it has
-// one. A registration that is not a JSON object (a custom Subscription's)
+// migrationVersion is the value of the "migration" field that marks the
+// registrations of instances that follow the group's coordinator switch
+// (coordinator_migrate.go): the groups tool's migrate refuses to switch a
+// group while an instance without it is registered.
+const migrationVersion = 1
+
+// markRegistration adds the "client" field, and the "migration" field, to
+// a registration, unless it has a "client" field. A registration that is not a JSON object (a custom Subscription's)
 // is returned as it is: the other instances then take this one for an
 // original, which costs nothing but the internal topics' claims.
 func markRegistration(data []byte) []byte {
@@ -42,6 +48,7 @@ func markRegistration(data []byte) []byte {
 		return data
 	}
 	fields["client"], _ = json.Marshal(registrationClient)
+	fields["migration"], _ = json.Marshal(migrationVersion)
 	marked, err := json.Marshal(fields)
 	if err != nil {
 		return data

@@ -60,6 +60,11 @@ type offsetStore struct {
 	// commits carry: the generation, the member ID and the instance ID
 	// (nil for none). Set before use.
 	member func() (generation int32, memberID string, instanceID *string)
+	// kafkaNow, when set (an instance that follows the group's coordinator
+	// switch, coordinator_migrate.go), tells whether Kafka coordinates
+	// the group now: member applies only then, and commits go without
+	// membership while ZooKeeper coordinates it. Set before use.
+	kafkaNow func() bool
 
 	mu    sync.Mutex
 	parts map[TopicPartition]*storedOffset
@@ -305,7 +310,7 @@ func (s *offsetStore) commitRound() {
 	if len(dirty) == 0 {
 		return
 	}
-	if s.member != nil {
+	if s.asMember() {
 		if g, _, _ := s.member(); g < 0 {
 			// Not a member of a generation (before the first, or after a
 			// removal): Kafka would take a commit without generation
@@ -427,7 +432,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress), errors.Is(kerr, sarama.ErrRebalanceInProgress):
 			// The coordinator is loading the group, or the group is
 			// completing a rebalance: the next round commits.
-		case s.member != nil && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId)):
+		case s.asMember() && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId)):
 			// Refused as a member's commit. After a generation change
 			// that this round did not see yet, the next round commits
 			// with the new one; else this member was removed, and the
@@ -461,6 +466,12 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 	return true
 }
 
+// asMember reports whether commits go as a member of Kafka's group (see
+// member and kafkaNow).
+func (s *offsetStore) asMember() bool {
+	return s.member != nil && (s.kafkaNow == nil || s.kafkaNow())
+}
+
 // commitRequest returns an empty OffsetCommit request of the version
 // sarama's offset manager sends for the configured Version: as a client
 // outside Kafka's group membership, or as the member that member gives.
@@ -470,7 +481,7 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 		ConsumerGroup:           s.group,
 		ConsumerGroupGeneration: sarama.GroupGenerationUndefined,
 	}
-	if s.member != nil {
+	if s.asMember() {
 		req.ConsumerGroupGeneration, req.ConsumerID, req.GroupInstanceId = s.member()
 	}
 	v := s.conf.Version

@@ -37,7 +37,7 @@ func TestRegisterAfterALostAnswerKeepsTheRegistration(t *testing.T) {
 	t.Parallel()
 	cm, fake := fakeSessionManager(t)
 	fake.loseNextAnswer("Create")
-	if !cm.register() {
+	if !cm.register(nil) {
 		t.Fatal("register() = false")
 	}
 	if node, ok := fake.get(registrationPath); !ok || node.owner != fakeSession {
@@ -67,7 +67,7 @@ func TestRegisterGivesUpWhenInterrupted(t *testing.T) {
 	cm, fake := fakeSessionManager(t)
 	fake.failNext("Create", zk.ErrNoServer)
 	cm.t.Kill(nil)
-	if cm.register() {
+	if cm.register(nil) {
 		t.Fatal("register() = true")
 	}
 }
@@ -269,7 +269,7 @@ func TestSleepSweepsOrphansAndWakesOnAChange(t *testing.T) {
 	cm.addOrphan(TopicPartition{Topic: "t", Partition: 0})
 	fake.failNext("Get", zk.ErrNoServer) // the first sweep fails
 	var partitions <-chan zk.Event
-	woke := runDone(func() bool { return cm.sleep(&partitions, &instances, time.Time{}) })
+	woke := runDone(func() bool { return cm.sleep(&partitions, &instances, nil, time.Time{}) })
 	waitFor(t, 3*time.Second, "the orphan's release, tried again", func() bool {
 		_, ok := fake.get(ownerPath("t", 0))
 		return !ok
@@ -279,7 +279,7 @@ func TestSleepSweepsOrphansAndWakesOnAChange(t *testing.T) {
 		t.Fatal("sleep did not wake up on the instances' change, and clear its watch")
 	}
 	cm.t.Kill(nil)
-	if cm.sleep(&partitions, &instances, time.Time{}) {
+	if cm.sleep(&partitions, &instances, nil, time.Time{}) {
 		t.Fatal("sleep() = true after the interrupt")
 	}
 }

@@ -136,9 +136,16 @@ func (cm *consumerManager) releaseNode(tp TopicPartition) error {
 }
 
 // registerNode creates the instance's registration node;
-// kazoo.ErrInstanceAlreadyRegistered when it exists.
+// kazoo.ErrInstanceAlreadyRegistered when it exists. An instance that
+// follows the group's coordinator switch registers only while the switch
+// says zookeeper (registerUnderSwitch), else errCoordinatorSwitched.
 func (cm *consumerManager) registerNode() error {
-	err := cm.createNode(cm.groupNode("ids", cm.instance.ID), cm.subscriptionJSON, zk.FlagEphemeral)
+	var err error
+	if _, ok := cm.coord.(*migratingCoordinator); ok {
+		err = cm.registerUnderSwitch()
+	} else {
+		err = cm.createNode(cm.groupNode("ids", cm.instance.ID), cm.subscriptionJSON, zk.FlagEphemeral)
+	}
 	if errors.Is(err, zk.ErrNodeExists) {
 		return kazoo.ErrInstanceAlreadyRegistered
 	}

@@ -10,6 +10,11 @@
 //
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --group NAME [--json] [--timeout 10s] [KAFKA FLAGS]
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --list [--json]
+//	kafkaconsumer-groups migrate --zookeeper host:port[,host:port][/chroot] --group NAME --to kafka|zookeeper [--wait 2m]
+//
+// migrate moves a running group from ZooKeeper's coordination to Kafka's
+// group coordinator, or back (see migrate.go, and the README's "Moving off
+// ZooKeeper").
 //
 // The Kafka flags say how to reach secured brokers: --tls, --tls-ca,
 // --tls-cert, --tls-key, --tls-insecure-skip-verify, --sasl-mechanism
@@ -46,6 +51,7 @@ const (
 const usageText = `Usage:
   kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME [--json] [--timeout D] [KAFKA FLAGS]
   kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --list [--json] [--timeout D]
+  kafkaconsumer-groups migrate --group NAME --to kafka|zookeeper [...]  (migrate --help)
 
 Shows a kafkaconsumer group: its registered instances and subscriptions, which
 instance owns which partition (from ZooKeeper), and per partition the committed
@@ -64,6 +70,9 @@ Flags:
 // run is the command: it parses args, writes its output to stdout and its
 // errors to stderr, and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "migrate" {
+		return runMigrate(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("kafkaconsumer-groups", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	zookeeper := fs.String("zookeeper", os.Getenv("ZOOKEEPER_PEERS"), "ZooKeeper connection string of the Kafka cluster (default $ZOOKEEPER_PEERS)")
@@ -71,21 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	list := fs.Bool("list", false, "list the consumer groups registered in ZooKeeper")
 	asJSON := fs.Bool("json", false, "write JSON instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up when ZooKeeper or Kafka have not answered within this time")
-	var af accessFlags
-	fs.StringVar(&af.bootstrap, "bootstrap-server", "", "Kafka addresses HOST:PORT[,HOST:PORT] to use instead of the brokers registered in ZooKeeper")
-	fs.StringVar(&af.listener, "listener", "", "the registered brokers' listener to use, e.g. EXTERNAL (default: the first whose security protocol fits)")
-	fs.BoolVar(&af.tls, "tls", false, "connect to Kafka with TLS")
-	fs.StringVar(&af.tlsCA, "tls-ca", "", "PEM file of the CA certificates to trust (default: the system's)")
-	fs.StringVar(&af.tlsCert, "tls-cert", "", "PEM file of the client certificate (with --tls-key)")
-	fs.StringVar(&af.tlsKey, "tls-key", "", "PEM file of the client certificate's private key")
-	fs.BoolVar(&af.tlsInsecure, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (tests only)")
-	fs.StringVar(&af.saslMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password is read from $KAFKA_SASL_PASSWORD")
-	fs.StringVar(&af.saslUser, "sasl-user", "", "SASL user name")
-	var zf zookeeperFlags
-	fs.StringVar(&zf.tlsCA, "zookeeper-tls-ca", os.Getenv("ZOOKEEPER_TLS_CA"), "connect to ZooKeeper with TLS, trusting the CA certificates of this PEM file (default $ZOOKEEPER_TLS_CA)")
-	fs.StringVar(&zf.tlsCert, "zookeeper-tls-cert", os.Getenv("ZOOKEEPER_TLS_CERT"), "connect to ZooKeeper with TLS, with the client certificate of this PEM file (with --zookeeper-tls-key; default $ZOOKEEPER_TLS_CERT)")
-	fs.StringVar(&zf.tlsKey, "zookeeper-tls-key", os.Getenv("ZOOKEEPER_TLS_KEY"), "PEM file of the ZooKeeper client certificate's private key (default $ZOOKEEPER_TLS_KEY)")
-	fs.StringVar(&zf.digestUser, "zookeeper-digest-user", "", "authenticate to ZooKeeper with its digest scheme as this user; the password is read from $ZOOKEEPER_DIGEST_PASSWORD")
+	af, zf := addAccessFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
@@ -117,13 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, _, err := parseZookeeper(*zookeeper); err != nil {
 		return usageError("%s", err)
 	}
-	af.saslPassword = os.Getenv("KAFKA_SASL_PASSWORD")
-	access, err := af.access()
-	if err != nil {
-		return usageError("%s", err)
-	}
-	zf.digestPassword = os.Getenv("ZOOKEEPER_DIGEST_PASSWORD")
-	zkAccess, err := zf.access()
+	access, zkAccess, err := accesses(af, zf)
 	if err != nil {
 		return usageError("%s", err)
 	}
@@ -141,6 +130,108 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kafkaconsumer-groups: %s\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// addAccessFlags defines the flags of Kafka's and ZooKeeper's access on
+// fs, which both the description and migrate take.
+func addAccessFlags(fs *flag.FlagSet) (*accessFlags, *zookeeperFlags) {
+	af, zf := new(accessFlags), new(zookeeperFlags)
+	fs.StringVar(&af.bootstrap, "bootstrap-server", "", "Kafka addresses HOST:PORT[,HOST:PORT] to use instead of the brokers registered in ZooKeeper")
+	fs.StringVar(&af.listener, "listener", "", "the registered brokers' listener to use, e.g. EXTERNAL (default: the first whose security protocol fits)")
+	fs.BoolVar(&af.tls, "tls", false, "connect to Kafka with TLS")
+	fs.StringVar(&af.tlsCA, "tls-ca", "", "PEM file of the CA certificates to trust (default: the system's)")
+	fs.StringVar(&af.tlsCert, "tls-cert", "", "PEM file of the client certificate (with --tls-key)")
+	fs.StringVar(&af.tlsKey, "tls-key", "", "PEM file of the client certificate's private key")
+	fs.BoolVar(&af.tlsInsecure, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (tests only)")
+	fs.StringVar(&af.saslMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password is read from $KAFKA_SASL_PASSWORD")
+	fs.StringVar(&af.saslUser, "sasl-user", "", "SASL user name")
+	fs.StringVar(&zf.tlsCA, "zookeeper-tls-ca", os.Getenv("ZOOKEEPER_TLS_CA"), "connect to ZooKeeper with TLS, trusting the CA certificates of this PEM file (default $ZOOKEEPER_TLS_CA)")
+	fs.StringVar(&zf.tlsCert, "zookeeper-tls-cert", os.Getenv("ZOOKEEPER_TLS_CERT"), "connect to ZooKeeper with TLS, with the client certificate of this PEM file (with --zookeeper-tls-key; default $ZOOKEEPER_TLS_CERT)")
+	fs.StringVar(&zf.tlsKey, "zookeeper-tls-key", os.Getenv("ZOOKEEPER_TLS_KEY"), "PEM file of the ZooKeeper client certificate's private key (default $ZOOKEEPER_TLS_KEY)")
+	fs.StringVar(&zf.digestUser, "zookeeper-digest-user", "", "authenticate to ZooKeeper with its digest scheme as this user; the password is read from $ZOOKEEPER_DIGEST_PASSWORD")
+	return af, zf
+}
+
+// accesses reads the passwords from the environment and returns the
+// accesses the flags give.
+func accesses(af *accessFlags, zf *zookeeperFlags) (kafkaAccess, zookeeperAccess, error) {
+	af.saslPassword = os.Getenv("KAFKA_SASL_PASSWORD")
+	access, err := af.access()
+	if err != nil {
+		return kafkaAccess{}, zookeeperAccess{}, err
+	}
+	zf.digestPassword = os.Getenv("ZOOKEEPER_DIGEST_PASSWORD")
+	zkAccess, err := zf.access()
+	return access, zkAccess, err
+}
+
+const migrateUsageText = `Usage:
+  kafkaconsumer-groups migrate --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME --to kafka|zookeeper [--wait D] [--timeout D] [KAFKA FLAGS]
+
+Moves a running group from ZooKeeper's coordination to Kafka's group
+coordinator (--to kafka), or back (--to zookeeper), without stopping it: it
+writes the group's coordinator switch (/consumers/NAME/coordinator), which
+every instance of kafkaconsumer (v0.x with Config.Coordinator
+CoordinatorZooKeeper) follows, and waits up to --wait for the instances to
+move. It refuses, naming them, while an instance that does not follow the
+switch is part of the group: an instance of the original wvanbergen/kafka, a
+kafkaconsumer too old to migrate, or (--to zookeeper) a member without
+ZooKeeper. See the README, "Moving off ZooKeeper".
+
+Flags:
+`
+
+// runMigrate is the migrate verb.
+func runMigrate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kafkaconsumer-groups migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	zookeeper := fs.String("zookeeper", os.Getenv("ZOOKEEPER_PEERS"), "ZooKeeper connection string of the group (default $ZOOKEEPER_PEERS)")
+	group := fs.String("group", "", "the consumer group to migrate")
+	to := fs.String("to", "", "the coordinator to move the group to: kafka, or zookeeper to go back")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the instances to move (0: do not wait)")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up when ZooKeeper or Kafka have not answered within this time")
+	af, zf := addAccessFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), migrateUsageText)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usageError := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "kafkaconsumer-groups migrate: "+format+"\n", args...)
+		fmt.Fprintln(stderr, "Run kafkaconsumer-groups migrate --help for usage.")
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageError("unexpected argument %q", fs.Arg(0))
+	case *zookeeper == "":
+		return usageError("--zookeeper is required (or set ZOOKEEPER_PEERS)")
+	case *group == "":
+		return usageError("--group NAME is required")
+	case *to != switchKafka && *to != switchZookeeper:
+		return usageError("--to must be kafka or zookeeper, got %q", *to)
+	case *timeout <= 0:
+		return usageError("--timeout must be positive, got %s", *timeout)
+	case *wait < 0:
+		return usageError("--wait must not be negative, got %s", *wait)
+	}
+	if _, _, err := parseZookeeper(*zookeeper); err != nil {
+		return usageError("%s", err)
+	}
+	access, zkAccess, err := accesses(af, zf)
+	if err != nil {
+		return usageError("%s", err)
+	}
+	if err := migrateGroup(*zookeeper, zkAccess, access, *timeout, migration{group: *group, to: *to, wait: *wait, out: stdout}); err != nil {
+		fmt.Fprintf(stderr, "kafkaconsumer-groups migrate: %s\n", err)
 		return exitError
 	}
 	return exitOK

@@ -1,0 +1,307 @@
+package main
+
+// The migrate verb: moves a live group from ZooKeeper's coordination to
+// Kafka's group coordinator (--to kafka), or back (--to zookeeper), by
+// writing the group's coordinator switch, /consumers/<group>/coordinator,
+// which every instance of the library watches (the library's
+// coordinator_migrate.go has the sequence). It refuses while an instance
+// that does not follow the switch is part of the group, and names it.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+)
+
+// The values of the coordinator switch, and the registration field of
+// the instances that follow it (the library's migrationVersion).
+const (
+	switchZookeeper  = "zookeeper"
+	switchKafka      = "kafka"
+	migrationVersion = 1
+)
+
+// ErrRefused is what migrate returns when an instance or member of the
+// group cannot follow the switch.
+var ErrRefused = errors.New("refused")
+
+// migration is what migrate was asked for.
+type migration struct {
+	group string
+	to    string        // switchKafka or switchZookeeper
+	wait  time.Duration // how long to wait for the instances to move; 0: not at all
+	out   io.Writer     // progress lines
+}
+
+// migrateGroup writes the group's coordinator switch after its checks,
+// and waits for the instances to move (m.wait). ZooKeeper and Kafka must
+// answer each request within timeout.
+func migrateGroup(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess, timeout time.Duration, m migration) error {
+	if m.group == "" || strings.Contains(m.group, "/") || m.group == "." || m.group == ".." {
+		return fmt.Errorf("invalid group name %q", m.group)
+	}
+	return withZookeeper(zookeeper, zkAccess, timeout+m.wait, func(s *zkSession) error {
+		brokers, err := s.brokers(access)
+		if err != nil {
+			return err
+		}
+		if len(brokers) == 0 {
+			return fmt.Errorf("no Kafka brokers registered in zookeeper %s: give --bootstrap-server", zookeeper)
+		}
+		admin, err := newAdmin(brokers, access, timeout)
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+		if m.to == switchKafka {
+			return s.migrateToKafka(admin, m)
+		}
+		return s.migrateToZookeeper(admin, m)
+	})
+}
+
+// newAdmin connects a cluster admin to brokers.
+func newAdmin(brokers []string, access kafkaAccess, timeout time.Duration) (sarama.ClusterAdmin, error) {
+	config := sarama.NewConfig()
+	config.ClientID = "kafkaconsumer-groups"
+	config.Version = sarama.V2_4_0_0
+	config.Net.DialTimeout = timeout
+	config.Net.ReadTimeout = timeout
+	config.Net.WriteTimeout = timeout
+	config.Metadata.Retry.Max = 1
+	config.Admin.Retry.Max = 1
+	config.Admin.Timeout = timeout
+	access.configure(config)
+	admin, err := sarama.NewClusterAdmin(brokers, config)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %s: connect: %w", strings.Join(brokers, ","), err)
+	}
+	return admin, nil
+}
+
+// kafkaGroup describes the group in Kafka.
+func kafkaGroup(admin sarama.ClusterAdmin, group string) (*sarama.GroupDescription, error) {
+	groups, err := admin.DescribeConsumerGroups([]string{group})
+	if err != nil {
+		return nil, fmt.Errorf("kafka: describe group %s: %w", group, err)
+	}
+	if len(groups) != 1 {
+		return nil, fmt.Errorf("kafka: describe group %s: %d groups in the answer", group, len(groups))
+	}
+	if !errors.Is(groups[0].Err, sarama.ErrNoError) {
+		return nil, fmt.Errorf("kafka: describe group %s: %w", group, groups[0].Err)
+	}
+	return groups[0], nil
+}
+
+// followsSwitch tells whether a ZooKeeper registration or a member's user
+// data is one of an instance that follows the coordinator switch, and
+// else what it is.
+func followsSwitch(data []byte) (bool, string) {
+	var reg struct {
+		Client    string `json:"client"`
+		Migration int    `json:"migration"`
+	}
+	if err := json.Unmarshal(data, &reg); err != nil {
+		return false, "unreadable"
+	}
+	switch {
+	case reg.Client != registrationClient:
+		return false, "original wvanbergen/kafka instance"
+	case reg.Migration < migrationVersion:
+		return false, "kafkaconsumer too old to migrate"
+	}
+	return true, ""
+}
+
+// readSwitch returns the switch's value ("" when missing) and version.
+func (s *zkSession) readSwitch(group string) (string, int32, error) {
+	data, stat, err := s.getStat(path.Join("/consumers", group, "coordinator"))
+	if err != nil || stat == nil {
+		return "", -1, err
+	}
+	if strings.TrimSpace(string(data)) == switchKafka {
+		return switchKafka, stat.Version, nil
+	}
+	return switchZookeeper, stat.Version, nil
+}
+
+// writeSwitch writes value to the switch, which had version (-1: missing).
+func (s *zkSession) writeSwitch(group, value string, version int32) error {
+	node := s.chroot + path.Join("/consumers", group, "coordinator")
+	var err error
+	if version < 0 {
+		_, err = s.conn.Create(node, []byte(value), 0, zk.WorldACL(zk.PermAll))
+		if errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("the switch %s was created meanwhile: run migrate again", node)
+		}
+	} else {
+		_, err = s.conn.Set(node, []byte(value), version)
+		if errors.Is(err, zk.ErrBadVersion) {
+			return fmt.Errorf("the switch %s was written meanwhile: run migrate again", node)
+		}
+	}
+	return s.check("write "+node, err)
+}
+
+// migrateToKafka checks that every registered instance follows the
+// switch and that Kafka's group is Empty, writes "kafka", and waits until
+// no instance is registered and Kafka's group is Stable.
+func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error {
+	ids, err := s.children(path.Join("/consumers", m.group, "ids"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	var refused []string
+	for _, id := range ids {
+		data, ok, err := s.get(path.Join("/consumers", m.group, "ids", id))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // deregistered meanwhile
+		}
+		if follows, what := followsSwitch(data); !follows {
+			refused = append(refused, fmt.Sprintf("%s (%s)", id, what))
+		}
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%w: group %s has instances registered that do not follow the coordinator switch: %s; stop or upgrade them first", ErrRefused, m.group, strings.Join(refused, ", "))
+	}
+	value, version, err := s.readSwitch(m.group)
+	if err != nil {
+		return err
+	}
+	if value == switchKafka {
+		fmt.Fprintf(m.out, "Group %s is coordinated by Kafka already.\n", m.group)
+		return s.awaitKafka(admin, m, time.Now())
+	}
+	g, err := kafkaGroup(admin, m.group)
+	if err != nil {
+		return err
+	}
+	if g.State != "Empty" && g.State != "Dead" {
+		return fmt.Errorf("%w: Kafka's group %s is %s with %d members (protocol type %q): another consumer uses the group's name", ErrRefused, m.group, g.State, len(g.Members), g.ProtocolType)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: no instance of group %s is registered in ZooKeeper: nothing to migrate (start the instances with Config.Coordinator = CoordinatorKafka)", ErrRefused, m.group)
+	}
+	if err := s.writeSwitch(m.group, switchKafka, version); err != nil {
+		return err
+	}
+	began := time.Now()
+	fmt.Fprintf(m.out, "Switched group %s to Kafka's group coordinator: %d instances stop their partitions, deregister and join Kafka's group.\n", m.group, len(ids))
+	return s.awaitKafka(admin, m, began)
+}
+
+// awaitKafka waits, up to m.wait, until no instance is registered in
+// ZooKeeper and Kafka's group is Stable.
+func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began time.Time) error {
+	if m.wait <= 0 {
+		return nil
+	}
+	deadline := began.Add(m.wait)
+	var last string
+	for {
+		ids, err := s.children(path.Join("/consumers", m.group, "ids"))
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			g, err := kafkaGroup(admin, m.group)
+			if err != nil {
+				return err
+			}
+			if g.State == "Stable" && len(g.Members) > 0 {
+				fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is Stable with %d members; no instance is registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, len(g.Members))
+				return nil
+			}
+			last = fmt.Sprintf("Kafka's group is %s with %d members", g.State, len(g.Members))
+		} else {
+			sort.Strings(ids)
+			last = "still registered in ZooKeeper: " + strings.Join(ids, ", ")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the instances did not move within --wait %s (%s); the switch stays set: they follow it when they can", ErrTimeout, m.wait, last)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+}
+
+// migrateToZookeeper checks that every member of Kafka's group follows
+// the switch, writes "zookeeper", and waits until Kafka's group is Empty
+// and as many instances are registered in ZooKeeper as it had members.
+func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) error {
+	value, version, err := s.readSwitch(m.group)
+	if err != nil {
+		return err
+	}
+	if value != switchKafka {
+		fmt.Fprintf(m.out, "Group %s is coordinated by ZooKeeper already.\n", m.group)
+		return nil
+	}
+	g, err := kafkaGroup(admin, m.group)
+	if err != nil {
+		return err
+	}
+	var refused []string
+	for id, member := range g.Members {
+		what := "not a consumer"
+		follows := false
+		if meta, err := member.GetMemberMetadata(); err == nil && meta != nil {
+			follows, what = followsSwitch(meta.UserData)
+			if what == "original wvanbergen/kafka instance" || what == "unreadable" {
+				what = "another consumer"
+			}
+		}
+		if !follows {
+			if what == "kafkaconsumer too old to migrate" {
+				what = "kafkaconsumer without ZooKeeper, which cannot see the switch"
+			}
+			refused = append(refused, fmt.Sprintf("%s of %s at %s (%s)", id, member.ClientId, member.ClientHost, what))
+		}
+	}
+	if len(refused) > 0 {
+		sort.Strings(refused)
+		return fmt.Errorf("%w: Kafka's group %s has members that do not follow the coordinator switch: %s; stop them first", ErrRefused, m.group, strings.Join(refused, ", "))
+	}
+	members := len(g.Members)
+	if err := s.writeSwitch(m.group, switchZookeeper, version); err != nil {
+		return err
+	}
+	began := time.Now()
+	fmt.Fprintf(m.out, "Switched group %s back to ZooKeeper: %d members stop their partitions, leave Kafka's group and register in ZooKeeper once it is Empty.\n", m.group, members)
+	if m.wait <= 0 {
+		return nil
+	}
+	deadline := began.Add(m.wait)
+	var last string
+	for {
+		g, err := kafkaGroup(admin, m.group)
+		if err != nil {
+			return err
+		}
+		ids, err := s.children(path.Join("/consumers", m.group, "ids"))
+		if err != nil {
+			return err
+		}
+		if (g.State == "Empty" || g.State == "Dead") && len(ids) >= members {
+			fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is %s; %d instances are registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, g.State, len(ids))
+			return nil
+		}
+		last = fmt.Sprintf("Kafka's group is %s with %d members, %d instances registered in ZooKeeper", g.State, len(g.Members), len(ids))
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the members did not move within --wait %s (%s); the switch stays set: they follow it when they can", ErrTimeout, m.wait, last)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer"
+)
+
+// runMigrateCmd runs the migrate verb and returns its exit status and
+// output.
+func runMigrateCmd(zookeeper, group, to string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"migrate", "--zookeeper", zookeeper, "--group", group, "--to", to, "--wait", "60s", "--timeout", "20s"}, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// joinForMigration joins a ZooKeeper-coordinated instance of the library.
+func joinForMigration(t *testing.T, zookeeper, group, topic string) kafkaconsumer.Consumer {
+	t.Helper()
+	config := kafkaconsumer.NewConfig()
+	config.Version = sarama.V2_4_0_0
+	config.MaxProcessingTime = time.Second
+	config.Zookeeper.Timeout = 3 * time.Second
+	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
+	if err != nil {
+		t.Fatalf("join: %s", err)
+	}
+	t.Cleanup(func() { _ = consumer.Close() })
+	return consumer
+}
+
+// TestMigrateIntegration moves a group of two instances to Kafka's group
+// coordinator and back with the migrate verb, and checks that the
+// messages produced before, between and after are all consumed.
+func TestMigrateIntegration(t *testing.T) {
+	zookeeper, brokers := clusterPeers(t)
+	topic := createTopic(t, brokers, 4)
+	group := fmt.Sprintf("cli-migrate.%d", time.Now().UnixNano())
+	a := joinForMigration(t, zookeeper, group, topic)
+	b := joinForMigration(t, zookeeper, group, topic)
+	produce(t, brokers, topic, 40)
+	received := make(chan string, 1000)
+	for _, c := range []kafkaconsumer.Consumer{a, b} {
+		go func(c kafkaconsumer.Consumer) {
+			for msg := range c.Messages() {
+				received <- string(msg.Value)
+				c.Ack(msg)
+			}
+		}(c)
+	}
+	count := func(n int) {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for i := 0; i < n; i++ {
+			select {
+			case <-received:
+			case <-timeout:
+				t.Fatalf("received %d of %d messages within 60s", i, n)
+			}
+		}
+	}
+	count(40)
+
+	code, stdout, stderr := runMigrateCmd(zookeeper, group, "kafka")
+	if code != exitOK {
+		t.Fatalf("migrate --to kafka: exit status %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "Stable with 2 members") {
+		t.Errorf("migrate --to kafka said %q, want Kafka's group Stable with 2 members", stdout)
+	}
+	produce(t, brokers, topic, 40)
+	count(40)
+
+	code, stdout, stderr = runMigrateCmd(zookeeper, group, "zookeeper")
+	if code != exitOK {
+		t.Fatalf("migrate --to zookeeper: exit status %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "2 instances are registered in ZooKeeper") {
+		t.Errorf("migrate --to zookeeper said %q, want 2 instances registered", stdout)
+	}
+	produce(t, brokers, topic, 40)
+	count(40)
+	t.Logf("migrate --to kafka and back: %s", strings.ReplaceAll(stdout, "\n", " "))
+}
+
+// TestMigrateRefusedIntegration: migrate refuses while an instance of the
+// original library, or a kafkaconsumer registration without the
+// migration marker, is registered, names them, and leaves the switch.
+func TestMigrateRefusedIntegration(t *testing.T) {
+	zookeeper, brokers := clusterPeers(t)
+	topic := createTopic(t, brokers, 2)
+	group := fmt.Sprintf("cli-refused.%d", time.Now().UnixNano())
+	joinForMigration(t, zookeeper, group, topic)
+
+	nodes, chroot, err := parseZookeeper(zookeeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := zk.Connect(nodes, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ids := chroot + "/consumers/" + group + "/ids/"
+	ms := time.Now().UnixMilli()
+	original := fmt.Sprintf(`{"pattern":"static","subscription":{%q:1},"timestamp":"%d","version":1}`, topic, ms)
+	oldPort := fmt.Sprintf(`{"client":%q,"pattern":"static","subscription":{%q:1},"timestamp":"%d","version":1}`, registrationClient, topic, ms)
+	for id, data := range map[string]string{"original-1": original, "old-port-1": oldPort} {
+		if _, err := conn.Create(ids+id, []byte(data), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("register %s: %s", id, err)
+		}
+	}
+	code, _, stderr := runMigrateCmd(zookeeper, group, "kafka")
+	if code != exitError {
+		t.Fatalf("migrate with an original registered: exit status %d, want %d (%s)", code, exitError, stderr)
+	}
+	for _, want := range []string{"refused", "original-1 (original wvanbergen/kafka instance)", "old-port-1 (kafkaconsumer too old to migrate)"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("migrate said %q, want it to contain %q", stderr, want)
+		}
+	}
+	data, _, err := conn.Get(chroot + "/consumers/" + group + "/coordinator")
+	if err != nil || string(data) != "zookeeper" {
+		t.Errorf("the switch holds %q (%v) after the refusal, want zookeeper", data, err)
+	}
+	t.Logf("refused: %s", strings.TrimSpace(stderr))
+}
+
+// TestFollowsSwitch: which registrations and user data follow the
+// coordinator switch.
+func TestFollowsSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		data    string
+		follows bool
+		what    string
+	}{
+		{`{"client":"github.com/kafkaconsumer/kafkaconsumer","migration":1,"version":1}`, true, ""},
+		{`{"client":"github.com/kafkaconsumer/kafkaconsumer","version":1}`, false, "kafkaconsumer too old to migrate"},
+		{`{"pattern":"static","version":1}`, false, "original wvanbergen/kafka instance"},
+		{`not json`, false, "unreadable"},
+	} {
+		follows, what := followsSwitch([]byte(tc.data))
+		if follows != tc.follows || what != tc.what {
+			t.Errorf("followsSwitch(%s) = %t, %q; want %t, %q", tc.data, follows, what, tc.follows, tc.what)
+		}
+	}
+}

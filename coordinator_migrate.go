@@ -1,0 +1,624 @@
+package kafkaconsumer
+
+// The live migration of a group between ZooKeeper's coordination and
+// Kafka's group coordinator, and back (kafkaconsumer-groups migrate).
+//
+// Every instance with Config.Coordinator CoordinatorZooKeeper follows the
+// group's coordinator switch, /consumers/<group>/coordinator, holding
+// "zookeeper" (created so when missing) or "kafka": its coordinator is a
+// migratingCoordinator, which runs the ZooKeeper coordinator's manager
+// loop while the switch says zookeeper, and the Kafka coordinator's while
+// it says kafka, on the same partition managers, offset store and fetch
+// engine. Its registration carries the "migration" field (mixed.go), by
+// which the groups tool tells it from instances that do not follow the
+// switch.
+//
+// To Kafka. An instance on ZooKeeper that sees the switch say kafka stops
+// every partition with its final commit (generation -1: Kafka takes it,
+// its group being Empty, below), releases its claims and deregisters
+// (leaveZookeeperForSwitch). Then it waits until no instance is
+// registered under /consumers/<group>/ids, and only then sends its first
+// JoinGroup (awaitZookeeperEmpty).
+//
+// Back to ZooKeeper. A member of Kafka's group that sees the switch say
+// zookeeper stops every partition with its final commit (its generation),
+// leaves the group (LeaveGroup, a static member's included), and waits
+// until Kafka's group is Empty (DescribeGroups) before it registers in
+// ZooKeeper and claims again (awaitKafkaEmpty).
+//
+// One owner at a time across the switch:
+//
+//   - A registration is created only in one multi with a check of the
+//     switch node's version, read saying zookeeper (registerUnderSwitch):
+//     once the switch says kafka, no instance registers any more, Join's
+//     included (an instance started with the old setting finds the
+//     switch at kafka and joins Kafka's group instead). So when a member
+//     to be sees the switch at kafka and then /ids empty, no instance is
+//     or will be coordinated through ZooKeeper until the switch goes back:
+//     each one stopped its partitions before it deregistered, or its
+//     session expired, and its fence (fence.go, 0.6 of the session
+//     timeout) stopped it handing out before that. Kafka's group is
+//     joined only then; a ZooKeeper server that lags shows a state that
+//     comes after the switch's write, so /ids empty there is empty for
+//     good.
+//   - Back: a member leaves Kafka's group only after its partitions
+//     stopped, or is removed by the coordinator after its session
+//     timeout, and its fence (0.8 of that) stopped it handing out before.
+//     So an Empty group means no member consumes; the first ZooKeeper
+//     instance registers after that. A member whose JoinGroup was sent
+//     before the switch but completed after the group was found Empty
+//     would consume beside the ZooKeeper instances: so after each
+//     generation synced, a member reads the switch afresh (a ZooKeeper
+//     sync, then a read: confirm) before it runs any partition of it,
+//     and leaves when the switch says zookeeper. That read follows the
+//     Empty the ZooKeeper instance saw, which followed the switch's
+//     write.
+//   - Kafka takes commits of generation -1 only while its group is Empty:
+//     the ZooKeeper instances' final commits precede their deregistration,
+//     which precedes the first JoinGroup; the members' final commits
+//     precede their LeaveGroup, which precedes the first claim in
+//     ZooKeeper.
+//
+// While Kafka coordinates the group, an instance does not claim in
+// ZooKeeper: the generation's assignment is the claim, as with
+// CoordinatorKafka, and the ZooKeeper session only watches the switch.
+// ZooKeeper's claims, and its fence, are the lock again after the
+// switch back. A killed instance costs at most its session timeout: its
+// registration, or its membership, goes at its expiry.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// The values of the coordinator switch node.
+const (
+	switchZookeeper = "zookeeper"
+	switchKafka     = "kafka"
+)
+
+// errCoordinatorSwitched is what a registration returns that was not made
+// because the coordinator switch says kafka.
+var errCoordinatorSwitched = errors.New("the group's coordinator switch says kafka")
+
+// switchNode is the group's coordinator switch.
+func (cm *consumerManager) switchNode() string { return cm.groupNode("coordinator") }
+
+// coordinatorSwitch is the coordinator switch as the manager goroutine
+// last read it, with a watch on it. Used by the manager goroutine only.
+type coordinatorSwitch struct {
+	cm      *consumerManager
+	value   string          // switchZookeeper or switchKafka
+	changed <-chan zk.Event // the watch; nil: read again
+}
+
+// kafka tells whether the switch says kafka.
+func (s *coordinatorSwitch) kafka() bool { return s.value == switchKafka }
+
+// watch returns the switch's watch; nil for a nil switch.
+func (s *coordinatorSwitch) watch() <-chan zk.Event {
+	if s == nil {
+		return nil
+	}
+	return s.changed
+}
+
+// read reads the switch again, with a watch, when it was never read or
+// its watch fired; it retries errors until the manager is interrupted
+// (false then).
+func (s *coordinatorSwitch) read() bool {
+	cm := s.cm
+	if s.changed != nil {
+		select {
+		case <-s.changed:
+			s.changed = nil
+		default:
+			return true
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		var (
+			value string
+			watch <-chan zk.Event
+		)
+		err := cm.zkCall(cm.zkTimeout(), func() (err error) {
+			value, _, watch, err = cm.readSwitch(true)
+			return err
+		})
+		if err == nil {
+			if value != s.value && s.value != "" {
+				cm.logf(slog.LevelInfo, "The group's coordinator switch (%s) says %s.", cm.switchNode(), value)
+			}
+			s.value, s.changed = value, watch
+			return true
+		}
+		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s. Trying again.", cm.switchNode(), convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return false
+		}
+	}
+}
+
+// confirm reads the switch afresh: after a sync, so that the read is not
+// older than any write that completed before it began. It keeps the
+// watch; it retries until the manager is interrupted (false then).
+func (s *coordinatorSwitch) confirm() bool {
+	cm := s.cm
+	for attempt := 0; ; attempt++ {
+		var value string
+		err := cm.zkCall(cm.zkTimeout(), func() error {
+			if _, err := cm.zkConn.Sync(cm.switchNode()); err != nil {
+				return err
+			}
+			v, _, _, err := cm.readSwitch(false)
+			value = v
+			return err
+		})
+		if err == nil {
+			s.value = value
+			return true
+		}
+		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s. Trying again.", cm.switchNode(), convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return false
+		}
+	}
+}
+
+// readSwitch reads the switch node (with a watch when watch is set),
+// creating it with "zookeeper" when it is missing. Any value but "kafka"
+// says zookeeper.
+func (cm *consumerManager) readSwitch(watch bool) (value string, version int32, changed <-chan zk.Event, err error) {
+	node := cm.switchNode()
+	get := func() ([]byte, *zk.Stat, <-chan zk.Event, error) {
+		if watch {
+			return cm.zkConn.GetW(node)
+		}
+		data, stat, err := cm.zkConn.Get(node)
+		return data, stat, nil, err
+	}
+	data, stat, changed, err := get()
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := cm.createNode(node, []byte(switchZookeeper), 0); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return "", 0, nil, err
+		}
+		data, stat, changed, err = get()
+	}
+	if err != nil {
+		return "", 0, nil, err
+	}
+	value = switchZookeeper
+	if strings.TrimSpace(string(data)) == switchKafka {
+		value = switchKafka
+	}
+	return value, stat.Version, changed, nil
+}
+
+// registerUnderSwitch creates the instance's registration node in one
+// multi with a check that the switch node still has the version read,
+// saying zookeeper; errCoordinatorSwitched when it says kafka.
+func (cm *consumerManager) registerUnderSwitch() error {
+	ids := cm.groupNode("ids")
+	for attempt := 0; ; attempt++ {
+		value, version, _, err := cm.readSwitch(false)
+		if err != nil {
+			return err
+		}
+		if value == switchKafka {
+			return errCoordinatorSwitched
+		}
+		_, err = cm.zkConn.Multi(
+			&zk.CheckVersionRequest{Path: cm.switchNode(), Version: version},
+			&zk.CreateRequest{Path: ids + "/" + cm.instance.ID, Data: cm.subscriptionJSON, Acl: cm.nodeACL(ids), Flags: zk.FlagEphemeral},
+		)
+		switch {
+		case errors.Is(err, zk.ErrBadVersion) && attempt < 10:
+			continue // the switch was written meanwhile: read it again
+		case errors.Is(err, zk.ErrNoNode) && attempt < 10:
+			if err := cm.mkdirs(ids); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// migratingCoordinator is the coordinator of CoordinatorZooKeeper: the
+// ZooKeeper coordinator, or the Kafka one after the group's coordinator
+// switch (see the file's comment).
+type migratingCoordinator struct {
+	zookeeperCoordinator
+	sw coordinatorSwitch
+	// k is the Kafka coordinator, made at the first switch to Kafka
+	// (kafka); manager goroutine only.
+	k *kafkaCoordinator
+	// active is k while Kafka coordinates the group, nil while ZooKeeper
+	// does; set by the manager goroutine while no partition runs.
+	active atomic.Pointer[kafkaCoordinator]
+	// startOnKafka is set by connect when it found the switch at kafka:
+	// the instance did not register.
+	startOnKafka bool
+}
+
+// newMigratingCoordinator returns the coordinator of a
+// CoordinatorZooKeeper instance.
+func newMigratingCoordinator(cm *consumerManager) *migratingCoordinator {
+	return &migratingCoordinator{zookeeperCoordinator: zookeeperCoordinator{cm}, sw: coordinatorSwitch{cm: cm}}
+}
+
+// attach makes the offset store commit as a member of Kafka's group while
+// Kafka coordinates it; connect calls it once the store exists.
+func (m *migratingCoordinator) attach() {
+	m.cm.offsets.member = func() (int32, string, *string) {
+		if k := m.active.Load(); k != nil {
+			return k.commitMember()
+		}
+		return sarama.GroupGenerationUndefined, "", nil
+	}
+	m.cm.offsets.kafkaNow = func() bool { return m.active.Load() != nil }
+}
+
+// manage implements coordinator: the ZooKeeper coordinator's loop while
+// the switch says zookeeper, the Kafka coordinator's while it says kafka,
+// and the hand-over between them (see the file's comment).
+func (m *migratingCoordinator) manage() {
+	cm := m.cm
+	onKafka := m.startOnKafka
+	for {
+		if !onKafka {
+			if !cm.manageZookeeper(&m.sw) {
+				return
+			}
+			// Every partition stopped, the instance deregistered.
+		}
+		waited, ok := m.awaitZookeeperEmpty()
+		if !ok {
+			return
+		}
+		if !waited { // the switch went back meanwhile
+			if onKafka, ok = m.registerAgain(); !ok {
+				return
+			}
+			continue
+		}
+		k, ok := m.kafka()
+		if !ok {
+			return
+		}
+		m.setActive(k)
+		if !k.manageUntil(&m.sw) {
+			return
+		}
+		// Every partition stopped, the member left the group.
+		m.setActive(nil)
+		empty, ok := m.awaitKafkaEmpty()
+		if !ok {
+			return
+		}
+		onKafka = !empty
+		if empty {
+			if onKafka, ok = m.registerAgain(); !ok {
+				return
+			}
+		}
+	}
+}
+
+// setActive hands the group's coordination to k (nil: ZooKeeper) while
+// no partition runs, with the fence down and no deadline: the next
+// coordinator's guard sets it.
+func (m *migratingCoordinator) setActive(k *kafkaCoordinator) {
+	cm := m.cm
+	cm.stopGuard()
+	m.active.Store(k)
+	cm.fenceBy.Store(0)
+	cm.fence.lift()
+}
+
+// leaveZookeeperForSwitch stops every partition with its final commit,
+// releases the claims and deregisters the instance, for the switch to
+// Kafka; it reports whether the manager goes on (false: interrupted).
+func (cm *consumerManager) leaveZookeeperForSwitch() bool {
+	cm.logf(slog.LevelInfo, "The group moves to Kafka's group coordinator: stopping every partition (final commits), releasing the claims and deregistering.")
+	began := time.Now()
+	cm.awaiting.Store(nil)
+	cm.reportStops(cm.managePartitionManagers(nil))
+	for attempt := 0; len(cm.releaseOrphans()) > 0; attempt++ {
+		if attempt == 5 {
+			cm.logf(slog.LevelWarn, "Some claims could not be released; the sweep tries again after a switch back, and Close.")
+			break
+		}
+		if !sleepOrDie(&cm.t, attempt) {
+			return false
+		}
+	}
+	for attempt := 0; cm.registered; attempt++ {
+		deregister := cm.deregisterNode
+		if cm.config.InstanceID != "" {
+			deregister = cm.deregisterStatic
+		}
+		err := cm.zkCall(cm.zkTimeout(), deregister)
+		if err == nil || errors.Is(err, kazoo.ErrInstanceNotRegistered) {
+			cm.registered = false
+			break
+		}
+		cm.logf(slog.LevelWarn, "Failed to deregister: %s. Trying again.", convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return false
+		}
+	}
+	cm.logf(slog.LevelInfo, "Left ZooKeeper's coordination in %s.", time.Since(began).Round(time.Millisecond))
+	return true
+}
+
+// awaitZookeeperEmpty waits, before the first JoinGroup, until no
+// instance is registered in ZooKeeper. It returns false when the switch
+// went back to zookeeper meanwhile (waited false) or the manager was
+// interrupted (ok false).
+func (m *migratingCoordinator) awaitZookeeperEmpty() (waited, ok bool) {
+	cm := m.cm
+	began := time.Now()
+	logged := ""
+	for attempt := 0; ; {
+		if !m.sw.read() {
+			return false, false
+		}
+		if !m.sw.kafka() {
+			return false, true
+		}
+		var (
+			ids   []string
+			watch <-chan zk.Event
+		)
+		err := cm.zkCall(cm.zkTimeout(), func() (err error) {
+			ids, _, watch, err = cm.zkConn.ChildrenW(cm.groupNode("ids"))
+			if errors.Is(err, zk.ErrNoNode) {
+				ids, watch, err = nil, nil, nil
+			}
+			return err
+		})
+		if err != nil {
+			cm.logf(slog.LevelWarn, "Failed to read the group's instances: %s. Trying again.", convertError(err))
+			if !sleepOrDie(&cm.t, attempt) {
+				return false, false
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if len(ids) == 0 {
+			cm.logf(slog.LevelInfo, "No instance is registered in ZooKeeper any more (waited %s): joining Kafka's group.", time.Since(began).Round(time.Millisecond))
+			return true, true
+		}
+		if list := strings.Join(ids, ", "); list != logged {
+			logged = list
+			cm.logf(slog.LevelInfo, "Waiting for the instances still registered in ZooKeeper to deregister before joining Kafka's group: %s.", list)
+		}
+		select {
+		case <-cm.t.Dying():
+			return false, false
+		case <-watch:
+		case <-m.sw.changed:
+			m.sw.changed = nil
+		}
+	}
+}
+
+// kafkaPollInterval is how often an instance that goes back to ZooKeeper
+// asks whether Kafka's group is Empty.
+const kafkaPollInterval = 200 * time.Millisecond
+
+// awaitKafkaEmpty waits, before the instance registers in ZooKeeper
+// again, until Kafka's group is Empty (or Dead). It returns false when the
+// switch went back to kafka meanwhile (empty false) or the manager was
+// interrupted (ok false).
+func (m *migratingCoordinator) awaitKafkaEmpty() (empty, ok bool) {
+	cm := m.cm
+	began := time.Now()
+	logged := ""
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for attempt := 0; ; {
+		select {
+		case <-cm.t.Dying():
+			return false, false
+		case <-m.sw.watch():
+			m.sw.changed = nil
+			continue
+		case <-poll.C:
+		}
+		if !m.sw.read() {
+			return false, false
+		}
+		if m.sw.kafka() {
+			return false, true
+		}
+		state, members, err := m.k.describe()
+		if err != nil {
+			cm.logf(slog.LevelWarn, "Failed to describe Kafka's group: %s. Trying again.", err)
+			poll.Reset(retryDelay(attempt))
+			attempt++
+			continue
+		}
+		attempt = 0
+		if state == "Empty" || state == "Dead" {
+			cm.logf(slog.LevelInfo, "Kafka's group is %s (waited %s): registering in ZooKeeper.", state, time.Since(began).Round(time.Millisecond))
+			return true, true
+		}
+		if list := state + ": " + strings.Join(members, ", "); list != logged {
+			logged = list
+			cm.logf(slog.LevelInfo, "Waiting for Kafka's group to be Empty before registering in ZooKeeper; it is %s.", list)
+		}
+		poll.Reset(kafkaPollInterval)
+	}
+}
+
+// registerAgain registers the instance in ZooKeeper after a switch back,
+// and starts the ZooKeeper guard; onKafka is true when the switch says
+// kafka again (not registered), ok false when the manager was interrupted.
+func (m *migratingCoordinator) registerAgain() (onKafka, ok bool) {
+	cm := m.cm
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		err := cm.registerInstance()
+		if err == nil {
+			cm.registered = true
+			if cm.config.InstanceID != "" {
+				err = cm.markStatic(staticRegistered)
+			}
+		}
+		if err == nil {
+			cm.startGuard(sent)
+			cm.logf(slog.LevelInfo, "Consumer instance registered in ZooKeeper again: ZooKeeper coordinates the group.")
+			return false, true
+		}
+		if errors.Is(err, errCoordinatorSwitched) {
+			m.sw.changed = nil
+			return true, true
+		}
+		cm.logf(slog.LevelWarn, "Failed to register: %s. Trying again.", convertError(err))
+		if !sleepOrDie(&cm.t, attempt) {
+			return false, false
+		}
+	}
+}
+
+// kafka returns the Kafka coordinator, made and connected (its group
+// client) at the first switch to Kafka; ok is false when the manager was
+// interrupted first.
+func (m *migratingCoordinator) kafka() (k *kafkaCoordinator, ok bool) {
+	cm := m.cm
+	if m.k != nil {
+		return m.k, true
+	}
+	var brokers []string
+	for _, b := range cm.client.Brokers() {
+		brokers = append(brokers, b.Addr())
+	}
+	if len(brokers) == 0 {
+		brokers = cm.config.Brokers
+	}
+	for attempt := 0; ; attempt++ {
+		k := newKafkaCoordinator(cm)
+		k.followsSwitch = true
+		err := k.openGroupClient(context.Background(), brokers)
+		if err == nil {
+			m.k = k
+			return k, true
+		}
+		if cm.groupClient != nil {
+			_ = cm.groupClient.Close()
+			cm.groupClient = nil
+		}
+		cm.logf(slog.LevelWarn, "Failed to connect to Kafka's group coordinator: %s. Trying again.", err)
+		if !sleepOrDie(&cm.t, attempt) {
+			return nil, false
+		}
+	}
+}
+
+// claim implements coordinator: a ZooKeeper claim, or none while Kafka
+// coordinates the group (the generation's assignment is the claim).
+func (m *migratingCoordinator) claim(pm *partitionManager) bool {
+	if k := m.active.Load(); k != nil {
+		return k.claim(pm)
+	}
+	return pm.claim()
+}
+
+// release implements coordinator.
+func (m *migratingCoordinator) release(pm *partitionManager, deadline time.Time) error {
+	if k := m.active.Load(); k != nil {
+		return k.release(pm, deadline)
+	}
+	return pm.release(deadline)
+}
+
+// claimBatch implements coordinator.
+func (m *migratingCoordinator) claimBatch(tps []TopicPartition) *claimBatch {
+	if m.active.Load() != nil {
+		return nil
+	}
+	return newClaimBatch(m.cm, tps)
+}
+
+// beforeKafkaClose implements coordinator: the LeaveGroup of a member of
+// Kafka's group.
+func (m *migratingCoordinator) beforeKafkaClose() {
+	if k := m.active.Load(); k != nil {
+		k.beforeKafkaClose()
+	}
+}
+
+// close implements coordinator: the Kafka coordinator's close when it
+// ran, then the ZooKeeper coordinator's (the deregistration, when
+// registered, and the session).
+func (m *migratingCoordinator) close() []error {
+	var errs []error
+	if m.k != nil {
+		errs = append(errs, m.k.close()...)
+	}
+	return append(errs, m.zookeeperCoordinator.close()...)
+}
+
+// describe returns the state of Kafka's group and its members' IDs
+// (DescribeGroups).
+func (k *kafkaCoordinator) describe() (state string, members []string, err error) {
+	broker, err := k.client.Coordinator(k.cm.group)
+	if err != nil {
+		return "", nil, err
+	}
+	resp, err := broker.DescribeGroups(&sarama.DescribeGroupsRequest{Groups: []string{k.cm.group}})
+	if err != nil {
+		_ = broker.Close()
+		return "", nil, err
+	}
+	if len(resp.Groups) != 1 {
+		return "", nil, fmt.Errorf("describe group %s: %d groups in the answer", k.cm.group, len(resp.Groups))
+	}
+	g := resp.Groups[0]
+	if !errors.Is(g.Err, sarama.ErrNoError) {
+		if coordinatorMoved(g.Err) {
+			_ = k.client.RefreshCoordinator(k.cm.group)
+		}
+		return "", nil, fmt.Errorf("describe group %s: %w", k.cm.group, g.Err)
+	}
+	for id, member := range g.Members {
+		members = append(members, id+" ("+member.ClientHost+")")
+	}
+	return g.State, members, nil
+}
+
+// leaveForSwitch stops every partition with its final commit, stops the
+// guard and leaves the group (a static member too), for the switch back
+// to ZooKeeper. It returns true: the manager goes on.
+func (k *kafkaCoordinator) leaveForSwitch() bool {
+	cm := k.cm
+	cm.logf(slog.LevelInfo, "The group moves back to ZooKeeper's coordination: stopping every partition (final commits) and leaving Kafka's group.")
+	cm.reportStops(cm.managePartitionManagers(nil))
+	cm.stopGuard()
+	if m := k.current(); m.id != "" && !cm.fenced() {
+		if err := k.leave(m, k.instanceID); err != nil {
+			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", err, k.sessionTimeout)
+		} else {
+			cm.logf(slog.LevelInfo, "Left the group.")
+		}
+	}
+	k.setMember(groupMember{generation: sarama.GroupGenerationUndefined})
+	k.lost.Store(false)
+	select {
+	case <-k.rejoin:
+	default:
+	}
+	return true
+}

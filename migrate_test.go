@@ -1,0 +1,348 @@
+package kafkaconsumer
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// timedDelivery is a delivery of a partition's message by an instance.
+type timedDelivery struct {
+	who       string
+	partition int32
+	offset    int64
+	value     string
+	at        time.Time
+}
+
+// tenure is a span in which one instance handed out a partition without
+// a revocation between: from its first delivery to its last.
+type tenure struct {
+	who      string
+	from, to time.Time
+}
+
+// tenures splits each instance's deliveries of each partition at its
+// revocations of the partition.
+func tenures(deliveries []timedDelivery, revoked map[string]map[int32][]time.Time) map[int32][]tenure {
+	type key struct {
+		who string
+		p   int32
+	}
+	byKey := make(map[key][]timedDelivery)
+	for _, d := range deliveries {
+		k := key{d.who, d.partition}
+		byKey[k] = append(byKey[k], d)
+	}
+	result := make(map[int32][]tenure)
+	for k, ds := range byKey {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].at.Before(ds[j].at) })
+		revokes := revoked[k.who][k.p]
+		cur := tenure{who: k.who, from: ds[0].at, to: ds[0].at}
+		for _, d := range ds[1:] {
+			split := false
+			for _, r := range revokes {
+				if r.After(cur.to) && !r.After(d.at) {
+					split = true
+				}
+			}
+			if split {
+				result[k.p] = append(result[k.p], cur)
+				cur = tenure{who: k.who, from: d.at}
+			}
+			cur.to = d.at
+		}
+		result[k.p] = append(result[k.p], cur)
+	}
+	return result
+}
+
+// doubleOwned returns the overlaps of two instances' tenures of a
+// partition: a partition handed out by both at once.
+func doubleOwned(ts map[int32][]tenure) []string {
+	var overlaps []string
+	for p, list := range ts {
+		for i, a := range list {
+			for _, b := range list[i+1:] {
+				if a.who != b.who && a.from.Before(b.to) && b.from.Before(a.to) {
+					overlaps = append(overlaps, fmt.Sprintf("partition %d: %s %s–%s and %s %s–%s", p,
+						a.who, a.from.Format("15:04:05.000"), a.to.Format("15:04:05.000"),
+						b.who, b.from.Format("15:04:05.000"), b.to.Format("15:04:05.000")))
+				}
+			}
+		}
+	}
+	sort.Strings(overlaps)
+	return overlaps
+}
+
+// longestGap returns the longest time a partition went without a delivery
+// between from and to (counting from the last delivery before from).
+func longestGap(deliveries []timedDelivery, from, to time.Time) (time.Duration, int32) {
+	byPartition := make(map[int32][]time.Time)
+	for _, d := range deliveries {
+		byPartition[d.partition] = append(byPartition[d.partition], d.at)
+	}
+	var longest time.Duration
+	var which int32
+	for p, ats := range byPartition {
+		sort.Slice(ats, func(i, j int) bool { return ats[i].Before(ats[j]) })
+		for i := 1; i < len(ats); i++ {
+			if ats[i].Before(from) || ats[i-1].After(to) {
+				continue
+			}
+			if gap := ats[i].Sub(ats[i-1]); gap > longest {
+				longest, which = gap, p
+			}
+		}
+	}
+	return longest, which
+}
+
+// childDeliveries reads the timed lines of a child's output (KC_TIMES).
+func childDeliveries(t *testing.T, c *child) ([]timedDelivery, map[int32][]time.Time) {
+	t.Helper()
+	f, err := os.Open(c.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ds []timedDelivery
+	revoked := make(map[int32][]time.Time)
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		fields := strings.Fields(scanner.Text())
+		if len(fields) < 3 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(fields[1], 10, 64)
+		p, _ := strconv.ParseInt(fields[2], 10, 32)
+		switch fields[0] {
+		case "D":
+			if len(fields) == 5 {
+				offset, _ := strconv.ParseInt(fields[3], 10, 64)
+				ds = append(ds, timedDelivery{who: c.name, partition: int32(p), offset: offset, value: fields[4], at: time.Unix(0, ns)})
+			}
+		case "X":
+			revoked[int32(p)] = append(revoked[int32(p)], time.Unix(0, ns))
+		}
+	}
+	return ds, revoked
+}
+
+// setSwitch writes the group's coordinator switch, as kafkaconsumer-groups
+// migrate does.
+func setSwitch(t *testing.T, conn *zk.Conn, chroot, group, value string) {
+	t.Helper()
+	node := chroot + "/consumers/" + group + "/coordinator"
+	if _, err := conn.Set(node, []byte(value), -1); err != nil {
+		t.Fatalf("set %s to %s: %s", node, value, err)
+	}
+}
+
+// onKafka reports whether c runs under Kafka's group coordinator.
+func onKafka(c Consumer) bool { return c.(*consumerManager).kafkaActive() != nil }
+
+// TestSwitchToKafkaAndBackUnderLoad moves a group of three instances
+// (two in this process, one a child process) from ZooKeeper's
+// coordination to Kafka's group coordinator under a steady load, kills
+// the child with SIGKILL right after the switch, and moves the two others
+// back; and the same without the child and the kill. Every delivery is recorded with its instance and time: no
+// message may be lost, no partition handed out by two instances at once
+// (their tenures must not overlap), and the longest time a partition
+// went without a delivery (the gap) is measured for each switch: with a
+// kill, within the killed instance's session timeout +
+// MaxProcessingTime + 2 s; graceful (the switch back), within
+// MaxProcessingTime + 2 s.
+func TestSwitchToKafkaAndBackUnderLoad(t *testing.T) {
+	t.Run("kill", func(t *testing.T) { testSwitchUnderLoad(t, true) })
+	t.Run("graceful", func(t *testing.T) { testSwitchUnderLoad(t, false) })
+}
+
+// testSwitchUnderLoad is TestSwitchToKafkaAndBackUnderLoad, with the
+// child killed (kill) or without a child.
+func testSwitchUnderLoad(t *testing.T, kill bool) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	const partitions = 8
+	topic := newTopic(t, partitions)
+	group := uniqueName("switch")
+	dir := t.TempDir()
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+
+	const session = 3 * time.Second
+	config := func(log *deliveryLog) *Config {
+		c := testConfig()
+		c.Zookeeper.Timeout = session
+		c.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Consumer.Group.Heartbeat.Interval = time.Second
+		c.OnRebalance = log.onRebalance
+		return c
+	}
+	logA, logB := &deliveryLog{done: make(chan struct{})}, &deliveryLog{done: make(chan struct{})}
+	a := join(t, group, TopicSubscription(topic), config(logA))
+	logA.record(a)
+	closedA, closedB := false, false
+	defer func() {
+		if !closedA {
+			_ = a.Close()
+		}
+	}()
+	var victim *child
+	instances := 2
+	if kill {
+		instances = 3
+		victim = startChild(t, dir, "child", childOptions{
+			zookeeper: zookeeperPeers, group: group, topics: []string{topic},
+			session: session, maxProcessing: 2 * time.Second, times: true,
+		})
+	}
+	b := join(t, group, TopicSubscription(topic), config(logB))
+	logB.record(b)
+	defer func() {
+		if !closedB {
+			_ = b.Close()
+		}
+	}()
+	producer := produceSteadily(t, newTestClient(t), topic, 400)
+	waitFor(t, 30*time.Second, "the instances to share the partitions", func() bool {
+		ids, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+		held := claimedCount(a) + claimedCount(b)
+		return err == nil && len(ids) == instances && claimedCount(a) > 0 && claimedCount(b) > 0 &&
+			(held == partitions || kill && held >= partitions-3)
+	})
+	if kill {
+		waitFor(t, 30*time.Second, "the child to consume", func() bool { return len(victim.output().received) > 0 })
+	}
+
+	// To Kafka, with the child killed midway.
+	toKafka := time.Now()
+	setSwitch(t, conn, chroot, group, switchKafka)
+	if kill {
+		victim.kill(t)
+	}
+	waitFor(t, time.Minute, "both instances to consume every partition under Kafka", func() bool {
+		return onKafka(a) && onKafka(b) && claimedCount(a)+claimedCount(b) == partitions && claimedCount(a) > 0 && claimedCount(b) > 0
+	})
+	onKafkaAt := time.Now()
+	if ids, _, err := conn.Children(chroot + "/consumers/" + group + "/ids"); err != nil || len(ids) != 0 {
+		t.Errorf("instances still registered in ZooKeeper after the switch: %v (%v)", ids, err)
+	}
+	// Let the group consume a while under Kafka: the deliveries after the
+	// switch count in its gap.
+	settle := time.Now().Add(2 * time.Second)
+	waitFor(t, 10*time.Second, "deliveries under Kafka", func() bool { return time.Now().After(settle) })
+
+	// Back to ZooKeeper, gracefully.
+	toZookeeper := time.Now()
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	waitFor(t, time.Minute, "both instances to consume every partition under ZooKeeper again", func() bool {
+		ids, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+		return err == nil && len(ids) == 2 && !onKafka(a) && !onKafka(b) && claimedCount(a)+claimedCount(b) == partitions
+	})
+	onZookeeperAt := time.Now()
+	settle = time.Now().Add(2 * time.Second)
+	waitFor(t, 10*time.Second, "deliveries under ZooKeeper", func() bool { return time.Now().After(settle) })
+
+	produced := producer.finish()
+	all := func() []timedDelivery {
+		var ds []timedDelivery
+		for who, l := range map[string]*deliveryLog{"a": logA, "b": logB} {
+			d, _ := l.snapshot()
+			for _, x := range d {
+				ds = append(ds, timedDelivery{who, x.partition, x.offset, x.value, x.at})
+			}
+		}
+		if victim == nil {
+			return ds
+		}
+		cd, _ := childDeliveries(t, victim)
+		return append(ds, cd...)
+	}
+	waitFor(t, 30*time.Second, "every produced message", func() bool {
+		seen := make(map[string]bool)
+		for _, d := range all() {
+			seen[d.value] = true
+		}
+		for _, v := range produced {
+			if !seen[v] {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.Close(); err != nil {
+		t.Errorf("Close of a: %s", err)
+	}
+	closedA = true
+	if err := b.Close(); err != nil {
+		t.Errorf("Close of b: %s", err)
+	}
+	closedB = true
+	<-logA.done
+	<-logB.done
+
+	deliveries := all()
+	revoked := map[string]map[int32][]time.Time{"a": {}, "b": {}}
+	for who, l := range map[string]*deliveryLog{"a": logA, "b": logB} {
+		_, rebalances := l.snapshot()
+		for _, r := range rebalances {
+			for _, tp := range r.Revoked {
+				revoked[who][tp.Partition] = append(revoked[who][tp.Partition], r.at)
+			}
+		}
+	}
+	if victim != nil {
+		_, revoked["child"] = childDeliveries(t, victim)
+	}
+	counts := make(map[string]int)
+	for _, d := range deliveries {
+		counts[d.value]++
+	}
+	lost, duplicates := 0, 0
+	for _, v := range produced {
+		switch n := counts[v]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	overlaps := doubleOwned(tenures(deliveries, revoked))
+	gapKafka, pKafka := longestGap(deliveries, toKafka, onKafkaAt.Add(2*time.Second))
+	gapBack, pBack := longestGap(deliveries, toZookeeper, onZookeeperAt.Add(2*time.Second))
+	how := "gracefully"
+	if kill {
+		how = "with a kill -9"
+	}
+	t.Logf("produced %d, delivered %d, lost %d, duplicates %d, double-owned %d; to Kafka %s: all partitions consumed after %s, longest gap %s (partition %d); back to ZooKeeper: after %s, longest gap %s (partition %d)",
+		len(produced), len(deliveries), lost, duplicates, len(overlaps), how,
+		onKafkaAt.Sub(toKafka).Round(time.Millisecond), gapKafka.Round(time.Millisecond), pKafka,
+		onZookeeperAt.Sub(toZookeeper).Round(time.Millisecond), gapBack.Round(time.Millisecond), pBack)
+	if lost > 0 {
+		t.Errorf("%d of %d messages lost", lost, len(produced))
+	}
+	if len(overlaps) > 0 {
+		t.Errorf("%d partitions handed out by two instances at once, e.g. %s", len(overlaps), strings.Join(overlaps[:min(5, len(overlaps))], "; "))
+	}
+	maxProcessing := testConfig().MaxProcessingTime
+	bound := maxProcessing + 2*time.Second
+	if kill {
+		bound += session
+	}
+	if gapKafka > bound {
+		t.Errorf("the switch to Kafka %s left partition %d without deliveries for %s, more than %s", how, pKafka, gapKafka.Round(time.Millisecond), bound)
+	}
+	if bound := maxProcessing + 2*time.Second; gapBack > bound {
+		t.Errorf("the graceful switch back left partition %d without deliveries for %s, more than MaxProcessingTime + 2 s (%s)", pBack, gapBack.Round(time.Millisecond), bound)
+	}
+}
