@@ -227,6 +227,95 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 	}
 }
 
+// epochMetadata is a metadata response (version 7, that of Kafka 2.1)
+// naming broker as the leader of t/3 in leader epoch epoch.
+func epochMetadata(broker *sarama.MockBroker, epoch int32) *sarama.MetadataResponse {
+	md := &sarama.MetadataResponse{Version: 7, ControllerID: broker.BrokerID()}
+	md.AddBroker(broker.Addr(), broker.BrokerID())
+	md.AddTopicPartition("t", 3, broker.BrokerID(), []int32{broker.BrokerID()}, []int32{broker.BrokerID()}, []int32{}, sarama.ErrNoError)
+	md.Topics[0].Partitions[0].LeaderEpoch = epoch
+	return md
+}
+
+// TestBatchFetcherLeaderEpochErrors: a partition's FENCED_LEADER_EPOCH
+// (the broker knows a newer epoch than the fetcher sent) or
+// UNKNOWN_LEADER_EPOCH (an older one) in a fetch response, through
+// sarama's decoder from a mock broker, is no error on Errors: the fetcher
+// refreshes the metadata, subscribes again with the epoch it names now,
+// and receives the partition's records. With either error left out of
+// leadershipError, the fetcher reports it on Errors.
+func TestBatchFetcherLeaderEpochErrors(t *testing.T) {
+	t.Parallel()
+	for _, kerr := range []sarama.KError{sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch} {
+		t.Run(kerr.Error(), func(t *testing.T) {
+			t.Parallel()
+			broker := sarama.NewMockBroker(t, 1)
+			defer broker.Close()
+			failed := &sarama.FetchResponse{Version: 10}
+			failed.AddError("t", 3, kerr)
+			broker.SetHandlerByMap(map[string]sarama.MockResponse{
+				"MetadataRequest": sarama.NewMockWrapper(epochMetadata(broker, 5)),
+				"FetchRequest":    sarama.NewMockWrapper(failed),
+			})
+			conf := sarama.NewConfig()
+			conf.Version = sarama.V2_1_0_0  // Fetch v10, which carries the leader epoch
+			conf.ApiVersionsRequest = false // the mock answers what it is told
+			conf.Consumer.Retry.Backoff = 10 * time.Millisecond
+			client, err := sarama.NewClient([]string{broker.Addr()}, conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = client.Close() }()
+			version, _ := batchFetchVersion(conf)
+			hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
+			defer hub.close()
+			f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
+			defer func() { _ = f.Close() }()
+
+			answered := func(res any) bool { // whether the broker gave response res
+				return slices.ContainsFunc(broker.History(), func(rr sarama.RequestResponse) bool { return rr.Response == res })
+			}
+			waitFor(t, 10*time.Second, "the first fetch", func() bool { return answered(failed) })
+			// The leader moved on to epoch 6, which the metadata names
+			// now; then the broker serves the fetcher.
+			md6 := epochMetadata(broker, 6)
+			broker.SetHandlerByMap(map[string]sarama.MockResponse{
+				"MetadataRequest": sarama.NewMockWrapper(md6),
+				"FetchRequest":    sarama.NewMockWrapper(failed),
+			})
+			waitFor(t, 10*time.Second, "a refresh of the metadata", func() bool { return answered(md6) })
+			served := &sarama.FetchResponse{Version: 10}
+			served.AddRecord("t", 3, nil, sarama.StringEncoder("ten"), 10)
+			served.AddRecord("t", 3, nil, sarama.StringEncoder("eleven"), 11)
+			served.GetBlock("t", 3).HighWaterMarkOffset = 12
+			broker.SetHandlerByMap(map[string]sarama.MockResponse{
+				"MetadataRequest": sarama.NewMockWrapper(md6),
+				"FetchRequest":    sarama.NewMockWrapper(served),
+			})
+			select {
+			case s := <-f.slabs:
+				if got := offsets(s.msgs); !slices.Equal(got, []int64{10, 11}) || string(s.msgs[1].Value) != "eleven" {
+					t.Errorf("delivered offsets %v, want [10 11]", got)
+				}
+			case err := <-f.errs:
+				t.Fatalf("reported %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no records 10 s after the %s", kerr)
+			}
+			select {
+			case err := <-f.errs:
+				t.Errorf("reported %v", err)
+			default:
+			}
+			f.AsyncClose()
+			<-f.done
+			if f.epoch != 6 {
+				t.Errorf("the fetcher sends leader epoch %d, want 6, the refreshed metadata's", f.epoch)
+			}
+		})
+	}
+}
+
 // countingInterceptor counts the messages it sees and marks them; it
 // panics on the message of offset panicAt.
 type countingInterceptor struct {
