@@ -112,7 +112,7 @@ func childMain(settings string) int {
 		// check (stableKafka), and the group's session is the soak's.
 		config.Coordinator = kafkaconsumer.CoordinatorKafka
 		config.Brokers = dialer.brokers
-		config.ClientID = childClientID(inst)
+		config.ClientID = childClientID(inst, os.Getpid())
 		config.Consumer.Group.Session.Timeout = sessionTimeout
 		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 		zookeeper = ""
@@ -261,9 +261,12 @@ func (d *brokerDialer) Dial(network, addr string) (net.Conn, error) {
 	return d.dialer.Dial(network, proxy)
 }
 
-// childClientID is the sarama client ID of the instance named inst: with
-// CoordinatorKafka, Kafka's group shows it as its member's client ID.
-func childClientID(inst string) string { return "soak-" + inst }
+// childClientID is the sarama client ID of the process pid of the
+// instance named inst: with CoordinatorKafka, Kafka's group shows it as
+// its member's client ID. The pid tells a restarted instance's member
+// from the member of its killed process, which stays in the group until
+// its session expires.
+func childClientID(inst string, pid int) string { return fmt.Sprintf("soak-%s-%d", inst, pid) }
 
 // idPath is where an instance whose event log is at path writes its ID.
 func idPath(path string) string { return strings.TrimSuffix(path, ".log.jsonl") + ".id" }

@@ -408,8 +408,8 @@ func (so *soak) stable() bool {
 
 // stableKafka is stable for a group that Kafka's group coordinator keeps:
 // the group is Stable, its members are the running processes, one each
-// (a member's client ID is its instance's name, childClientID; a killed or
-// frozen one's member goes when its session expires), and the
+// (a member's client ID names its instance and process, childClientID; a
+// killed or frozen one's member goes when its session expires), and the
 // generation's assignment gives every partition of the soak topics to
 // exactly one member.
 func (so *soak) stableKafka() bool {
@@ -442,7 +442,7 @@ func (so *soak) stableKafka() bool {
 		if !in.alive() || in.stopped {
 			continue
 		}
-		if members[childClientID(in.name)] != 1 {
+		if members[childClientID(in.name, in.cmd.Process.Pid)] != 1 {
 			return false
 		}
 		live++
