@@ -36,7 +36,7 @@ func TestRunUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no zookeeper", []string{"--group", "g"}, "--zookeeper is required"},
+		{"no zookeeper", []string{"--group", "g"}, "--zookeeper is required (or set ZOOKEEPER_PEERS), or --bootstrap-server"},
 		{"no group", []string{"--zookeeper", "zk:2181"}, "--group NAME is required"},
 		{"list and group", []string{"--zookeeper", "zk:2181", "--list", "--group", "g"}, "either --list or --group"},
 		{"argument", []string{"--zookeeper", "zk:2181", "--group", "g", "extra"}, `unexpected argument "extra"`},
@@ -177,7 +177,7 @@ func TestDescribeGroupTimeoutError(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
-	_, err = listGroups(blackHole(t), zookeeperAccess{}, 200*time.Millisecond)
+	_, err = listGroups(blackHole(t), zookeeperAccess{}, 200*time.Millisecond, kafkaAccess{})
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
