@@ -225,6 +225,10 @@ type GroupSummary struct {
 	// Instances is the number of registered instances, or of members of
 	// a Kafka-coordinated group.
 	Instances int `json:"instances"`
+	// Error says why the group's nodes could not be read (their ACL
+	// refused the tool's session), if they could not; Instances is 0
+	// then.
+	Error string `json:"error,omitempty"`
 }
 
 // describeGroup reads the group's state from ZooKeeper (instances,
@@ -285,15 +289,21 @@ func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duratio
 		known := make(map[string]bool, len(names))
 		var switched []int // indexes in groups
 		for _, name := range names {
-			ids, err := s.children(path.Join("/consumers", name, "ids"))
-			if err != nil {
-				return err
-			}
-			value, _, err := s.readSwitch(name)
-			if err != nil {
-				return err
-			}
 			known[name] = true
+			// A group whose ACL refuses this session is listed as such;
+			// the others are still listed.
+			ids, err := s.children(path.Join("/consumers", name, "ids"))
+			var value string
+			if err == nil {
+				value, _, err = s.readSwitch(name)
+			}
+			if errors.Is(err, zk.ErrNoAuth) {
+				groups = append(groups, GroupSummary{Group: name, Error: "not readable: zookeeper refused this session (the group's ACL; see --zookeeper-digest-user)"})
+				continue
+			}
+			if err != nil {
+				return err
+			}
 			summary := GroupSummary{Group: name, Coordinator: CoordinatorZooKeeper, Instances: len(ids)}
 			if value == switchKafka {
 				summary.Coordinator = CoordinatorKafka

@@ -45,8 +45,8 @@ func runJSON(args []string, v any) error {
 }
 
 // TestDescribeKafkaCoordinatedIntegration: two CoordinatorKafka
-// instances (one static) consume a topic and ack all but the last
-// message of each partition. The command describes the group from Kafka,
+// instances (one static) share a topic's partitions, then consume its
+// messages and ack all but the last of each partition. The command describes the group from Kafka,
 // with --bootstrap-server alone and with --zookeeper (where the group has
 // no node): both members, their assignments covering every partition
 // once, the committed offsets and a lag of one per partition; --list
@@ -57,7 +57,6 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 	const partitions, messages = 4, 40
 	topic := createTopic(t, brokers, partitions)
 	group := "cli-kafka." + topic
-	produce(t, brokers, topic, messages)
 
 	join := func(instanceID string) kafkaconsumer.Consumer {
 		t.Helper()
@@ -78,6 +77,27 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 		return consumer
 	}
 	consumers := []kafkaconsumer.Consumer{join("cli-a"), join("")}
+	// --zookeeper= overrides $ZOOKEEPER_PEERS: Kafka alone.
+	bootstrap := []string{"--zookeeper=", "--bootstrap-server", strings.Join(brokers, ","), "--group", group}
+
+	// The messages are produced once both members share the partitions,
+	// so that none moves after it was handed out (the held-back ones
+	// would be handed out again by the next owner).
+	waitFor(t, 30*time.Second, "both members to share the topic's partitions", func() error {
+		var desc GroupDescription
+		if err := runJSON(bootstrap, &desc); err != nil {
+			return err
+		}
+		owned := 0
+		for _, instance := range desc.Instances {
+			owned += len(instance.Owned)
+		}
+		if desc.State != StateStable || len(desc.Instances) != 2 || owned != partitions {
+			return fmt.Errorf("state %s, %d members, %d partitions assigned", desc.State, len(desc.Instances), owned)
+		}
+		return nil
+	})
+	produce(t, brokers, topic, messages)
 
 	// Consume every message; hold back the last one of each partition.
 	type delivery struct {
@@ -126,7 +146,6 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 		<-done
 	}
 
-	bootstrap := []string{"--bootstrap-server", strings.Join(brokers, ","), "--group", group}
 	check := func(desc *GroupDescription) error {
 		if desc.Group != group || desc.Coordinator != CoordinatorKafka || desc.State != StateStable || desc.KafkaState != "Stable" || desc.CoordinatorBroker == "" {
 			return fmt.Errorf("group %s, coordinator %s at %q, state %s (Kafka's %s)", desc.Group, desc.Coordinator, desc.CoordinatorBroker, desc.State, desc.KafkaState)
@@ -197,16 +216,23 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 	if code := run(bootstrap, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status %d: %s", code, stderr.String())
 	}
-	table := stdout.String()
+	// Columns are aligned to the member IDs' width: compare with runs of
+	// spaces collapsed.
+	var collapsed []string
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		collapsed = append(collapsed, strings.Join(strings.Fields(line), " "))
+	}
+	table := strings.Join(collapsed, "\n")
 	for _, want := range []string{"Group " + group + ": Stable, 2 instances, 4 partitions, lag 4 (coordinator kafka at " + desc.CoordinatorBroker,
-		"INSTANCE  LIBRARY", "(static cli-a)", "kafkaconsumer  " + topic, "cli-test@"} {
+		"INSTANCE LIBRARY SUBSCRIPTION CLIENT PARTITIONS", "(static cli-a) kafkaconsumer " + topic + " cli-test@",
+		"TOPIC PARTITION OWNER COMMITTED LOG-END LAG", "TOTAL 36 40 4"} {
 		if !strings.Contains(table, want) {
-			t.Errorf("table lacks %q:\n%s", want, table)
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
 		}
 	}
 
 	// Listed, as Kafka's, from Kafka alone and with ZooKeeper.
-	for _, args := range [][]string{{"--bootstrap-server", strings.Join(brokers, ","), "--list"}, {"--zookeeper", zookeeper, "--list"}} {
+	for _, args := range [][]string{{"--zookeeper=", "--bootstrap-server", strings.Join(brokers, ","), "--list"}, {"--zookeeper", zookeeper, "--list"}} {
 		var groups []GroupSummary
 		if err := runJSON(args, &groups); err != nil {
 			t.Fatal(err)
@@ -232,7 +258,11 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 				return err
 			}
 			if desc.Coordinator != CoordinatorKafka || desc.State != StateEmpty || len(desc.Instances) != 0 || desc.TotalLag != 0 || desc.TotalCommitted != messages {
-				return fmt.Errorf("%s: coordinator %s, state %s, %d instances, lag %d, committed %d", args[0], desc.Coordinator, desc.State, len(desc.Instances), desc.TotalLag, desc.TotalCommitted)
+				var ps []string
+				for _, p := range desc.Partitions {
+					ps = append(ps, fmt.Sprintf("%d:%s/%s", p.Partition, formatOffset(p.Committed), formatOffset(p.LogEnd)))
+				}
+				return fmt.Errorf("%s: coordinator %s, state %s, %d instances, lag %d, committed %d (%s)", args[0], desc.Coordinator, desc.State, len(desc.Instances), desc.TotalLag, desc.TotalCommitted, strings.Join(ps, " "))
 			}
 		}
 		return nil
@@ -246,10 +276,10 @@ func TestDescribeUnknownGroupKafkaIntegration(t *testing.T) {
 	checkLeaks(t)
 	group := fmt.Sprintf("cli-test.no-such-group.%d", time.Now().UnixNano())
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--bootstrap-server", strings.Join(brokers, ","), "--group", group}, &stdout, &stderr); code != exitError {
+	if code := run([]string{"--zookeeper=", "--bootstrap-server", strings.Join(brokers, ","), "--group", group}, &stdout, &stderr); code != exitError {
 		t.Errorf("exit status %d, want %d: %s", code, exitError, stderr.String())
 	}
-	if want := fmt.Sprintf("unknown consumer group %q", group); !strings.Contains(stderr.String(), want) {
+	if want := fmt.Sprintf("unknown consumer group %q: Kafka's group coordinator does not know it", group); !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr lacks %q: %s", want, stderr.String())
 	}
 }

@@ -140,13 +140,21 @@ func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tCOORDINATOR\tINSTANCES")
 	for _, g := range groups {
-		coordinator := g.Coordinator
+		coordinator, instances := g.Coordinator, strconv.Itoa(g.Instances)
 		if coordinator == "" {
 			coordinator = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\n", g.Group, coordinator, g.Instances)
+		if g.Error != "" {
+			instances = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, coordinator, instances)
 	}
 	_ = tw.Flush()
+	for _, g := range groups {
+		if g.Error != "" {
+			fmt.Fprintf(ew, "note: %s: %s\n", g.Group, g.Error)
+		}
+	}
 	return ew.err
 }
 

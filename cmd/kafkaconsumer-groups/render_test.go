@@ -150,6 +150,14 @@ func TestRenderGroups(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}
 	buf.Reset()
+	refused := []GroupSummary{{Group: "acl", Error: "not readable"}}
+	if err := renderGroups(&buf, refused, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "GROUP  COORDINATOR  INSTANCES\nacl    -            -\nnote: acl: not readable\n"; buf.String() != want {
+		t.Errorf("a group not readable: got\n%s\nwant\n%s", buf.String(), want)
+	}
+	buf.Reset()
 	if err := renderGroups(&buf, groups, true); err != nil {
 		t.Fatal(err)
 	}
