@@ -214,9 +214,7 @@ func (k *kafkaSession) kafkaGroups(known map[string]bool) ([]GroupSummary, error
 // describeFromKafka describes a group with --bootstrap-server alone: no
 // ZooKeeper, so Kafka's group coordinator keeps it, or nobody does.
 func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) (*GroupDescription, error) {
-	brokers := slices.Sorted(slices.Values(access.bootstrap))
-	timeoutMsg := fmt.Sprintf("no answer from kafka %s within %s", strings.Join(brokers, ","), timeout)
-	k, err := openKafka(brokers, access, time.Now().Add(timeout), timeoutMsg)
+	k, err := openBootstrap(access, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -228,20 +226,26 @@ func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) 
 	if g.State == kafkaStateDead {
 		return nil, fmt.Errorf("%w %q: Kafka's group coordinator does not know it, and no zookeeper was given (--zookeeper) for a ZooKeeper-coordinated group", ErrUnknownGroup, group)
 	}
-	return k.describeKafkaGroup(&GroupDescription{Group: group, Brokers: brokers})
+	return k.describeKafkaGroup(&GroupDescription{Group: group, Brokers: k.brokers})
 }
 
 // listFromKafka lists the Kafka-coordinated groups with --bootstrap-server
 // alone.
 func listFromKafka(access kafkaAccess, timeout time.Duration) ([]GroupSummary, error) {
-	brokers := slices.Sorted(slices.Values(access.bootstrap))
-	timeoutMsg := fmt.Sprintf("no answer from kafka %s within %s", strings.Join(brokers, ","), timeout)
-	k, err := openKafka(brokers, access, time.Now().Add(timeout), timeoutMsg)
+	k, err := openBootstrap(access, timeout)
 	if err != nil {
 		return nil, err
 	}
 	defer k.close()
 	return k.kafkaGroups(nil)
+}
+
+// openBootstrap connects to the brokers of --bootstrap-server, giving up
+// after timeout.
+func openBootstrap(access kafkaAccess, timeout time.Duration) (*kafkaSession, error) {
+	brokers := slices.Sorted(slices.Values(access.bootstrap))
+	timeoutMsg := fmt.Sprintf("no answer from kafka %s within %s", strings.Join(brokers, ","), timeout)
+	return openKafka(brokers, access, time.Now().Add(timeout), timeoutMsg)
 }
 
 // sortPartitions sorts partitions by topic and partition.

@@ -182,3 +182,23 @@ func TestDescribeGroupTimeoutError(t *testing.T) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
 }
+
+// TestDescribeKafkaTimeoutError: with --bootstrap-server alone, a Kafka
+// that accepts connections and never answers makes the tool give up
+// after its timeout, for a description and for the list.
+func TestDescribeKafkaTimeoutError(t *testing.T) {
+	checkLeaks(t) // not parallel: goleak sees every goroutine
+	access := kafkaAccess{bootstrap: []string{blackHole(t)}}
+	began := time.Now()
+	_, err := describeGroup("", zookeeperAccess{}, "g", 300*time.Millisecond, access)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("describe: got %v, want an error wrapping ErrTimeout", err)
+	}
+	_, err = listGroups("", zookeeperAccess{}, 300*time.Millisecond, access)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("list: got %v, want an error wrapping ErrTimeout", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("took %s with a timeout of 300ms each", took)
+	}
+}
