@@ -30,7 +30,10 @@
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
 #   make cluster-down  stop it and remove .cluster/
 #   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
-#                      .soak/): see the target below
+#                      .soak/): see the target below. SOAK_COORDINATOR=kafka
+#                      runs its consumers with CoordinatorKafka (no
+#                      ZooKeeper), under the faults that apply to them
+#                      (docs/soak.md); default zookeeper
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
 #                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)
@@ -145,10 +148,14 @@ bench:
 # every few seconds for SOAK_DURATION, picked with SOAK_SEED (default: a new
 # seed, printed); then the independent checker (internal/soakcheck). The
 # report, timeline and events go to .soak/; it fails on any violation.
+# SOAK_COORDINATOR=kafka: the consumers are coordinated by Kafka's group
+# coordinator (Config.Coordinator CoordinatorKafka), and the faults on their
+# ZooKeeper connections, which they do not have, are left out.
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
+SOAK_COORDINATOR ?= zookeeper
 soak:
-	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) $(GO) run . -out ../.soak
+	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) $(GO) run . -out ../.soak
 
 demo:
 	@if [ -f examples/Makefile ]; then $(MAKE) -C examples demo; \

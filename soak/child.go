@@ -31,8 +31,9 @@ import (
 )
 
 // childEnv names the child's settings: instance name, ZooKeeper connection
-// string, event file, seed, and the routes to the brokers
-// ("broker=proxy,..."), separated by spaces.
+// string, event file, seed, the routes to the brokers ("broker=proxy,..."),
+// and the coordinator (coordinatorZookeeper or coordinatorKafka), separated
+// by spaces.
 const childEnv = "KAFKACONSUMER_SOAK_CHILD"
 
 // The signals that stall a child and resume it (the nemesis's stall).
@@ -72,9 +73,9 @@ func childMain(settings string) int {
 	stall, resume := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(stall, stallSignal)
 	signal.Notify(resume, resumeSignal)
-	var inst, zookeeper, path, routes string
+	var inst, zookeeper, path, routes, coordinator string
 	var seed int64
-	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed, &routes); err != nil {
+	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed, &routes, &coordinator); err != nil {
 		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
 		return 2
 	}
@@ -104,6 +105,18 @@ func childMain(settings string) int {
 	config.MaxProcessingTime = maxProcessingTime
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.DiscoveryInterval = time.Second
+	if coordinator == coordinatorKafka {
+		// Kafka's group coordinator keeps the group; no ZooKeeper. The
+		// brokers are dialed through this instance's proxies (the
+		// dialer), the client ID names the instance for the driver's
+		// check (stableKafka), and the group's session is the soak's.
+		config.Coordinator = kafkaconsumer.CoordinatorKafka
+		config.Brokers = dialer.brokers
+		config.ClientID = childClientID(inst, os.Getpid())
+		config.Consumer.Group.Session.Timeout = sessionTimeout
+		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		zookeeper = ""
+	}
 	// The partitions held: from the first of OnRebalance's assignment and
 	// Stats' claim (a partition may hand out before OnRebalance reports it,
 	// which comes after the stops of the same rebalance), to the
@@ -219,8 +232,9 @@ func childMain(settings string) int {
 // dials through it). An address without a route fails, so that a broker
 // reached around the proxies shows.
 type brokerDialer struct {
-	dialer net.Dialer
-	routes map[string]string // broker address -> proxy address
+	dialer  net.Dialer
+	routes  map[string]string // broker address -> proxy address
+	brokers []string          // the brokers' addresses, in the order of the routes
 }
 
 // newBrokerDialer reads the routes "broker=proxy,..."; its dials time out
@@ -233,6 +247,7 @@ func newBrokerDialer(routes string, timeout time.Duration) (*brokerDialer, error
 			return nil, fmt.Errorf("bad route %q", route)
 		}
 		d.routes[broker] = proxy
+		d.brokers = append(d.brokers, broker)
 	}
 	return d, nil
 }
@@ -245,6 +260,13 @@ func (d *brokerDialer) Dial(network, addr string) (net.Conn, error) {
 	}
 	return d.dialer.Dial(network, proxy)
 }
+
+// childClientID is the sarama client ID of the process pid of the
+// instance named inst: with CoordinatorKafka, Kafka's group shows it as
+// its member's client ID. The pid tells a restarted instance's member
+// from the member of its killed process, which stays in the group until
+// its session expires.
+func childClientID(inst string, pid int) string { return fmt.Sprintf("soak-%s-%d", inst, pid) }
 
 // idPath is where an instance whose event log is at path writes its ID.
 func idPath(path string) string { return strings.TrimSuffix(path, ".log.jsonl") + ".id" }

@@ -6,6 +6,11 @@
 // checker (internal/soakcheck) reads what the processes wrote down and
 // what Kafka holds, and the run writes its report to .soak/: report.md,
 // timeline.png and the events (events.jsonl). It exits 1 on any violation.
+//
+// SOAK_COORDINATOR=kafka (-coordinator kafka) runs the consumers with
+// Config.Coordinator CoordinatorKafka: Kafka's group coordinator keeps the
+// group, the instances have no ZooKeeper connection, and the faults on
+// that connection are left out (see faults).
 package main
 
 import (
@@ -15,6 +20,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+)
+
+// The values of -coordinator (SOAK_COORDINATOR).
+const (
+	coordinatorZookeeper = "zookeeper"
+	coordinatorKafka     = "kafka"
 )
 
 const (
@@ -35,7 +46,12 @@ func main() {
 	out := flag.String("out", ".soak", "where the report goes")
 	instances := flag.Int("instances", 5, "consumer instances (processes)")
 	rate := flag.Int("rate", 200, "messages produced per second")
+	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper or kafka (SOAK_COORDINATOR)")
 	flag.Parse()
+	if *coordinator != coordinatorZookeeper && *coordinator != coordinatorKafka {
+		fmt.Fprintf(os.Stderr, "soak: -coordinator (SOAK_COORDINATOR) must be %s or %s, got %q\n", coordinatorZookeeper, coordinatorKafka, *coordinator)
+		os.Exit(2)
+	}
 	dir, err := filepath.Abs(*out)
 	if err == nil {
 		err = os.MkdirAll(dir, 0o755)
@@ -44,9 +60,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
 	}
-	fmt.Printf("soak: seed %d (SOAK_SEED=%d replays it), %s of faults, %d instances, %d msg/s; report in %s\n",
-		*seed, *seed, *duration, *instances, *rate, dir)
-	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate})
+	fmt.Printf("soak: seed %d (SOAK_SEED=%d replays it), %s of faults, %d instances coordinated by %s, %d msg/s; report in %s\n",
+		*seed, *seed, *duration, *instances, *coordinator, *rate, dir)
+	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
@@ -71,6 +87,14 @@ func envDuration(name string, def time.Duration) time.Duration {
 	fmt.Fprintf(os.Stderr, "soak: %s=%q is not a duration\n", name, v)
 	os.Exit(2)
 	return 0
+}
+
+// envString reads a string from the environment, def when unset or empty.
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func envInt(name string, def int64) int64 {

@@ -199,6 +199,96 @@ var faults = []fault{
 	}},
 }
 
+// zookeeperOnly are the kinds of fault left out with CoordinatorKafka:
+// they hit an instance's own ZooKeeper connection, which an instance of
+// CoordinatorKafka does not have, or (the follower cut) what only that
+// connection sees. The faults on the ensemble itself stay: the brokers
+// (ZooKeeper mode) keep their controller and metadata there.
+var zookeeperOnly = map[string]bool{
+	"ZooKeeper follower cut off from the quorum, healed": true,
+	"instance cut off from ZooKeeper (held), healed":     true,
+	"instance cut off from ZooKeeper (reset), healed":    true,
+	"ZooKeeper slow for an instance (latency), healed":   true,
+}
+
+// kafkaFaults are the kinds of fault of CoordinatorKafka alone, on the
+// group's coordinator: the broker that Kafka names the group's
+// coordinator, killed or frozen, and one instance cut off from it (its
+// heartbeats unanswered past the session, while the other brokers
+// answer its fetches), which must fence before the coordinator gives its
+// partitions away.
+var kafkaFaults = []fault{
+	{"instance cut off from the group coordinator (held), healed", func(so *soak) (string, func() error, error) {
+		in := so.pickInstance()
+		i, err := so.coordinatorBroker()
+		if err != nil {
+			return in.name, nil, err
+		}
+		return fmt.Sprintf("%s from broker %d", in.name, i), so.degrade(in.brokers[i:i+1], (*testcluster.Proxy).Hold, sessionTimeout+3*time.Second), nil
+	}},
+	{"group coordinator's broker killed, restarted", func(so *soak) (string, func() error, error) {
+		i, err := so.coordinatorBroker()
+		if err != nil {
+			return "", nil, err
+		}
+		if err := so.cluster.KillBroker(i); err != nil {
+			return "", nil, err
+		}
+		so.hold(5 * time.Second)
+		return fmt.Sprintf("broker %d", i), func() error { return so.cluster.StartBroker(i) }, nil
+	}},
+	{"group coordinator's broker frozen (SIGSTOP), resumed", func(so *soak) (string, func() error, error) {
+		i, err := so.coordinatorBroker()
+		if err != nil {
+			return "", nil, err
+		}
+		pid := so.cluster.BrokerPID(i)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return "", nil, err
+		}
+		so.hold(5 * time.Second)
+		return fmt.Sprintf("broker %d", i), func() error { return syscall.Kill(pid, syscall.SIGCONT) }, nil
+	}},
+}
+
+// faultsFor returns the kinds of fault of a run whose group coordinator
+// is coordinator: every kind of faults with ZooKeeper; with Kafka, those
+// that are not zookeeperOnly, then kafkaFaults.
+func faultsFor(coordinator string) []fault {
+	if coordinator != coordinatorKafka {
+		return faults
+	}
+	var kinds []fault
+	left := 0
+	for _, f := range faults {
+		if zookeeperOnly[f.kind] {
+			left++
+			continue
+		}
+		kinds = append(kinds, f)
+	}
+	if left != len(zookeeperOnly) {
+		panic("soak: zookeeperOnly names a kind of fault that faults does not have")
+	}
+	return append(kinds, kafkaFaults...)
+}
+
+// coordinatorBroker returns the index of the broker that Kafka names the
+// group's coordinator now.
+func (so *soak) coordinatorBroker() (int, error) {
+	if err := so.client.RefreshCoordinator(groupName); err != nil {
+		return 0, fmt.Errorf("find the group coordinator: %w", err)
+	}
+	b, err := so.client.Coordinator(groupName)
+	if err != nil {
+		return 0, fmt.Errorf("find the group coordinator: %w", err)
+	}
+	if i := slices.Index(so.cluster.KafkaPeers(), b.Addr()); i >= 0 {
+		return i, nil
+	}
+	return 0, fmt.Errorf("the group coordinator %s is none of the brokers %v", b.Addr(), so.cluster.KafkaPeers())
+}
+
 // degrade sets proxies to a mode (a cut, a reset, a delay) for d, and
 // returns the heal, which lets them pass again.
 func (so *soak) degrade(proxies []*testcluster.Proxy, mode func(*testcluster.Proxy), d time.Duration) func() error {
@@ -280,9 +370,9 @@ func (so *soak) nemesis(end time.Time) {
 	var deck []int
 	for time.Now().Before(end) {
 		if len(deck) == 0 {
-			deck = so.rng.Perm(len(faults))
+			deck = so.rng.Perm(len(so.kinds))
 		}
-		f := faults[deck[0]]
+		f := so.kinds[deck[0]]
 		deck = deck[1:]
 		so.log.write(soakcheck.Fault, "", 0, 0, f.kind)
 		what, heal, err := f.inject(so)

@@ -31,7 +31,7 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", so.s.seed, n, r.Produced, r.Lost, r.Duplicates,
 		r.DoubleOwned, r.MovedBack, r.PastUnacked, r.PollSkips, r.NotHeld, slowest.Round(100*time.Millisecond))
 	fmt.Fprintf(&b, "\n| fault | injected | slowest recovery (heal to stable) |\n|---|---|---|\n")
-	for _, f := range faults {
+	for _, f := range so.kinds {
 		fmt.Fprintf(&b, "| %s | %d | %s |\n", f.kind, so.faults[f.kind], so.recoveries[f.kind].Round(100*time.Millisecond))
 	}
 	if len(r.DuplicatesByCause) > 0 {
@@ -66,8 +66,11 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 // writeReport writes report.md and timeline.png.
 func (so *soak) writeReport(events []soakcheck.Event, r *soakcheck.Report, caughtUp bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Soak report\n\n`SOAK_SEED=%d SOAK_DURATION=%s make soak`: %d consumer instances, %d msg/s, 3 ZooKeeper nodes, 3 brokers (replication 3), session timeout %s.\n",
-		so.s.seed, so.s.duration, so.s.instances, so.s.rate, sessionTimeout)
+	fmt.Fprintf(&b, "# Soak report\n\n`SOAK_SEED=%d SOAK_DURATION=%s SOAK_COORDINATOR=%s make soak`: %d consumer instances, %d msg/s, 3 ZooKeeper nodes, 3 brokers (replication 3), session timeout %s.\n",
+		so.s.seed, so.s.duration, so.s.coordinator, so.s.instances, so.s.rate, sessionTimeout)
+	if so.s.kafkaCoordinated() {
+		b.WriteString("\nThe group is coordinated by Kafka's group coordinator (Config.Coordinator CoordinatorKafka); the instances have no ZooKeeper connection.\n")
+	}
 	b.WriteString(so.summary(r, caughtUp))
 	b.WriteString("\n![timeline](timeline.png)\n\nThe timeline: one row per partition, colored by the instance that handed it out (a bar from its first to its last delivery of each hold); faults as red lines, heals as green.\n")
 	if err := os.WriteFile(filepath.Join(so.s.dir, "report.md"), []byte(b.String()), 0o644); err != nil {

@@ -26,7 +26,14 @@ type settings struct {
 	dir       string
 	instances int
 	rate      int
+	// coordinator is coordinatorZookeeper or coordinatorKafka: who
+	// coordinates the consumers' group.
+	coordinator string
 }
+
+// kafkaCoordinated tells whether the run's consumers are coordinated by
+// Kafka's group coordinator (CoordinatorKafka).
+func (s settings) kafkaCoordinated() bool { return s.coordinator == coordinatorKafka }
 
 // soak is one run.
 type soak struct {
@@ -34,13 +41,15 @@ type soak struct {
 	rng     *rand.Rand
 	cluster *testcluster.Cluster
 	client  sarama.Client
-	zk      *zk.Conn // direct, for the owners
+	admin   sarama.ClusterAdmin // on client, for Kafka's view of the group
+	zk      *zk.Conn            // direct, for the owners
 	log     *eventLog
 	insts   []*instance
 
 	mu     sync.Mutex // guards topics
 	topics []string
 
+	kinds      []fault                  // the faults of this run's coordinator (faultsFor)
 	faults     map[string]int           // injected, by kind
 	recoveries map[string]time.Duration // slowest time to stable, by kind
 	unstable   []string                 // faults after which the group was not stable in time
@@ -69,7 +78,7 @@ func logf(format string, args ...any) {
 }
 
 func run(s settings) (bool, error) {
-	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), faults: make(map[string]int), recoveries: make(map[string]time.Duration)}
+	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s.coordinator), faults: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
 	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
@@ -94,6 +103,9 @@ func run(s settings) (bool, error) {
 		return false, err
 	}
 	defer so.client.Close()
+	if so.admin, err = sarama.NewClusterAdminFromClient(so.client); err != nil {
+		return false, err
+	}
 	if so.zk, _, err = zk.Connect(strings.Split(cluster.ZookeeperPeers(), ","), 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{})); err != nil {
 		return false, err
 	}
@@ -199,7 +211,7 @@ func (so *soak) start(in *instance) error {
 	}
 	_ = os.Remove(idPath(in.path)) // the new process writes its own
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ",")))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ","), so.s.coordinator))
 	stderr, err := os.OpenFile(filepath.Join(so.s.dir, in.name+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -342,8 +354,8 @@ func (so *soak) sample(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 // waitStable waits until every partition of the soak topics is owned by a
-// registered instance, every live instance is registered, and it returns
-// how long that took.
+// registered instance, every live instance is registered (with
+// CoordinatorKafka: stableKafka), and it returns how long that took.
 func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < timeout {
@@ -356,6 +368,9 @@ func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
 }
 
 func (so *soak) stable() bool {
+	if so.s.kafkaCoordinated() {
+		return so.stableKafka()
+	}
 	ids, _, err := so.zk.Children("/consumers/" + groupName + "/ids")
 	if err != nil {
 		return false
@@ -384,6 +399,60 @@ func (so *soak) stable() bool {
 		for _, p := range ps {
 			owner, _, err := so.zk.Get(fmt.Sprintf("/consumers/%s/owners/%s/%d", groupName, t, p))
 			if err != nil || !registered[string(owner)] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// stableKafka is stable for a group that Kafka's group coordinator keeps:
+// the group is Stable, its members are the running processes, one each
+// (a member's client ID names its instance and process, childClientID; a
+// killed or frozen one's member goes when its session expires), and the
+// generation's assignment gives every partition of the soak topics to
+// exactly one member.
+func (so *soak) stableKafka() bool {
+	groups, err := so.admin.DescribeConsumerGroups([]string{groupName})
+	if err != nil || len(groups) != 1 || groups[0].Err != sarama.ErrNoError || groups[0].State != "Stable" {
+		return false
+	}
+	members := make(map[string]int)
+	assigned := make(map[string]map[int32]int)
+	for _, m := range groups[0].Members {
+		members[m.ClientId]++
+		a, err := m.GetMemberAssignment()
+		if err != nil {
+			return false
+		}
+		if a == nil {
+			continue
+		}
+		for t, ps := range a.Topics {
+			if assigned[t] == nil {
+				assigned[t] = make(map[int32]int)
+			}
+			for _, p := range ps {
+				assigned[t][p]++
+			}
+		}
+	}
+	live := 0
+	for _, in := range so.insts {
+		if !in.alive() || in.stopped {
+			continue
+		}
+		if members[childClientID(in.name, in.cmd.Process.Pid)] != 1 {
+			return false
+		}
+		live++
+	}
+	if len(groups[0].Members) != live {
+		return false
+	}
+	for t, ps := range so.partitions() {
+		for _, p := range ps {
+			if assigned[t][p] != 1 {
 				return false
 			}
 		}

@@ -38,7 +38,24 @@ var (
 const (
 	LibraryKafkaconsumer = "kafkaconsumer"
 	LibraryOriginal      = "original"
+	// LibraryOther is a member of a Kafka-coordinated group that is not
+	// of this library: another client's consumer under the group's name.
+	LibraryOther = "other"
 )
+
+// Who coordinates a group. See GroupDescription.Coordinator.
+const (
+	// CoordinatorZooKeeper: the instances register and claim partitions
+	// in ZooKeeper (the library's CoordinatorZooKeeper).
+	CoordinatorZooKeeper = switchZookeeper
+	// CoordinatorKafka: Kafka's group coordinator keeps the group (the
+	// library's CoordinatorKafka, or a group migrated to it).
+	CoordinatorKafka = switchKafka
+)
+
+// kafkaAssignor is the name of the library's assignor, the one protocol
+// of its Kafka-coordinated groups (the library's kafkaProtocol).
+const kafkaAssignor = "kafkaconsumer"
 
 // registrationClient is the "client" field of this library's registrations.
 const registrationClient = "github.com/kafkaconsumer/kafkaconsumer"
@@ -58,7 +75,21 @@ const (
 // offsets, log-end offsets and lag of every partition the group consumes
 // or has committed offsets for.
 type GroupDescription struct {
-	Group     string `json:"group"`
+	Group string `json:"group"`
+	// Coordinator is CoordinatorZooKeeper or CoordinatorKafka: who
+	// coordinates the group, and so where its instances and owners were
+	// read.
+	Coordinator string `json:"coordinator"`
+	// CoordinatorBroker is the address of the broker that is the group's
+	// coordinator, when Coordinator is CoordinatorKafka.
+	CoordinatorBroker string `json:"coordinator_broker,omitempty"`
+	// KafkaState is the state of the group as Kafka's group coordinator
+	// says it (Empty, PreparingRebalance, CompletingRebalance, Stable,
+	// Dead), when Coordinator is CoordinatorKafka.
+	KafkaState string `json:"kafka_state,omitempty"`
+	// Zookeeper is the ZooKeeper connection string; "" when none was
+	// given (a Kafka-coordinated group described with --bootstrap-server
+	// alone).
 	Zookeeper string `json:"zookeeper"`
 	// Brokers are the addresses (host:port) of the Kafka brokers
 	// registered in ZooKeeper, on the listener the tool used, sorted; the
@@ -67,9 +98,14 @@ type GroupDescription struct {
 	// State is StateEmpty when no instance is registered; StateStable when
 	// every partition of the subscribed topics is claimed by a registered
 	// instance; StateRebalancing otherwise (partitions are unclaimed, or
-	// claimed by an instance that is no longer registered).
+	// claimed by an instance that is no longer registered). For a
+	// Kafka-coordinated group: StateEmpty when it has no member,
+	// StateRebalancing while Kafka rebalances it or a partition of the
+	// subscribed topics is in no member's assignment (the step between
+	// two generations of a cooperative rebalance), StateStable otherwise.
 	State string `json:"state"`
-	// Instances are the registered instances, sorted by ID.
+	// Instances are the registered instances, sorted by ID; for a
+	// Kafka-coordinated group, the members of Kafka's group.
 	Instances []Instance `json:"instances"`
 	// Departed are the static members (Config.InstanceID) that are not
 	// registered and whose RestartGrace is not over, sorted by ID: the
@@ -87,26 +123,44 @@ type GroupDescription struct {
 // Instance is one registered instance of a group.
 type Instance struct {
 	// ID is the instance's ID, the name of its node under
-	// /consumers/<group>/ids.
+	// /consumers/<group>/ids; for a Kafka-coordinated group, the member
+	// ID that Kafka's group coordinator gave it.
 	ID string `json:"id"`
+	// InstanceID is a static member's group instance ID
+	// (Config.InstanceID) in a Kafka-coordinated group.
+	InstanceID string `json:"instance_id,omitempty"`
+	// ClientID and ClientHost are the member's client ID and host, as
+	// Kafka's group coordinator saw them (Kafka-coordinated groups).
+	ClientID   string `json:"client_id,omitempty"`
+	ClientHost string `json:"client_host,omitempty"`
+	// Topics are the topics a member of a Kafka-coordinated group
+	// subscribes to, from its member metadata, sorted.
+	Topics []string `json:"topics,omitempty"`
 	// Pattern is the kind of subscription: static, white_list or black_list.
 	Pattern string `json:"pattern,omitempty"`
 	// Subscription maps topics (static) or regular expressions (white and
 	// black lists) to a stream count.
 	Subscription map[string]int `json:"subscription,omitempty"`
 	// Library is LibraryKafkaconsumer for an instance of this library (its
-	// registration has the "client" field that marks it), else
-	// LibraryOriginal: one of the original wvanbergen/kafka library, as in
-	// a group that is being upgraded (or of another client that writes the
-	// same layout); empty when the registration is unreadable.
+	// registration, or its member metadata's user data, has the "client"
+	// field that marks it), else LibraryOriginal: one of the original
+	// wvanbergen/kafka library, as in a group that is being upgraded (or
+	// of another client that writes the same layout), or, in a
+	// Kafka-coordinated group, LibraryOther; empty when the registration
+	// is unreadable.
 	Library string `json:"library"`
+	// Migration is the version of the coordinator switch the instance
+	// follows ("migration" in its registration or user data; 0: it does
+	// not follow it, see kafkaconsumer-groups migrate).
+	Migration int `json:"migration,omitempty"`
 	// Registered is when the instance registered, from its timestamp.
 	Registered *time.Time `json:"registered,omitempty"`
 	// Static is true for an instance registered under a stable
 	// Config.InstanceID (it has a static record), whose ID is the same
 	// after a restart.
 	Static bool `json:"static,omitempty"`
-	// Owned are the partitions the instance has claimed, sorted.
+	// Owned are the partitions the instance has claimed (a member of a
+	// Kafka-coordinated group: those of its assignment), sorted.
 	Owned []TopicPartition `json:"owned"`
 	// Error says why the registration could not be read, if it could not.
 	Error string `json:"error,omitempty"`
@@ -139,7 +193,8 @@ type TopicPartition struct {
 type Partition struct {
 	TopicPartition
 	// Owner is the ID of the instance that claimed the partition in
-	// ZooKeeper, or "" when nobody has.
+	// ZooKeeper (a Kafka-coordinated group: the member whose assignment
+	// holds it), or "" when nobody has.
 	Owner string `json:"owner,omitempty"`
 	// OwnerRegistered is false when Owner is set but no longer registered:
 	// it is shutting down or its ZooKeeper session is expiring.
@@ -165,8 +220,15 @@ type Partition struct {
 // GroupSummary is one line of the group list.
 type GroupSummary struct {
 	Group string `json:"group"`
-	// Instances is the number of registered instances.
+	// Coordinator is CoordinatorZooKeeper or CoordinatorKafka.
+	Coordinator string `json:"coordinator"`
+	// Instances is the number of registered instances, or of members of
+	// a Kafka-coordinated group.
 	Instances int `json:"instances"`
+	// Error says why the group's nodes could not be read (their ACL
+	// refused the tool's session), if they could not; Instances is 0
+	// then.
+	Error string `json:"error,omitempty"`
 }
 
 // describeGroup reads the group's state from ZooKeeper (instances,
@@ -175,9 +237,21 @@ type GroupSummary struct {
 // connection string such as "zk1:2181,zk2:2181/chroot". It gives up after
 // timeout, whether ZooKeeper or Kafka does not answer, with an error
 // wrapping ErrTimeout.
+//
+// A group that Kafka's group coordinator keeps is read from Kafka
+// (kafkagroup.go): when its coordinator switch says kafka, when it has no
+// instance registered in ZooKeeper and Kafka's group coordinator knows it
+// (coordinatesGroup), or when zookeeper is "" (then access.bootstrap
+// names the brokers).
 func describeGroup(zookeeper string, zkAccess zookeeperAccess, group string, timeout time.Duration, access kafkaAccess) (*GroupDescription, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("invalid group name %q", group)
+	}
+	if zookeeper == "" {
+		if len(access.bootstrap) == 0 {
+			return nil, errors.New("no zookeeper and no kafka given: give --zookeeper, or --bootstrap-server for a group that Kafka coordinates")
+		}
+		return describeFromKafka(group, access, timeout)
 	}
 	var desc *GroupDescription
 	err := withZookeeper(zookeeper, zkAccess, timeout, func(s *zkSession) error {
@@ -189,9 +263,21 @@ func describeGroup(zookeeper string, zkAccess zookeeperAccess, group string, tim
 }
 
 // listGroups returns the consumer groups registered in ZooKeeper, sorted
-// by name, with their number of registered instances. It gives up after
-// timeout with an error wrapping ErrTimeout.
-func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duration) ([]GroupSummary, error) {
+// by name, with their number of registered instances, or of members in
+// Kafka for a group whose coordinator switch says kafka; and the groups
+// that Kafka's group coordinator keeps for the library (kafkaGroups).
+// Kafka is reached as access says: with zookeeper "" it alone is read
+// (access.bootstrap). A Kafka that cannot be reached is an error only
+// when a group's switch says kafka or --bootstrap-server was given; else
+// the list is ZooKeeper's. It gives up after timeout with an error
+// wrapping ErrTimeout.
+func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duration, access kafkaAccess) ([]GroupSummary, error) {
+	if zookeeper == "" {
+		if len(access.bootstrap) == 0 {
+			return nil, errors.New("no zookeeper and no kafka given: give --zookeeper, or --bootstrap-server")
+		}
+		return listFromKafka(access, timeout)
+	}
 	var groups []GroupSummary
 	err := withZookeeper(zookeeper, zkAccess, timeout, func(s *zkSession) error {
 		names, err := s.children("/consumers")
@@ -200,16 +286,71 @@ func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duratio
 		}
 		sort.Strings(names)
 		groups = make([]GroupSummary, 0, len(names))
+		known := make(map[string]bool, len(names))
+		var switched []int // indexes in groups
 		for _, name := range names {
+			known[name] = true
+			// A group whose ACL refuses this session is listed as such;
+			// the others are still listed.
 			ids, err := s.children(path.Join("/consumers", name, "ids"))
+			var value string
+			if err == nil {
+				value, _, err = s.readSwitch(name)
+			}
+			if errors.Is(err, zk.ErrNoAuth) {
+				groups = append(groups, GroupSummary{Group: name, Error: "not readable: zookeeper refused this session (the group's ACL; see --zookeeper-digest-user)"})
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			groups = append(groups, GroupSummary{Group: name, Instances: len(ids)})
+			summary := GroupSummary{Group: name, Coordinator: CoordinatorZooKeeper, Instances: len(ids)}
+			if value == switchKafka {
+				summary.Coordinator = CoordinatorKafka
+				switched = append(switched, len(groups))
+			}
+			groups = append(groups, summary)
 		}
+		needed := len(switched) > 0 || len(access.bootstrap) > 0
+		k, err := s.openKafka(access)
+		if err != nil {
+			if needed {
+				return err
+			}
+			return nil // ZooKeeper's groups alone
+		}
+		defer k.close()
+		for _, i := range switched {
+			g, err := k.group(groups[i].Group)
+			if err != nil {
+				return err
+			}
+			groups[i].Instances = len(g.Members)
+		}
+		extra, err := k.kafkaGroups(known)
+		if err != nil {
+			if needed {
+				return err
+			}
+			return nil
+		}
+		groups = append(groups, extra...)
+		sort.Slice(groups, func(i, j int) bool { return groups[i].Group < groups[j].Group })
 		return nil
 	})
 	return groups, err
+}
+
+// openKafka connects to the brokers that s.brokers finds.
+func (s *zkSession) openKafka(access kafkaAccess) (*kafkaSession, error) {
+	brokers, err := s.brokers(access)
+	if err != nil {
+		return nil, err
+	}
+	if len(brokers) == 0 {
+		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids (for a KRaft cluster, give --bootstrap-server)", s.zookeeper, s.chroot)
+	}
+	return openKafka(brokers, access, s.deadline, s.timeoutMsg)
 }
 
 // zkSession is a ZooKeeper session with a deadline: at the deadline the
@@ -384,12 +525,33 @@ func (s *zkSession) get(node string) ([]byte, bool, error) {
 // describe does the work of describeGroup.
 func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescription, error) {
 	groupNode := path.Join("/consumers", group)
-	if _, exists, err := s.get(groupNode); err != nil {
+	_, exists, err := s.get(groupNode)
+	if err != nil {
 		return nil, err
-	} else if !exists {
-		return nil, fmt.Errorf("%w %q: zookeeper %s has no node %s%s (see --list)", ErrUnknownGroup, group, s.zookeeper, s.chroot, groupNode)
 	}
-	desc := &GroupDescription{Group: group, Zookeeper: s.zookeeper, Instances: []Instance{}, Partitions: []Partition{}}
+	// Who coordinates the group: the switch, else Kafka when it knows a
+	// group that has nobody registered in ZooKeeper.
+	kafkaCoordinated := false
+	var registrations []string
+	if exists {
+		value, _, err := s.readSwitch(group)
+		if err != nil {
+			return nil, err
+		}
+		kafkaCoordinated = value == switchKafka
+		if registrations, err = s.children(path.Join(groupNode, "ids")); err != nil {
+			return nil, err
+		}
+	}
+	if kafkaCoordinated || len(registrations) == 0 {
+		if desc, err := s.describeInKafka(group, access, kafkaCoordinated); desc != nil || err != nil {
+			return desc, err
+		}
+	}
+	if !exists {
+		return nil, fmt.Errorf("%w %q: zookeeper %s has no node %s%s, nor does Kafka's group coordinator know it (see --list)", ErrUnknownGroup, group, s.zookeeper, s.chroot, groupNode)
+	}
+	desc := &GroupDescription{Group: group, Coordinator: CoordinatorZooKeeper, Zookeeper: s.zookeeper, Instances: []Instance{}, Partitions: []Partition{}}
 
 	// Instances and their subscriptions.
 	ids, err := s.children(path.Join(groupNode, "ids"))
@@ -474,7 +636,12 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 		return nil, fmt.Errorf("zookeeper %s lists no kafka brokers under %s/brokers/ids (for a KRaft cluster, give --bootstrap-server)", s.zookeeper, s.chroot)
 	}
 
-	offsets, err := s.kafkaOffsets(group, desc.Brokers, access, desc.Instances, owners)
+	kafka, err := openKafka(desc.Brokers, access, s.deadline, s.timeoutMsg)
+	if err != nil {
+		return nil, err
+	}
+	defer kafka.close()
+	offsets, err := kafka.offsets(group, desc.Instances, owners)
 	if err != nil {
 		return nil, err
 	}
@@ -491,19 +658,34 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 				desc.Instances[idx].Owned = append(desc.Instances[idx].Owned, p.TopicPartition)
 			}
 		}
-		if p.Committed != nil {
-			desc.TotalCommitted += *p.Committed
-		}
-		if p.LogEnd != nil {
-			desc.TotalLogEnd += *p.LogEnd
-		}
-		if p.Lag != nil {
-			desc.TotalLag += *p.Lag
-		}
 	}
-
+	desc.addTotals()
 	desc.State = groupState(desc, offsets.subscribed)
 	return desc, nil
+}
+
+// describeInKafka describes the group from Kafka's group coordinator
+// when switched (its coordinator switch says kafka) or when Kafka's group
+// coordinator keeps it (coordinatesGroup); else it returns nil and no
+// error. Kafka is asked only when it can be found: a group that is not
+// switched and whose brokers ZooKeeper does not list is left to the
+// ZooKeeper description.
+func (s *zkSession) describeInKafka(group string, access kafkaAccess, switched bool) (*GroupDescription, error) {
+	k, err := s.openKafka(access)
+	if err != nil {
+		if switched {
+			return nil, err
+		}
+		return nil, nil
+	}
+	defer k.close()
+	if !switched {
+		g, err := k.group(group)
+		if err != nil || !coordinatesGroup(g) {
+			return nil, nil // the ZooKeeper description reports Kafka's errors
+		}
+	}
+	return k.describeKafkaGroup(&GroupDescription{Group: group, Zookeeper: s.zookeeper, Brokers: k.brokers})
 }
 
 // groupState tells whether the group is empty, stable or rebalancing, from
@@ -554,6 +736,7 @@ type registrationJSON struct {
 	Subscription map[string]int `json:"subscription"`
 	Timestamp    json.Number    `json:"timestamp"`
 	Client       string         `json:"client"`
+	Migration    int            `json:"migration"`
 }
 
 func parseRegistration(id string, data []byte) Instance {
@@ -566,7 +749,7 @@ func parseRegistration(id string, data []byte) Instance {
 	instance.Pattern, instance.Subscription = reg.Pattern, reg.Subscription
 	instance.Library = LibraryOriginal
 	if reg.Client == registrationClient {
-		instance.Library = LibraryKafkaconsumer
+		instance.Library, instance.Migration = LibraryKafkaconsumer, reg.Migration
 	}
 	if ms, err := reg.Timestamp.Int64(); err == nil && ms > 0 {
 		t := time.UnixMilli(ms).UTC()
@@ -606,14 +789,23 @@ type kafkaResult struct {
 	subscribed map[TopicPartition]bool
 }
 
-// kafkaOffsets reads the group's committed offsets and the log-end
-// offsets from Kafka, for the partitions of every topic that an instance
-// subscribes to, that has an owner, or for which the group committed an
-// offset.
-func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAccess, instances []Instance, owners map[TopicPartition]string) (*kafkaResult, error) {
-	remaining := time.Until(s.deadline)
+// kafkaSession is the tool's client of Kafka for one description, with
+// its deadline.
+type kafkaSession struct {
+	client     sarama.Client
+	admin      sarama.ClusterAdmin // on client; closing it closes client
+	brokers    []string
+	deadline   time.Time
+	timeoutMsg string
+}
+
+// openKafka connects to brokers as access says, and gives up at the
+// deadline; timeoutMsg says what did not answer in time.
+func openKafka(brokers []string, access kafkaAccess, deadline time.Time, timeoutMsg string) (*kafkaSession, error) {
+	k := &kafkaSession{brokers: brokers, deadline: deadline, timeoutMsg: timeoutMsg}
+	remaining := time.Until(deadline)
 	if remaining <= 0 {
-		return nil, fmt.Errorf("%w: %s", ErrTimeout, s.timeoutMsg)
+		return nil, fmt.Errorf("%w: %s", ErrTimeout, timeoutMsg)
 	}
 	config := sarama.NewConfig()
 	config.ClientID = "kafkaconsumer-groups"
@@ -626,24 +818,35 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 	config.Admin.Retry.Max = 1
 	config.Admin.Timeout = remaining
 	access.configure(config)
-	kafkaErr := func(what string, err error) error {
-		if time.Now().After(s.deadline) {
-			return fmt.Errorf("%w: %s: %s (last error: %w)", ErrTimeout, what, s.timeoutMsg, err)
-		}
-		return fmt.Errorf("kafka %s: %s: %w", strings.Join(brokers, ","), what, err)
-	}
-
 	client, err := sarama.NewClient(brokers, config)
 	if err != nil {
-		return nil, kafkaErr("connect", err)
+		return nil, k.err("connect", err)
 	}
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
+	if k.admin, err = sarama.NewClusterAdminFromClient(client); err != nil {
 		_ = client.Close()
-		return nil, kafkaErr("connect", err)
+		return nil, k.err("connect", err)
 	}
-	defer admin.Close() // closes the client too
+	k.client = client
+	return k, nil
+}
 
+// close closes the admin and the client.
+func (k *kafkaSession) close() { _ = k.admin.Close() }
+
+// err wraps an error of a request: in ErrTimeout past the deadline.
+func (k *kafkaSession) err(what string, err error) error {
+	if time.Now().After(k.deadline) {
+		return fmt.Errorf("%w: %s: %s (last error: %w)", ErrTimeout, what, k.timeoutMsg, err)
+	}
+	return fmt.Errorf("kafka %s: %s: %w", strings.Join(k.brokers, ","), what, err)
+}
+
+// offsets reads the group's committed offsets and the log-end offsets
+// from Kafka, for the partitions of every topic that an instance
+// subscribes to, that has an owner, or for which the group committed an
+// offset.
+func (k *kafkaSession) offsets(group string, instances []Instance, owners map[TopicPartition]string) (*kafkaResult, error) {
+	client, admin, kafkaErr := k.client, k.admin, k.err
 	fetched, err := admin.ListConsumerGroupOffsets(group, nil)
 	if err != nil {
 		return nil, kafkaErr("fetch committed offsets of group "+group, err)
@@ -682,8 +885,8 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 		return &result.partitions[len(result.partitions)-1]
 	}
 	for _, topic := range slices.Sorted(maps.Keys(topics)) {
-		if time.Now().After(s.deadline) {
-			return nil, fmt.Errorf("%w: reading the offsets of %s: %s", ErrTimeout, topic, s.timeoutMsg)
+		if time.Now().After(k.deadline) {
+			return nil, fmt.Errorf("%w: reading the offsets of %s: %s", ErrTimeout, topic, k.timeoutMsg)
 		}
 		ids, err := client.Partitions(topic)
 		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
@@ -699,7 +902,7 @@ func (s *zkSession) kafkaOffsets(group string, brokers []string, access kafkaAcc
 			p := add(tp)
 			logEnd, err := client.GetOffset(topic, id, sarama.OffsetNewest)
 			if err != nil {
-				if time.Now().After(s.deadline) {
+				if time.Now().After(k.deadline) {
 					return nil, kafkaErr(fmt.Sprintf("log-end offset of %s/%d", topic, id), err)
 				}
 				p.Error = fmt.Sprintf("log-end offset: %s", err)
@@ -762,6 +965,9 @@ func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]boo
 	}
 	result := make(map[string]bool)
 	for _, instance := range instances {
+		for _, topic := range instance.Topics {
+			result[topic] = true
+		}
 		for key := range instance.Subscription {
 			switch instance.Pattern {
 			case "static":

@@ -278,7 +278,7 @@ func testDescribeGroup(t *testing.T, lastProcessed bool) {
 	}
 	found := false
 	for _, g := range groups {
-		found = found || g == GroupSummary{Group: group, Instances: 1}
+		found = found || g == GroupSummary{Group: group, Coordinator: CoordinatorZooKeeper, Instances: 1}
 	}
 	if !found {
 		t.Errorf("--list does not show %s with 1 instance: %s", group, stdout.String())

@@ -6,10 +6,20 @@
 // kafka-consumer-groups.sh --describe for groups coordinated through
 // ZooKeeper.
 //
+// A group that Kafka's group coordinator keeps (Config.Coordinator
+// CoordinatorKafka, or a group migrated there) is shown in the same form
+// from Kafka: its members, their subscriptions and assignments, its
+// state, and the same offsets, with the coordinator named. The tool reads
+// it so when the group's coordinator switch says kafka, when the group
+// has no instance registered in ZooKeeper and Kafka's group coordinator
+// knows it, or when no ZooKeeper is given (--bootstrap-server alone).
+//
 // Usage:
 //
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --group NAME [--json] [--timeout 10s] [KAFKA FLAGS]
+//	kafkaconsumer-groups --bootstrap-server host:port[,host:port] --group NAME [--json] [--timeout 10s] [KAFKA FLAGS]
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --list [--json]
+//	kafkaconsumer-groups --bootstrap-server host:port[,host:port] --list [--json]
 //	kafkaconsumer-groups migrate --zookeeper host:port[,host:port][/chroot] --group NAME --to kafka|zookeeper [--wait 2m]
 //
 // migrate moves a running group from ZooKeeper's coordination to Kafka's
@@ -51,11 +61,15 @@ const (
 const usageText = `Usage:
   kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME [--json] [--timeout D] [KAFKA FLAGS]
   kafkaconsumer-groups --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --list [--json] [--timeout D]
+  kafkaconsumer-groups --bootstrap-server HOST:PORT[,HOST:PORT] --group NAME|--list [...]
   kafkaconsumer-groups migrate --group NAME --to kafka|zookeeper [...]  (migrate --help)
 
 Shows a kafkaconsumer group: its registered instances and subscriptions, which
 instance owns which partition (from ZooKeeper), and per partition the committed
 offset, log-end offset and lag (from Kafka, brokers found through ZooKeeper).
+A group that Kafka's group coordinator keeps (CoordinatorKafka, or migrated) is
+read from Kafka: its members, assignments and state. --bootstrap-server without
+--zookeeper reads Kafka alone, for such groups.
 
 Kafka flags, for secured brokers: --tls (implied by any --tls-* flag), --tls-ca,
 --tls-cert and --tls-key, --tls-insecure-skip-verify; --sasl-mechanism with
@@ -100,8 +114,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() > 0:
 		return usageError("unexpected argument %q", fs.Arg(0))
-	case *zookeeper == "":
-		return usageError("--zookeeper is required (or set ZOOKEEPER_PEERS)")
+	case *zookeeper == "" && af.bootstrap == "":
+		return usageError("--zookeeper is required (or set ZOOKEEPER_PEERS), or --bootstrap-server alone for a group that Kafka coordinates")
 	case *list && *group != "":
 		return usageError("give either --list or --group, not both")
 	case !*list && *group == "":
@@ -109,8 +123,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *timeout <= 0:
 		return usageError("--timeout must be positive, got %s", *timeout)
 	}
-	if _, _, err := parseZookeeper(*zookeeper); err != nil {
-		return usageError("%s", err)
+	if *zookeeper != "" {
+		if _, _, err := parseZookeeper(*zookeeper); err != nil {
+			return usageError("%s", err)
+		}
 	}
 	access, zkAccess, err := accesses(af, zf)
 	if err != nil {
@@ -119,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	if *list {
 		var groups []GroupSummary
-		if groups, err = listGroups(*zookeeper, zkAccess, *timeout); err == nil {
+		if groups, err = listGroups(*zookeeper, zkAccess, *timeout, access); err == nil {
 			err = renderGroups(stdout, groups, *asJSON)
 		}
 	} else {

@@ -36,7 +36,7 @@ func TestRunUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no zookeeper", []string{"--group", "g"}, "--zookeeper is required"},
+		{"no zookeeper", []string{"--group", "g"}, "--zookeeper is required (or set ZOOKEEPER_PEERS), or --bootstrap-server"},
 		{"no group", []string{"--zookeeper", "zk:2181"}, "--group NAME is required"},
 		{"list and group", []string{"--zookeeper", "zk:2181", "--list", "--group", "g"}, "either --list or --group"},
 		{"argument", []string{"--zookeeper", "zk:2181", "--group", "g", "extra"}, `unexpected argument "extra"`},
@@ -177,8 +177,28 @@ func TestDescribeGroupTimeoutError(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
 	}
-	_, err = listGroups(blackHole(t), zookeeperAccess{}, 200*time.Millisecond)
+	_, err = listGroups(blackHole(t), zookeeperAccess{}, 200*time.Millisecond, kafkaAccess{})
 	if !errors.Is(err, ErrTimeout) {
 		t.Errorf("got %v, want an error wrapping ErrTimeout", err)
+	}
+}
+
+// TestDescribeKafkaTimeoutError: with --bootstrap-server alone, a Kafka
+// that accepts connections and never answers makes the tool give up
+// after its timeout, for a description and for the list.
+func TestDescribeKafkaTimeoutError(t *testing.T) {
+	checkLeaks(t) // not parallel: goleak sees every goroutine
+	access := kafkaAccess{bootstrap: []string{blackHole(t)}}
+	began := time.Now()
+	_, err := describeGroup("", zookeeperAccess{}, "g", 300*time.Millisecond, access)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("describe: got %v, want an error wrapping ErrTimeout", err)
+	}
+	_, err = listGroups("", zookeeperAccess{}, 300*time.Millisecond, access)
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("list: got %v, want an error wrapping ErrTimeout", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("took %s with a timeout of 300ms each", took)
 	}
 }

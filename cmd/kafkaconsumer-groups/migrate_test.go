@@ -77,6 +77,29 @@ func TestMigrateIntegration(t *testing.T) {
 	produce(t, brokers, topic, 40)
 	count(40)
 
+	// The switch says kafka: the group is described from Kafka, its two
+	// members following the switch, every partition in an assignment.
+	waitFor(t, 30*time.Second, "the command to describe the group from Kafka", func() error {
+		desc, err := describeJSON(zookeeper, group)
+		if err != nil {
+			return err
+		}
+		if desc.Coordinator != CoordinatorKafka || desc.State != StateStable || len(desc.Instances) != 2 || len(desc.Partitions) != 4 {
+			return fmt.Errorf("coordinator %s, state %s, %d instances, %d partitions; want kafka, Stable, 2, 4", desc.Coordinator, desc.State, len(desc.Instances), len(desc.Partitions))
+		}
+		for _, instance := range desc.Instances {
+			if instance.Library != LibraryKafkaconsumer || instance.Migration != migrationVersion {
+				return fmt.Errorf("member %+v: want the library's, following the switch", instance)
+			}
+		}
+		for _, p := range desc.Partitions {
+			if p.Owner == "" {
+				return fmt.Errorf("partition %d in no assignment", p.Partition)
+			}
+		}
+		return nil
+	})
+
 	code, stdout, stderr = runMigrateCmd(zookeeper, group, "zookeeper")
 	if code != exitOK {
 		t.Fatalf("migrate --to zookeeper: exit status %d: %s", code, stderr)

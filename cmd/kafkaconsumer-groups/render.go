@@ -19,21 +19,48 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		return writeJSON(w, withEmptySlices(desc))
 	}
 	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "Group %s: %s, %d instance%s, %d partition%s, lag %d (zookeeper %s, kafka %s)\n",
+	kafka := desc.Coordinator == CoordinatorKafka
+	where := fmt.Sprintf("zookeeper %s, kafka %s", desc.Zookeeper, strings.Join(desc.Brokers, ","))
+	if kafka {
+		where = "coordinator kafka"
+		if desc.CoordinatorBroker != "" {
+			where += " at " + desc.CoordinatorBroker
+		}
+		if desc.KafkaState != "" {
+			where += ", state " + desc.KafkaState
+		}
+		where += "; "
+		if desc.Zookeeper != "" {
+			where += "zookeeper " + desc.Zookeeper + ", "
+		}
+		where += "kafka " + strings.Join(desc.Brokers, ",")
+	}
+	fmt.Fprintf(ew, "Group %s: %s, %d instance%s, %d partition%s, lag %d (%s)\n",
 		desc.Group, desc.State, len(desc.Instances), plural(len(desc.Instances)),
-		len(desc.Partitions), plural(len(desc.Partitions)), desc.TotalLag,
-		desc.Zookeeper, strings.Join(desc.Brokers, ","))
+		len(desc.Partitions), plural(len(desc.Partitions)), desc.TotalLag, where)
 
 	fmt.Fprintln(ew)
-	if len(desc.Instances) == 0 {
+	switch {
+	case len(desc.Instances) == 0 && kafka:
+		fmt.Fprintln(ew, "No member is in Kafka's group.")
+	case len(desc.Instances) == 0:
 		fmt.Fprintln(ew, "No instance is registered.")
-	} else {
+	default:
+		// A Kafka-coordinated group's members have no registration time;
+		// Kafka names their client and host instead.
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "INSTANCE\tLIBRARY\tSUBSCRIPTION\tREGISTERED\tPARTITIONS")
+		if kafka {
+			fmt.Fprintln(tw, "INSTANCE\tLIBRARY\tSUBSCRIPTION\tCLIENT\tPARTITIONS")
+		} else {
+			fmt.Fprintln(tw, "INSTANCE\tLIBRARY\tSUBSCRIPTION\tREGISTERED\tPARTITIONS")
+		}
 		for _, instance := range desc.Instances {
 			registered := "-"
 			if instance.Registered != nil {
 				registered = instance.Registered.UTC().Format(time.RFC3339)
+			}
+			if kafka {
+				registered = formatClient(instance)
 			}
 			subscription := formatSubscription(instance)
 			if instance.Error != "" {
@@ -44,7 +71,10 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 				library = "-"
 			}
 			id := instance.ID
-			if instance.Static {
+			switch {
+			case instance.InstanceID != "":
+				id += " (static " + instance.InstanceID + ")"
+			case instance.Static:
 				id += " (static)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", id, library, subscription, registered, len(instance.Owned))
@@ -76,7 +106,7 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 			}
 			if p.Owner != "" {
 				owner = p.Owner
-				if !p.OwnerRegistered {
+				if !p.OwnerRegistered && !kafka {
 					owner += " (not registered)"
 				}
 			}
@@ -104,15 +134,27 @@ func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
 	}
 	ew := &errWriter{w: w}
 	if len(groups) == 0 {
-		fmt.Fprintln(ew, "No consumer group is registered in ZooKeeper.")
+		fmt.Fprintln(ew, "No consumer group is registered in ZooKeeper or kept by Kafka's group coordinator for kafkaconsumer.")
 		return ew.err
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tINSTANCES")
+	fmt.Fprintln(tw, "GROUP\tCOORDINATOR\tINSTANCES")
 	for _, g := range groups {
-		fmt.Fprintf(tw, "%s\t%d\n", g.Group, g.Instances)
+		coordinator, instances := g.Coordinator, strconv.Itoa(g.Instances)
+		if coordinator == "" {
+			coordinator = "-"
+		}
+		if g.Error != "" {
+			instances = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, coordinator, instances)
 	}
 	_ = tw.Flush()
+	for _, g := range groups {
+		if g.Error != "" {
+			fmt.Fprintf(ew, "note: %s: %s\n", g.Group, g.Error)
+		}
+	}
 	return ew.err
 }
 
@@ -142,8 +184,23 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// formatSubscription returns "static: a,b" or "white_list: ^re$".
+// formatClient returns a member's "client-id@host", or "-".
+func formatClient(instance Instance) string {
+	switch {
+	case instance.ClientID == "" && instance.ClientHost == "":
+		return "-"
+	case instance.ClientHost == "":
+		return instance.ClientID
+	}
+	return instance.ClientID + "@" + instance.ClientHost
+}
+
+// formatSubscription returns "static: a,b" or "white_list: ^re$"; for a
+// member of a Kafka-coordinated group, its topics "a,b".
 func formatSubscription(instance Instance) string {
+	if len(instance.Topics) > 0 && len(instance.Subscription) == 0 {
+		return strings.Join(instance.Topics, ",")
+	}
 	keys := make([]string, 0, len(instance.Subscription))
 	for k := range instance.Subscription {
 		keys = append(keys, k)
