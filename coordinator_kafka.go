@@ -370,8 +370,10 @@ func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
 // every member (assignKafka).
 func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
 	cm := k.cm
-	broker, err := k.client.Coordinator(cm.group)
-	if err != nil {
+	var broker *sarama.Broker
+	// Through call: the offset store's lookup of the coordinator may
+	// wait for one under way, to a broker that hangs.
+	if err := k.call(func() (err error) { broker, err = k.coordinatorBroker(); return err }); err != nil {
 		return nil, err
 	}
 	version := cm.config.Version
@@ -457,6 +459,24 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	cm.logf(slog.LevelInfo, "Joined generation %d of the group as %s%s: %d members, %d partitions assigned to this member.",
 		member.generation, member.id, leader, max(len(resp.Members), 1), len(assigned))
 	return assigned, nil
+}
+
+// coordinatorBroker returns the group client's broker for the group's
+// coordinator as the offset store knows it: the guard's heartbeats go
+// there, and the store looks the coordinator up again when a request to
+// it fails or it moved, while the group client keeps the coordinator of
+// its last lookup. After the coordinator's broker died or hung, a
+// JoinGroup or LeaveGroup sent to the group client's coordinator would
+// fail (LeaveGroup: Close returned the error) or hang until the group
+// client's read timeout, beyond the rebalance timeout. Without the
+// store's coordinator, the group client's.
+func (k *kafkaCoordinator) coordinatorBroker() (*sarama.Broker, error) {
+	if b, err := k.cm.offsets.broker(); err == nil {
+		if broker, err := k.client.Broker(b.ID()); err == nil {
+			return broker, nil
+		}
+	}
+	return k.client.Coordinator(k.cm.group)
 }
 
 // call runs a group request on a goroutine of its own, and waits for it
@@ -558,7 +578,7 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 // leave sends the LeaveGroup of m.
 func (k *kafkaCoordinator) leave(m groupMember) error {
 	cm := k.cm
-	broker, err := k.client.Coordinator(cm.group)
+	broker, err := k.coordinatorBroker()
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,9 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 //	E <error>                 from Errors()
 //	C                         closed cleanly (after SIGTERM)
 //
+// With KAFKACONSUMER_CHILD_LOGS set, a test prints each child's whole
+// log at its end, passed or failed.
+//
 // The times t are Unix nanoseconds of the line's event; <handed out> is
 // when the library handed the message out (Config.Observer's HandingOut,
 // just before its send on Messages), 0 when unknown. With
@@ -320,9 +323,9 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		_ = c.cmd.Process.Signal(syscall.SIGCONT)
 		_ = c.cmd.Process.Kill()
 		<-c.exited
-		if t.Failed() {
+		if t.Failed() || os.Getenv("KAFKACONSUMER_CHILD_LOGS") != "" {
 			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
-			if len(data) > 16000 {
+			if len(data) > 16000 && os.Getenv("KAFKACONSUMER_CHILD_LOGS") == "" {
 				data = data[len(data)-16000:]
 			}
 			t.Logf("stderr and log of child %s (its end):\n%s", name, data)

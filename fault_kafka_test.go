@@ -257,8 +257,8 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 
 // TestFaultKafkaCoordinator: the group coordinator's broker fails under
 // a Kafka-coordinated group of two instances consuming a topic of
-// replication factor 3, on a cluster of three brokers whose
-// __consumer_offsets has replication factor 3: it is killed (kill -9) and
+// replication factor 2, on a cluster of two brokers whose
+// __consumer_offsets has replication factor 2: it is killed (kill -9) and
 // started again; it is frozen (SIGSTOP) past its ZooKeeper session, so
 // that the coordinator moves, and resumed; and one instance is cut off
 // from it (its connections to that broker held by a proxy) while the
@@ -266,22 +266,28 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 // out by two instances at once, no committed offset moves back, and every
 // Close is bounded. The children's Net.ReadTimeout is 5 s, so that a
 // request held by a frozen or cut-off broker fails within the test's
-// time.
+// time. Before the fix, Close after the coordinator's broker was killed
+// and started again returned the LeaveGroup's error (EOF: sent to the
+// group client's stale coordinator), and with the coordinator frozen a
+// member that rejoined sent its JoinGroup to the frozen broker and waited
+// there for the group client's read timeout (65 s), consuming nothing.
 func TestFaultKafkaCoordinator(t *testing.T) {
 	needFaults(t)
-	verifyNoClusterLeaks(t)
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 3})
+	t.Parallel() // on a cluster of its own
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 2})
 	t.Run("killed", func(t *testing.T) {
 		r, coordinator := startCoordinatorRun(t, cluster)
 		sampler := sampleCommitted(t, r.client, r.group, r.topic)
 		a, b := r.start(), r.start()
 		r.waitShared(30*time.Second, a, b)
 		wait := r.produceSteadily(1000, 5*time.Second)
+		killed := time.Now()
 		if err := cluster.KillBroker(coordinator); err != nil {
 			t.Fatal(err)
 		}
 		wait()
 		r.waitAllReceived(60 * time.Second)
+		t.Logf("every message produced in the 5 s after the kill received %s after it", time.Since(killed).Round(time.Millisecond))
 		if err := cluster.StartBroker(coordinator); err != nil {
 			t.Fatal(err)
 		}
@@ -294,10 +300,13 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 		a, b := r.start(), r.start()
 		r.waitShared(30*time.Second, a, b)
 		wait := r.produceSteadily(1000, 5*time.Second)
+		frozen := time.Now()
 		resume := freeze(t, cluster.BrokerPID(coordinator))
 		wait()
 		r.waitAllReceived(60 * time.Second)
+		t.Logf("every message produced in the 5 s after the freeze received %s after it", time.Since(frozen).Round(time.Millisecond))
 		resume()
+		waitBrokersUp(t, cluster)
 		r.produce(300)
 		r.finishKafka(sampler)
 	})
@@ -345,12 +354,12 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 }
 
 // startCoordinatorRun starts a Kafka fault run on cluster, a topic of 6
-// partitions with replication factor 3, and returns it with the index of
+// partitions replicated on every broker, and returns it with the index of
 // the broker that coordinates its group.
 func startCoordinatorRun(t *testing.T, cluster *testcluster.Cluster) (*faultRun, int) {
 	t.Helper()
 	waitBrokersUp(t, cluster)
-	r := newKafkaFaultRun(t, cluster.KafkaPeers(), 6, 3)
+	r := newKafkaFaultRun(t, cluster.KafkaPeers(), 6, int16(len(cluster.KafkaPeers())))
 	r.opts.readTimeout = 5 * time.Second
 	var coordinator *sarama.Broker
 	waitFor(t, 30*time.Second, "the group's coordinator", func() bool {
