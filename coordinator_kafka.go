@@ -203,8 +203,9 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 //     on, the revoked ones stop (final commit) before anything else, and
 //     then the member joins again at once, so that their new owners get
 //     them in the next generation;
-//  4. sleep until the metadata change, the guard asks for a rebalance, or
-//     the manager is interrupted.
+//  4. sleep until the metadata change (then back to 1), the guard asks for
+//     a rebalance (then back to 2: the poller keeps watching), or the
+//     manager is interrupted.
 func (k *kafkaCoordinator) manage() {
 	cm := k.cm
 	cm.startKafkaGuard(k)
@@ -212,6 +213,12 @@ func (k *kafkaCoordinator) manage() {
 		partitions kazoo.PartitionList
 		changed    <-chan zk.Event
 		ok         bool
+		// read: the metadata is read again before the next join; only
+		// at the start and when the poller saw it change (the poller
+		// keeps watching meanwhile). A rejoin that read it first would
+		// wait for a broker that hangs (Net.ReadTimeout, again at each
+		// retry), and the whole group's rebalance with it.
+		read = true
 	)
 	for {
 		if k.lost.Swap(false) {
@@ -219,8 +226,10 @@ func (k *kafkaCoordinator) manage() {
 			// (no final commit); stop them before joining anew.
 			cm.reportStops(cm.managePartitionManagers(nil))
 		}
-		if partitions, changed, ok = cm.watchSubscription(); !ok {
-			return
+		if read {
+			if partitions, changed, ok = cm.watchSubscription(); !ok {
+				return
+			}
 		}
 		assigned, ok := k.join(partitions)
 		if !ok {
@@ -231,30 +240,32 @@ func (k *kafkaCoordinator) manage() {
 		if len(stopped) > 0 {
 			// The revoked partitions stopped: join again, so that their
 			// new owners get them (see the file's comment).
+			read = false
 			continue
 		}
-		if !k.sleep(changed) {
+		if read, ok = k.sleep(changed); !ok {
 			return
 		}
 	}
 }
 
-// sleep waits until the metadata poller fires, the guard asks for a new
-// generation, or the manager is interrupted (it returns false).
-func (k *kafkaCoordinator) sleep(changed <-chan zk.Event) bool {
+// sleep waits until the metadata poller fires (changed is true), the
+// guard asks for a new generation, or the manager is interrupted (ok is
+// false).
+func (k *kafkaCoordinator) sleep(changedMetadata <-chan zk.Event) (changed, ok bool) {
 	cm := k.cm
 	for {
 		select {
 		case <-cm.t.Dying():
 			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
-			return false
-		case <-changed:
+			return false, false
+		case <-changedMetadata:
 			cm.logf(slog.LevelInfo, "Woke up because the subscription's partitions changed in Kafka's metadata; joining the group again.")
-			return true
+			return true, true
 		case <-k.rejoin:
 			if k.lost.Load() || k.rejoinFor.Load() >= k.current().generation {
 				cm.logf(slog.LevelInfo, "Woke up because the group rebalances; joining again.")
-				return true
+				return false, true
 			}
 		}
 	}

@@ -496,6 +496,15 @@ type faultRun struct {
 
 func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions int32, replication int16) *faultRun {
 	t.Helper()
+	return newFaultRunWith(t, zookeeper, brokers, partitions, func(sarama.Client, string) *sarama.TopicDetail {
+		return &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}
+	})
+}
+
+// newFaultRunWith is newFaultRun with the topic of partitions partitions
+// created as detail says, given the client and the group's name.
+func newFaultRunWith(t *testing.T, zookeeper string, brokers []string, partitions int32, detail func(client sarama.Client, group string) *sarama.TopicDetail) *faultRun {
+	t.Helper()
 	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
@@ -519,7 +528,7 @@ func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions in
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.CreateTopic(r.topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false); err != nil {
+	if err := admin.CreateTopic(r.topic, detail(client, r.group), false); err != nil {
 		t.Fatalf("create topic %s: %s", r.topic, err)
 	}
 	waitFor(t, 30*time.Second, "topic "+r.topic+" to have leaders", func() bool {
