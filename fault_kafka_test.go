@@ -351,9 +351,36 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 		healed := time.Now()
 		r.waitShared(60*time.Second, a, b)
 		t.Logf("A owned partitions again %s after the heal", time.Since(healed).Round(time.Millisecond))
+
+		// A is cut off again, and closed once B took its partitions:
+		// Close is bounded, though neither its final commits nor its
+		// LeaveGroup can reach the coordinator.
+		cut.Hold()
+		r.waitOwnedBy(r.opts.session+30*time.Second, b)
+		took = a.terminateCutOff(t)
+		t.Logf("Close of A while cut off took %s", took.Round(time.Millisecond))
+		if took > r.kafkaCloseBound() {
+			t.Errorf("Close of A while cut off took %s, want at most %s", took.Round(time.Millisecond), r.kafkaCloseBound())
+		}
+		cut.Pass()
 		wait()
 		r.finishKafka(sampler)
 	})
+}
+
+// terminateCutOff sends SIGTERM to c, which is cut off from the group's
+// coordinator, waits until it exited, and returns how long that took.
+// Its Close may return an error (what did not reach the coordinator).
+func (c *child) terminateCutOff(t *testing.T) time.Duration {
+	t.Helper()
+	began := time.Now()
+	c.stop(t, syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("child %s did not exit within 2 minutes of SIGTERM", c.name)
+	}
+	return time.Since(began)
 }
 
 // runCoordinatorFault runs two instances on a topic of cluster, and
