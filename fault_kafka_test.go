@@ -271,7 +271,7 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 // from it (its connections to that broker held by a proxy) while the
 // other brokers answer. In each, nothing is lost, no partition is handed
 // out by two instances at once, no committed offset moves back, and every
-// Close is bounded. The children's Net.ReadTimeout is 5 s, so that a
+// Close is bounded. The children's Net.ReadTimeout is 3 s, so that a
 // request held by a frozen or cut-off broker fails within the test's
 // time. Before the fix, Close after the coordinator's broker was killed
 // and started again returned the LeaveGroup's error (EOF: sent to the
@@ -282,12 +282,17 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 // frozen broker (a Net.ReadTimeout, again at each retry), while the
 // others waited for it in their JoinGroups.
 //
+// The frozen coordinator runs only with KAFKACONSUMER_LONG_FAULTS set:
+// it lasts 25 to 70 s (see runCoordinatorFault), too long for the
+// package's time budget.
+//
 // The topic's partitions are led by the brokers that do not coordinate
 // (startCoordinatorRun). With KAFKACONSUMER_FAULT_STALE_LEADER set they
-// are spread over every broker: then the frozen broker, resumed, answers
-// some fetches as their stale leader, and the run fails at times with
-// committed offsets moved back (a partition started again at
-// Offsets.Initial), a bug of the fetch path that is not fixed here.
+// are spread over every broker: then the frozen broker (with
+// KAFKACONSUMER_LONG_FAULTS), resumed, answers some fetches as their
+// stale leader, and the run fails at times with committed offsets moved
+// back (a partition started again at Offsets.Initial), a bug of the fetch
+// path that is not fixed here.
 func TestFaultKafkaCoordinator(t *testing.T) {
 	needFaults(t)
 	t.Parallel() // on a cluster of its own
@@ -305,6 +310,9 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 		})
 	})
 	t.Run("frozen", func(t *testing.T) {
+		if os.Getenv("KAFKACONSUMER_LONG_FAULTS") == "" {
+			t.Skip("25 to 70 s; set KAFKACONSUMER_LONG_FAULTS to run it")
+		}
 		runCoordinatorFault(t, cluster, "freeze", func(coordinator int) func() {
 			resume := freeze(t, cluster.BrokerPID(coordinator))
 			return func() {
@@ -396,7 +404,13 @@ func runCoordinatorFault(t *testing.T, cluster *testcluster.Cluster, what string
 	began := time.Now()
 	undo := fault(coordinator)
 	wait()
-	r.waitAllReceived(60 * time.Second)
+	// With the coordinator frozen this took 25 to 33 s (12 to 68 s with
+	// Net.ReadTimeout 5 s): each coordinator lookup and metadata read that
+	// sarama sends to the frozen broker (its least loaded one, in random
+	// order) waits for Net.ReadTimeout, and the guard's heartbeat waits
+	// for the offset store's lookup; the members stay fenced meanwhile,
+	// and may be removed.
+	r.waitAllReceived(2 * time.Minute)
 	t.Logf("every message produced in the 5 s after the %s received %s after it", what, time.Since(began).Round(time.Millisecond))
 	undo()
 	r.produce(300)
@@ -448,7 +462,7 @@ func startCoordinatorRun(t *testing.T, cluster *testcluster.Cluster) (*faultRun,
 		return detail
 	})
 	kafkaFaultRun(r, peers)
-	r.opts.readTimeout = 5 * time.Second
+	r.opts.readTimeout = 3 * time.Second
 	return r, i
 }
 
