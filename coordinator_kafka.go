@@ -215,8 +215,9 @@ func (k *kafkaCoordinator) openGroupClient(ctx context.Context, brokers []string
 //     on, the revoked ones stop (final commit) before anything else, and
 //     then the member joins again at once, so that their new owners get
 //     them in the next generation;
-//  4. sleep until the metadata change, the guard asks for a rebalance, or
-//     the manager is interrupted.
+//  4. sleep until the metadata change (then back to 1), the guard asks for
+//     a rebalance (then back to 2: the poller keeps watching), or the
+//     manager is interrupted.
 func (k *kafkaCoordinator) manage() { k.manageUntil(nil) }
 
 // manageUntil is manage for an instance that follows the group's
@@ -235,6 +236,12 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 		partitions kazoo.PartitionList
 		changed    <-chan zk.Event
 		ok         bool
+		// read: the metadata is read again before the next join; only
+		// at the start and when the poller saw it change (the poller
+		// keeps watching meanwhile). A rejoin that read it first would
+		// wait for a broker that hangs (Net.ReadTimeout, again at each
+		// retry), and the whole group's rebalance with it.
+		read = true
 	)
 	for {
 		if k.lost.Swap(false) {
@@ -250,8 +257,10 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 				return k.leaveForSwitch()
 			}
 		}
-		if partitions, changed, ok = cm.watchSubscription(); !ok {
-			return false
+		if read {
+			if partitions, changed, ok = cm.watchSubscription(); !ok {
+				return false
+			}
 		}
 		assigned, ok := k.join(partitions)
 		if !ok {
@@ -270,38 +279,39 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 		if len(stopped) > 0 {
 			// The revoked partitions stopped: join again, so that their
 			// new owners get them (see the file's comment).
+			read = false
 			continue
 		}
 		var switched <-chan zk.Event
 		if sw != nil {
 			switched = sw.changed
 		}
-		if !k.sleep(changed, switched) {
+		if read, ok = k.sleep(changed, switched); !ok {
 			return false
 		}
 	}
 }
 
-// sleep waits until the metadata poller fires, the guard asks for a new
-// generation, the coordinator switch changes (switched; nil without), or
-// the manager is interrupted (it returns false).
-func (k *kafkaCoordinator) sleep(changed, switched <-chan zk.Event) bool {
+// sleep waits until the metadata poller fires (changed is true), the
+// guard asks for a new generation, the coordinator switch changes
+// (switched; nil without), or the manager is interrupted (ok is false).
+func (k *kafkaCoordinator) sleep(changedMetadata, switched <-chan zk.Event) (changed, ok bool) {
 	cm := k.cm
 	for {
 		select {
 		case <-cm.t.Dying():
 			cm.logf(slog.LevelInfo, "Interrupted, shutting down...")
-			return false
+			return false, false
 		case <-switched:
 			cm.logf(slog.LevelInfo, "Woke up because the group's coordinator switch changed.")
-			return true
-		case <-changed:
+			return false, true
+		case <-changedMetadata:
 			cm.logf(slog.LevelInfo, "Woke up because the subscription's partitions changed in Kafka's metadata; joining the group again.")
-			return true
+			return true, true
 		case <-k.rejoin:
 			if k.lost.Load() || k.rejoinFor.Load() >= k.current().generation {
 				cm.logf(slog.LevelInfo, "Woke up because the group rebalances; joining again.")
-				return true
+				return false, true
 			}
 		}
 	}
@@ -417,8 +427,10 @@ func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
 // every member (assignKafka).
 func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
 	cm := k.cm
-	broker, err := k.client.Coordinator(cm.group)
-	if err != nil {
+	var broker *sarama.Broker
+	// Through call: the offset store's lookup of the coordinator may
+	// wait for one under way, to a broker that hangs.
+	if err := k.call(func() (err error) { broker, err = k.coordinatorBroker(); return err }); err != nil {
 		return nil, err
 	}
 	version := cm.config.Version
@@ -505,6 +517,24 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	cm.logf(slog.LevelInfo, "Joined generation %d of the group as %s%s: %d members, %d partitions assigned to this member.",
 		member.generation, member.id, leader, max(len(resp.Members), 1), len(assigned))
 	return assigned, nil
+}
+
+// coordinatorBroker returns the group client's broker for the group's
+// coordinator as the offset store knows it: the guard's heartbeats go
+// there, and the store looks the coordinator up again when a request to
+// it fails or it moved, while the group client keeps the coordinator of
+// its last lookup. After the coordinator's broker died or hung, a
+// JoinGroup or LeaveGroup sent to the group client's coordinator would
+// fail (LeaveGroup: Close returned the error) or hang until the group
+// client's read timeout, beyond the rebalance timeout. Without the
+// store's coordinator, the group client's.
+func (k *kafkaCoordinator) coordinatorBroker() (*sarama.Broker, error) {
+	if b, err := k.cm.offsets.broker(); err == nil {
+		if broker, err := k.client.Broker(b.ID()); err == nil {
+			return broker, nil
+		}
+	}
+	return k.client.Coordinator(k.cm.group)
 }
 
 // call runs a group request on a goroutine of its own, and waits for it
@@ -608,7 +638,7 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 // at once too.
 func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	cm := k.cm
-	broker, err := k.client.Coordinator(cm.group)
+	broker, err := k.coordinatorBroker()
 	if err != nil {
 		return err
 	}

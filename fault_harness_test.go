@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -35,13 +36,25 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 // line so that kill -9 loses nothing written:
 //
 //	J <instance id>           joined
-//	A <topic> <partition>     assigned (OnRebalance)
-//	R <topic> <partition>     revoked (OnRebalance)
-//	M <value>                 received, before it is processed and acked
+//	A <topic> <partition> <t> assigned (OnRebalance)
+//	R <topic> <partition> <t> revoked (OnRebalance)
+//	M <value> <partition> <offset> <handed out> <t>
+//	                          received, before it is processed and acked
 //	E <error>                 from Errors()
 //	C                         closed cleanly (after SIGTERM)
 //
-// With KC_TIMES set it also writes, with the time in Unix nanoseconds,
+// With KAFKACONSUMER_CHILD_LOGS set, a test prints each child's whole
+// log at its end, passed or failed.
+//
+// The times t are Unix nanoseconds of the line's event; <handed out> is
+// when the library handed the message out (Config.Observer's HandingOut,
+// just before its send on Messages), 0 when unknown. With
+// KC_COORDINATOR=kafka the group is Kafka-coordinated (CoordinatorKafka,
+// Config.Brokers from KC_BROKERS, KC_SESSION the group's session
+// timeout); KC_KAFKA_PROXIES ("broker=proxy,...") routes its Kafka
+// connections through proxies (Net.Proxy.Dialer); KC_READ_TIMEOUT sets
+// Net.ReadTimeout. With KC_TIMES set it also writes, with the time in
+// Unix nanoseconds,
 //
 //	D <ns> <partition> <offset> <value>   received
 //	X <ns> <partition>                    revoked
@@ -78,15 +91,34 @@ func childMain() int {
 		config.BatchLinger = 10 * time.Millisecond
 	}
 	times := os.Getenv("KC_TIMES") != ""
+	zookeeper := os.Getenv("KC_ZK")
+	if os.Getenv("KC_COORDINATOR") == "kafka" {
+		config.Coordinator = CoordinatorKafka
+		config.Brokers = strings.Split(os.Getenv("KC_BROKERS"), ",")
+		config.DiscoveryInterval = time.Second
+		config.Consumer.Group.Session.Timeout = envDuration("KC_SESSION", 6*time.Second)
+		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		zookeeper = ""
+	}
+	if d := envDuration("KC_READ_TIMEOUT", 0); d > 0 {
+		config.Net.ReadTimeout = d
+	}
+	if routes := os.Getenv("KC_KAFKA_PROXIES"); routes != "" {
+		config.Net.Proxy.Enable = true
+		config.Net.Proxy.Dialer = routeDialer(routes)
+	}
+	handedOut := new(handOutTimes)
+	config.Observer = handedOut
 	config.OnRebalance = func(r Rebalance) {
+		now := time.Now().UnixNano()
 		for _, tp := range r.Revoked {
-			writeLine("R %s %d", tp.Topic, tp.Partition)
+			writeLine("R %s %d %d", tp.Topic, tp.Partition, now)
 			if times {
-				writeLine("X %d %d", time.Now().UnixNano(), tp.Partition)
+				writeLine("X %d %d", now, tp.Partition)
 			}
 		}
 		for _, tp := range r.Assigned {
-			writeLine("A %s %d", tp.Topic, tp.Partition)
+			writeLine("A %s %d %d", tp.Topic, tp.Partition, now)
 		}
 	}
 	// The child's log goes to its stderr file, which a failed test prints
@@ -96,7 +128,7 @@ func childMain() int {
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 
-	consumer, err := Join(os.Getenv("KC_GROUP"), TopicSubscription(strings.Split(os.Getenv("KC_TOPICS"), ",")...), os.Getenv("KC_ZK"), config)
+	consumer, err := Join(os.Getenv("KC_GROUP"), TopicSubscription(strings.Split(os.Getenv("KC_TOPICS"), ",")...), zookeeper, config)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "join:", err)
 		return 2
@@ -140,7 +172,7 @@ func childMain() int {
 		}(int64(i))
 	}
 	handle := func(msg *sarama.ConsumerMessage) {
-		writeLine("M %s", msg.Value)
+		writeLine("M %s %d %d %d %d", msg.Value, msg.Partition, msg.Offset, handedOut.take(msg), time.Now().UnixNano())
 		if times {
 			writeLine("D %d %d %d %s", time.Now().UnixNano(), msg.Partition, msg.Offset, msg.Value)
 		}
@@ -175,6 +207,47 @@ func childMain() int {
 	return 0
 }
 
+// handOutTimes is the Config.Observer of a child: it notes when each
+// message was handed out, until the child receives it (take).
+type handOutTimes struct{ at sync.Map } // *sarama.ConsumerMessage to Unix ns
+
+func (h *handOutTimes) HandingOut(msg *sarama.ConsumerMessage) {
+	h.at.Store(msg, time.Now().UnixNano())
+}
+
+func (h *handOutTimes) HandingOutBatch(b *Batch) {
+	now := time.Now().UnixNano()
+	for _, msg := range b.Messages {
+		h.at.Store(msg, now)
+	}
+}
+
+func (h *handOutTimes) Acked(*sarama.ConsumerMessage) {}
+
+func (h *handOutTimes) TakenBack(msg *sarama.ConsumerMessage) { h.at.Delete(msg) }
+
+// take returns when msg was handed out (0: unknown), and forgets it.
+func (h *handOutTimes) take(msg *sarama.ConsumerMessage) int64 {
+	if at, ok := h.at.LoadAndDelete(msg); ok {
+		return at.(int64)
+	}
+	return 0
+}
+
+// routeDialer is a Net.Proxy.Dialer that dials each address of routes
+// ("broker=proxy,...") at its proxy, and the others directly.
+type routeDialer string
+
+func (r routeDialer) Dial(network, addr string) (net.Conn, error) {
+	for _, route := range strings.Split(string(r), ",") {
+		if from, to, ok := strings.Cut(route, "="); ok && from == addr {
+			addr = to
+			break
+		}
+	}
+	return net.DialTimeout(network, addr, 10*time.Second)
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return d
@@ -190,6 +263,8 @@ type child struct {
 	exited chan struct{} // closed when the process has exited and been reaped
 	mu     sync.Mutex
 	dead   bool // guarded by mu: killed or terminated by the test
+	// closeTook is how long terminate waited for the child to exit.
+	closeTook time.Duration
 }
 
 // childOptions are the settings of a child process.
@@ -206,6 +281,15 @@ type childOptions struct {
 	instanceID    string        // KC_INSTANCE_ID: Config.InstanceID
 	restartGrace  time.Duration // KC_RESTART_GRACE: Config.RestartGrace
 	times         bool          // KC_TIMES: timed D and X lines
+	// kafka makes the group Kafka-coordinated (KC_COORDINATOR=kafka),
+	// with brokers as Config.Brokers and session as the group's session
+	// timeout.
+	kafka       bool
+	brokers     []string
+	readTimeout time.Duration // KC_READ_TIMEOUT: Net.ReadTimeout (0: sarama's)
+	// kafkaProxies, per broker address, the proxy the child dials
+	// instead (KC_KAFKA_PROXIES).
+	kafkaProxies map[string]string
 }
 
 // startChild starts a consumer process; the test's cleanup kills it if it
@@ -228,9 +312,15 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_SHUTDOWN="+opts.shutdown.String(),
 		"KC_INSTANCE_ID="+opts.instanceID,
 		"KC_RESTART_GRACE="+opts.restartGrace.String(),
+		"KC_BROKERS="+strings.Join(opts.brokers, ","),
+		"KC_READ_TIMEOUT="+opts.readTimeout.String(),
+		"KC_KAFKA_PROXIES="+proxyRoutes(opts.kafkaProxies),
 	)
 	if opts.times {
 		c.cmd.Env = append(c.cmd.Env, "KC_TIMES=1")
+	}
+	if opts.kafka {
+		c.cmd.Env = append(c.cmd.Env, "KC_COORDINATOR=kafka")
 	}
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {
@@ -250,9 +340,9 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		_ = c.cmd.Process.Signal(syscall.SIGCONT)
 		_ = c.cmd.Process.Kill()
 		<-c.exited
-		if t.Failed() {
+		if t.Failed() || os.Getenv("KAFKACONSUMER_CHILD_LOGS") != "" {
 			data, _ := os.ReadFile(filepath.Join(dir, name+".stderr"))
-			if len(data) > 16000 {
+			if len(data) > 16000 && os.Getenv("KAFKACONSUMER_CHILD_LOGS") == "" {
 				data = data[len(data)-16000:]
 			}
 			t.Logf("stderr and log of child %s (its end):\n%s", name, data)
@@ -268,6 +358,16 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		return c.output().id != ""
 	})
 	return c
+}
+
+// proxyRoutes encodes routes for KC_KAFKA_PROXIES.
+func proxyRoutes(routes map[string]string) string {
+	var pairs []string
+	for from, to := range routes {
+		pairs = append(pairs, from+"="+to)
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
 }
 
 func (c *child) signal(t *testing.T, sig syscall.Signal) {
@@ -297,12 +397,16 @@ func (c *child) stop(t *testing.T, sig syscall.Signal) {
 // exited.
 func (c *child) terminate(t *testing.T) {
 	t.Helper()
+	began := time.Now()
 	c.stop(t, syscall.SIGTERM)
 	select {
 	case <-c.exited:
 	case <-time.After(60 * time.Second):
 		t.Fatalf("child %s did not exit within a minute of SIGTERM", c.name)
 	}
+	c.mu.Lock()
+	c.closeTook = time.Since(began)
+	c.mu.Unlock()
 	if !c.output().closed {
 		t.Errorf("child %s exited without closing its consumer", c.name)
 	}
@@ -321,10 +425,22 @@ type childOutput struct {
 	owned    map[string]bool // "topic/partition" per A and R lines
 	errors   []string
 	closed   bool
+	// deliveries are the M lines, in order; assigned the times of the A
+	// lines, by partition.
+	deliveries []childDelivery
+	assigned   map[int32][]int64
+}
+
+// childDelivery is a message a child received.
+type childDelivery struct {
+	partition           int32
+	offset              int64
+	value               string
+	handedOut, received int64 // Unix ns; handedOut 0 when unknown
 }
 
 func (c *child) output() childOutput {
-	o := childOutput{received: make(map[string]int), owned: make(map[string]bool)}
+	o := childOutput{received: make(map[string]int), owned: make(map[string]bool), assigned: make(map[int32][]int64)}
 	f, err := os.Open(c.out)
 	if err != nil {
 		return o
@@ -338,11 +454,36 @@ func (c *child) output() childOutput {
 		case "J":
 			o.id = rest
 		case "M":
-			o.received[rest]++
-		case "A":
-			o.owned[strings.Replace(rest, " ", "/", 1)] = true
-		case "R":
-			delete(o.owned, strings.Replace(rest, " ", "/", 1))
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				continue
+			}
+			o.received[f[0]]++
+			if len(f) == 5 {
+				d := childDelivery{value: f[0]}
+				p, _ := strconv.ParseInt(f[1], 10, 32)
+				d.partition = int32(p)
+				d.offset, _ = strconv.ParseInt(f[2], 10, 64)
+				d.handedOut, _ = strconv.ParseInt(f[3], 10, 64)
+				d.received, _ = strconv.ParseInt(f[4], 10, 64)
+				o.deliveries = append(o.deliveries, d)
+			}
+		case "A", "R":
+			f := strings.Fields(rest)
+			if len(f) < 2 {
+				continue
+			}
+			tp := f[0] + "/" + f[1]
+			if kind == "R" {
+				delete(o.owned, tp)
+				continue
+			}
+			o.owned[tp] = true
+			if len(f) == 3 {
+				p, _ := strconv.ParseInt(f[1], 10, 32)
+				at, _ := strconv.ParseInt(f[2], 10, 64)
+				o.assigned[int32(p)] = append(o.assigned[int32(p)], at)
+			}
 		case "E":
 			o.errors = append(o.errors, rest)
 		case "C":
@@ -372,6 +513,15 @@ type faultRun struct {
 
 func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions int32, replication int16) *faultRun {
 	t.Helper()
+	return newFaultRunWith(t, zookeeper, brokers, partitions, func(sarama.Client, string) *sarama.TopicDetail {
+		return &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}
+	})
+}
+
+// newFaultRunWith is newFaultRun with the topic of partitions partitions
+// created as detail says, given the client and the group's name.
+func newFaultRunWith(t *testing.T, zookeeper string, brokers []string, partitions int32, detail func(client sarama.Client, group string) *sarama.TopicDetail) *faultRun {
+	t.Helper()
 	r := &faultRun{t: t, dir: t.TempDir(), zookeeper: zookeeper, brokers: brokers}
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
@@ -395,7 +545,7 @@ func newFaultRun(t *testing.T, zookeeper string, brokers []string, partitions in
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.CreateTopic(r.topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false); err != nil {
+	if err := admin.CreateTopic(r.topic, detail(client, r.group), false); err != nil {
 		t.Fatalf("create topic %s: %s", r.topic, err)
 	}
 	waitFor(t, 30*time.Second, "topic "+r.topic+" to have leaders", func() bool {
@@ -554,6 +704,9 @@ func (r *faultRun) waitOwnedBy(timeout time.Duration, children ...*child) time.D
 		r.t.Fatal(err)
 	}
 	waitFor(r.t, timeout, fmt.Sprintf("all partitions to be owned by %d given instances", len(children)), func() bool {
+		if r.opts.kafka {
+			return r.assignedTo(partitions, children)
+		}
 		owners, _, err := r.owners()
 		if err != nil {
 			return false
@@ -566,6 +719,27 @@ func (r *faultRun) waitOwnedBy(timeout time.Duration, children ...*child) time.D
 		return true
 	})
 	return time.Since(start)
+}
+
+// assignedTo reports whether the children's assignments (from their
+// OnRebalance lines) are disjoint and cover every partition: the owners of
+// a Kafka-coordinated group, which keeps no owner nodes.
+func (r *faultRun) assignedTo(partitions []int32, children []*child) bool {
+	owner := make(map[string]bool)
+	for _, c := range children {
+		for tp := range c.output().owned {
+			if owner[tp] {
+				return false
+			}
+			owner[tp] = true
+		}
+	}
+	for _, p := range partitions {
+		if !owner[fmt.Sprintf("%s/%d", r.topic, p)] {
+			return false
+		}
+	}
+	return true
 }
 
 // waitSettled waits until the live children's assignments (from their
@@ -640,6 +814,10 @@ func (r *faultRun) finish() (duplicates int) {
 	}
 	if lost > 0 {
 		r.t.Errorf("%d of %d produced messages were never handed out", lost, len(r.values))
+	}
+	if r.opts.kafka {
+		r.t.Logf("produced %d, duplicates %d", len(r.values), duplicates)
+		return duplicates
 	}
 	owners, registered, err := r.owners()
 	if err != nil {

@@ -59,6 +59,10 @@ type childSpec struct {
 	MaxBufferedBytes int64
 	GroupSession     time.Duration
 	GroupHeartbeat   time.Duration
+	// InstanceID and RestartGrace are kafkaconsumer's Config.InstanceID
+	// and Config.RestartGrace (the rolling restarts).
+	InstanceID   string
+	RestartGrace time.Duration
 	// Timeout bounds a drain.
 	Timeout time.Duration
 	// CPUProfile, if set, is where a drain writes a CPU profile of its

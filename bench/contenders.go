@@ -24,6 +24,11 @@ const (
 	// batchSize), acking each batch with AckBatch; throughput workloads
 	// only.
 	kafkaConsumerBatch = "kafkaconsumer-batch"
+	// kafkaConsumerKafka is kafkaconsumer with Config.Coordinator
+	// CoordinatorKafka: Kafka's group coordinator, no ZooKeeper, the
+	// groups' session timeout and heartbeat of the Kafka-coordinated
+	// contenders.
+	kafkaConsumerKafka = "kafkaconsumer-kafka"
 )
 
 // batchSize is the Config.BatchSize of kafkaconsumer-batch.
@@ -36,17 +41,17 @@ const batchSize = 1000
 const rawFanIn = "sarama-fanin"
 
 // allContenders are the contenders run by default.
-var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerBatch}
+var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch}
 
 // tableOrder is the order of the table rows.
-var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer}
+var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
 
 // throughputOrder is the order of the throughput tables' rows: the batch
 // contender runs there only.
 var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch)
 
 // groupContenders are those that coordinate a group (workload 3).
-var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer}
+var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
 
 // handler receives every consumed message, after it was acked or marked. It
 // is called from the contender's consuming goroutines, possibly many at once.
@@ -76,6 +81,8 @@ func startInstance(spec *childSpec, share int, h handler) (instance, error) {
 		return startOurs(spec, h)
 	case kafkaConsumerBatch:
 		return startOursBatches(spec, h)
+	case kafkaConsumerKafka:
+		return startOursWith(spec, h, 0, true)
 	}
 	return nil, fmt.Errorf("unknown contender %q", spec.Contender)
 }
@@ -333,25 +340,35 @@ type oursInstance struct {
 	done chan struct{} // closed when Messages is closed and drained
 }
 
-func startOurs(spec *childSpec, h handler) (instance, error) { return startOursWith(spec, h, 0) }
+func startOurs(spec *childSpec, h handler) (instance, error) { return startOursWith(spec, h, 0, false) }
 
 // startOursBatches starts kafkaconsumer set to batches: each message goes
 // to the handler, and each batch is acked with one AckBatch.
 func startOursBatches(spec *childSpec, h handler) (instance, error) {
-	return startOursWith(spec, h, batchSize)
+	return startOursWith(spec, h, batchSize, false)
 }
 
 // startOursWith starts kafkaconsumer, set to batches of up to batch
-// messages when batch > 0.
-func startOursWith(spec *childSpec, h handler, batch int) (instance, error) {
+// messages when batch > 0, and coordinated by Kafka (CoordinatorKafka)
+// when kafka is set.
+func startOursWith(spec *childSpec, h handler, batch int, kafka bool) (instance, error) {
 	cfg := kafkaconsumer.NewConfig()
 	cfg.Offsets.Initial = saramaInitial(spec)
 	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
 	cfg.BatchSize = batch
+	cfg.InstanceID, cfg.RestartGrace = spec.InstanceID, spec.RestartGrace
 	if spec.MaxBufferedBytes >= 0 {
 		cfg.MaxBufferedBytes = spec.MaxBufferedBytes
 	}
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	zookeeper := spec.Zookeeper
+	if kafka {
+		cfg.Coordinator = kafkaconsumer.CoordinatorKafka
+		cfg.Brokers = spec.Brokers
+		cfg.Consumer.Group.Session.Timeout = spec.GroupSession
+		cfg.Consumer.Group.Heartbeat.Interval = spec.GroupHeartbeat
+		zookeeper = ""
+	}
+	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}

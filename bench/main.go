@@ -1,5 +1,6 @@
-// Command bench measures kafkaconsumer against its peers: raw sarama
-// partition consumers (the ceiling: no group, no marks), sarama's
+// Command bench measures kafkaconsumer (coordinated by ZooKeeper, and by
+// Kafka's group coordinator: kafkaconsumer-kafka) against its peers: raw
+// sarama partition consumers (the ceiling: no group, no marks), sarama's
 // ConsumerGroup, and franz-go's group consumer, on four workloads:
 // throughput with one instance, throughput with four instances, rebalance
 // latency under a steady produce rate (join, graceful leave, kill), and
@@ -48,6 +49,7 @@ type options struct {
 	rebalanceRate       int
 	sessionTimeout      time.Duration
 	late                time.Duration
+	rollingGrace        time.Duration
 
 	startupTopics     int
 	startupPartitions int
@@ -82,6 +84,7 @@ func main() {
 	flag.IntVar(&o.rebalancePartitions, "rebalance-partitions", 64, "rebalance workload: partitions of the topic")
 	flag.IntVar(&o.rebalanceRate, "rebalance-rate", 1280, "rebalance workload: messages produced per second, spread evenly over the partitions")
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 3*time.Second, "rebalance workload: session timeout of every contender (kafkaconsumer: Zookeeper.Timeout; groups: Consumer.Group.Session.Timeout, at least the broker's group.min.session.timeout.ms)")
+	flag.DurationVar(&o.rollingGrace, "rolling-grace", 10*time.Second, "rebalance workload: the Config.RestartGrace of the rolling restart with InstanceIDs (kafkaconsumer; 0: no rolling restarts)")
 	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance workload: a message first received later than this after it was produced counts as delayed by the rebalance")
 	flag.IntVar(&o.startupTopics, "startup-topics", 50, "start-up workload: topics")
 	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,37 @@ type rebalanceTable struct {
 	Rate       int            `json:"produce_rate"`
 	Late       string         `json:"late_threshold"`
 	Rows       []rebalanceRow `json:"rows"`
+	// Rolling is the rolling restart of kafkaconsumer's instances, without
+	// and with static membership (issue 34).
+	Rolling []rollingRow `json:"rolling,omitempty"`
+}
+
+// rollingRow is a rolling restart: each of the 4 instances in turn closes
+// (Close) and starts again, the next once the group is stable; the
+// figures are medians over the runs.
+type rollingRow struct {
+	Contender string `json:"contender"`
+	// InstanceID tells whether the instances had a Config.InstanceID;
+	// RestartGrace is their Config.RestartGrace.
+	InstanceID   bool    `json:"instance_id"`
+	RestartGrace string  `json:"restart_grace"`
+	Moves        float64 `json:"moves"` // times a partition changed instance, over the rollout
+	Duplicates   float64 `json:"duplicates"`
+	Lost         float64 `json:"lost"`
+	// LagPeak is the longest a message produced during the rollout waited
+	// for its first receipt, in seconds.
+	LagPeak float64         `json:"lag_peak_seconds"`
+	Seconds float64         `json:"rollout_seconds"`
+	Runs    []rollingResult `json:"runs"`
+}
+
+type rollingResult struct {
+	Moves      int     `json:"moves"`
+	Duplicates int     `json:"duplicates"`
+	Lost       int     `json:"lost"`
+	LagPeak    float64 `json:"lag_peak_seconds"`
+	Seconds    float64 `json:"rollout_seconds"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
 }
 
 type rebalanceRow struct {
@@ -110,7 +142,95 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 		}
 		table.Rows = append(table.Rows, row)
 	}
+	if slices.Contains(cs, kafkaConsumer) && o.rollingGrace > 0 {
+		for _, static := range []bool{false, true} {
+			row := rollingRow{Contender: kafkaConsumer, InstanceID: static, RestartGrace: "0s"}
+			if static {
+				row.RestartGrace = o.rollingGrace.String()
+			}
+			var moves, dup, lost, lag, secs []float64
+			for run := range o.runs {
+				r, err := rollingRun(cl, o, static, run, sc)
+				if err != nil {
+					return nil, fmt.Errorf("rolling restart (InstanceID %t) run %d: %w", static, run+1, err)
+				}
+				log.Printf("rolling restart run %d InstanceID %-5t moves %3d dup %5d lost %d lag peak %.2fs rollout %.1fs%s",
+					run+1, static, r.Moves, r.Duplicates, r.Lost, r.LagPeak, r.Seconds, map[bool]string{true: " TIMED OUT"}[r.TimedOut])
+				row.Runs = append(row.Runs, r)
+				moves, dup, lost = append(moves, float64(r.Moves)), append(dup, float64(r.Duplicates)), append(lost, float64(r.Lost))
+				lag, secs = append(lag, r.LagPeak), append(secs, r.Seconds)
+			}
+			row.Moves, row.Duplicates, row.Lost = median(moves), median(dup), median(lost)
+			row.LagPeak, row.Seconds = median(lag), median(secs)
+			table.Rolling = append(table.Rolling, row)
+		}
+	}
 	return table, nil
+}
+
+// rollingRun is a rolling restart of sc.initial instances of kafkaconsumer
+// (ZooKeeper-coordinated) under the steady produce rate: each in turn is
+// closed and started again (with the same Config.InstanceID when static,
+// and Config.RestartGrace o.rollingGrace), the next once the group is
+// stable again. It measures the whole rollout.
+func rollingRun(cl *cluster, o *options, static bool, run int, sc scenario) (rollingResult, error) {
+	rec := newRecorder(sc.parts)
+	prod, err := startSteadyProducer(cl, sc.topic, sc.parts, sc.rate, o.size, rec)
+	if err != nil {
+		return rollingResult{}, err
+	}
+	defer prod.stop()
+	spec := baseSpec(cl, o, "stream")
+	spec.Contender = kafkaConsumer
+	spec.Instances = 1
+	spec.Group = groupName("rolling", fmt.Sprint(static), run)
+	spec.Topics = []string{sc.topic}
+	spec.Partitions = []int32{sc.parts}
+	spec.Newest = true
+	specOf := func(i int) childSpec {
+		s := spec
+		if static {
+			s.InstanceID, s.RestartGrace = fmt.Sprintf("rolling-%d", i), o.rollingGrace
+		}
+		return s
+	}
+	g := &streamGroup{o: o, spec: spec, rec: rec}
+	defer g.killAll()
+	if err := g.startInitial(sc.initial, specOf); err != nil {
+		return rollingResult{}, err
+	}
+
+	var res rollingResult
+	began := time.Now().UnixNano()
+	for i := range sc.initial {
+		old := g.children[i]
+		old.expectGone.Store(true)
+		old.close()
+		select {
+		case <-old.exited:
+		case <-time.After(60 * time.Second):
+			return res, g.failure(fmt.Sprintf("instance %d did not exit after close", i))
+		}
+		ch, err := g.start(i, specOf(i))
+		if err != nil {
+			return res, err
+		}
+		if err := g.waitStarted(ch); err != nil {
+			return res, err
+		}
+		if _, ok := g.waitStable(time.Now().UnixNano(), 2*time.Second, o.rollingGrace+60*time.Second); !ok {
+			res.TimedOut = true
+		}
+		g.children[i], g.children[len(g.children)-1] = ch, old // slot i is the new one
+	}
+	end := time.Now().UnixNano()
+	e := rec.evaluate(began, end, int64(o.late))
+	res.Duplicates, res.Lost = e.Duplicates, e.Lost
+	moves, lag := rec.rollout(began, end)
+	res.Moves, res.LagPeak = moves, float64(lag)/1e9
+	res.Seconds = float64(end-began) / 1e9
+	g.closeAll()
+	return res, nil
 }
 
 // scenario is what a run of the rebalance or mass-move workload does:
@@ -147,84 +267,19 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenari
 	spec.Topics = []string{topic}
 	spec.Partitions = []int32{parts}
 	spec.Newest = true
-
-	var children []*streamChild
-	defer func() {
-		for _, ch := range children {
-			ch.kill()
-		}
-	}()
-	live := func() []int32 {
-		var ids []int32
-		for _, ch := range children {
-			if !ch.gone.Load() {
-				ids = append(ids, int32(ch.idx))
-			}
-		}
-		return ids
-	}
-	start := func(idx int) (*streamChild, error) {
-		ch, err := startStreamChild(spec, idx, rec)
-		if err != nil {
-			return nil, err
-		}
-		children = append(children, ch)
-		return ch, nil
-	}
+	g := &streamGroup{o: o, spec: spec, rec: rec}
+	defer g.killAll()
 	session := o.sessionTimeout
 	if contender != kafkaConsumer {
 		session, _ = groupTimeouts(cl, o)
 	}
-	// waitStable waits until the group is stable again after te, at least
-	// minWait and at most maxWait.
-	waitStable := func(te int64, minWait, maxWait time.Duration) (int64, bool) {
-		for {
-			now := time.Now()
-			since := time.Duration(now.UnixNano() - te)
-			if since >= minWait && rec.stable(now.UnixNano(), int64(1500*time.Millisecond), int64(o.late), live()) {
-				return now.UnixNano(), true
-			}
-			if since > maxWait {
-				return now.UnixNano(), false
-			}
-			for _, ch := range children {
-				if ch.gone.Load() && !ch.expectGone.Load() {
-					return now.UnixNano(), false
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	failure := func(what string) error {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s", what)
-		for _, ch := range children {
-			fmt.Fprintf(&b, "\n--- instance %d stderr:\n%s", ch.idx, tail(ch.stderr.String(), 1500))
-		}
-		return fmt.Errorf("%s", b.String())
-	}
-
-	for i := range sc.initial {
-		if _, err := start(i); err != nil {
-			return nil, err
-		}
-	}
-	for _, ch := range children {
-		select {
-		case <-ch.started:
-		case <-ch.exited:
-			return nil, failure(fmt.Sprintf("instance %d exited at start", ch.idx))
-		case <-time.After(60 * time.Second):
-			return nil, failure(fmt.Sprintf("instance %d did not start", ch.idx))
-		}
-	}
-	if _, ok := waitStable(time.Now().UnixNano(), 3*time.Second, 90*time.Second); !ok {
-		return nil, failure(fmt.Sprintf("the group did not become stable with %d instances", sc.initial))
+	if err := g.startInitial(sc.initial, func(int) childSpec { return spec }); err != nil {
+		return nil, err
 	}
 
 	result := map[string]eventResult{}
 	phase := func(ev string, te int64, minWait, maxWait time.Duration) {
-		end, ok := waitStable(te, minWait, maxWait)
+		end, ok := g.waitStable(te, minWait, maxWait)
 		r := rec.evaluate(te, end, int64(o.late))
 		r.TimedOut = !ok
 		result[ev] = r
@@ -233,7 +288,7 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenari
 	for _, ev := range sc.events {
 		switch ev {
 		case "join": // one more instance joins; the event is its call to Join
-			joiner, err := start(len(children))
+			joiner, err := g.start(len(g.children), g.spec)
 			if err != nil {
 				return nil, err
 			}
@@ -241,30 +296,128 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenari
 			select {
 			case te = <-joiner.joined:
 			case <-time.After(30 * time.Second):
-				return nil, failure("the joining instance did not start")
+				return nil, g.failure("the joining instance did not start")
 			}
 			phase("join", te, 2*time.Second, 30*time.Second)
 		case "leave": // the first instance leaves with Close
-			leaver := children[0]
+			leaver := g.children[0]
 			leaver.expectGone.Store(true)
 			te := time.Now().UnixNano()
 			leaver.close()
 			phase("leave", te, 2*time.Second, 30*time.Second)
 		case "kill": // the second instance is killed
-			victim := children[1]
+			victim := g.children[1]
 			victim.expectGone.Store(true)
 			te := time.Now().UnixNano()
 			victim.kill()
 			phase("kill", te, 2*time.Second, session+30*time.Second)
 		}
 	}
+	g.closeAll()
+	return result, nil
+}
 
-	// Stop the others gracefully, all at once.
-	for _, ch := range children {
+// streamGroup is the instances of a run of the rebalance or mass-move
+// workloads, one stream child each, whose receipts rec records.
+type streamGroup struct {
+	o        *options
+	spec     childSpec
+	rec      *recorder
+	children []*streamChild
+}
+
+// start starts a child of spec whose receipts count as instance idx's.
+func (g *streamGroup) start(idx int, spec childSpec) (*streamChild, error) {
+	ch, err := startStreamChild(spec, idx, g.rec)
+	if err != nil {
+		return nil, err
+	}
+	g.children = append(g.children, ch)
+	return ch, nil
+}
+
+// startInitial starts n instances, instance i of specOf(i), waits until
+// they started, and until the group is stable.
+func (g *streamGroup) startInitial(n int, specOf func(i int) childSpec) error {
+	for i := range n {
+		if _, err := g.start(i, specOf(i)); err != nil {
+			return err
+		}
+	}
+	for _, ch := range g.children {
+		if err := g.waitStarted(ch); err != nil {
+			return err
+		}
+	}
+	if _, ok := g.waitStable(time.Now().UnixNano(), 3*time.Second, 90*time.Second); !ok {
+		return g.failure(fmt.Sprintf("the group did not become stable with %d instances", n))
+	}
+	return nil
+}
+
+// waitStarted waits until ch started its instance.
+func (g *streamGroup) waitStarted(ch *streamChild) error {
+	select {
+	case <-ch.started:
+		return nil
+	case <-ch.exited:
+		return g.failure(fmt.Sprintf("instance %d exited at start", ch.idx))
+	case <-time.After(60 * time.Second):
+		return g.failure(fmt.Sprintf("instance %d did not start", ch.idx))
+	}
+}
+
+// live returns the instance numbers of the children still running.
+func (g *streamGroup) live() []int32 {
+	var ids []int32
+	for _, ch := range g.children {
+		if !ch.gone.Load() {
+			ids = append(ids, int32(ch.idx))
+		}
+	}
+	return ids
+}
+
+// waitStable waits until the group is stable again after te, at least
+// minWait and at most maxWait; it returns when, and false when it was not
+// (or a child exited unexpectedly).
+func (g *streamGroup) waitStable(te int64, minWait, maxWait time.Duration) (int64, bool) {
+	for {
+		now := time.Now()
+		since := time.Duration(now.UnixNano() - te)
+		if since >= minWait && g.rec.stable(now.UnixNano(), int64(1500*time.Millisecond), int64(g.o.late), g.live()) {
+			return now.UnixNano(), true
+		}
+		if since > maxWait {
+			return now.UnixNano(), false
+		}
+		for _, ch := range g.children {
+			if ch.gone.Load() && !ch.expectGone.Load() {
+				return now.UnixNano(), false
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// failure returns an error of what, with the end of each child's stderr.
+func (g *streamGroup) failure(what string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", what)
+	for _, ch := range g.children {
+		fmt.Fprintf(&b, "\n--- instance %d stderr:\n%s", ch.idx, tail(ch.stderr.String(), 1500))
+	}
+	return fmt.Errorf("%s", b.String())
+}
+
+// closeAll stops the children gracefully, all at once, and waits for
+// them to exit (killing those that do not within 90 s).
+func (g *streamGroup) closeAll() {
+	for _, ch := range g.children {
 		ch.expectGone.Store(true)
 		ch.close()
 	}
-	for _, ch := range children {
+	for _, ch := range g.children {
 		select {
 		case <-ch.exited:
 		case <-time.After(90 * time.Second):
@@ -272,7 +425,13 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenari
 			ch.kill()
 		}
 	}
-	return result, nil
+}
+
+// killAll kills the children still running.
+func (g *streamGroup) killAll() {
+	for _, ch := range g.children {
+		ch.kill()
+	}
 }
 
 // --- child processes
@@ -630,4 +789,41 @@ func (r *recorder) evaluate(te, end, late int64) eventResult {
 	res.Recovery = max(res.NewOwner, res.LastDelayed)
 	res.Phase = float64(end-te) / 1e9
 	return res
+}
+
+// rollout returns, over the partitions, how often the instance receiving
+// a partition's messages changed from te to end (in the order of the
+// receipts, from the last receipt before te), and the longest time a
+// message produced in [te, end] waited for its first receipt (ns).
+func (r *recorder) rollout(te, end int64) (moves int, lagPeak int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.parts {
+		var receipts []receipt
+		before := receipt{inst: -1}
+		for _, m := range r.parts[p].byOffset {
+			for _, rc := range m.receipts {
+				switch {
+				case rc.at < te && rc.at > before.at:
+					before = rc
+				case rc.at >= te && rc.at <= end:
+					receipts = append(receipts, rc)
+				}
+			}
+			if m.produced >= te && m.produced <= end {
+				if f := m.first(); f != 0 && f-m.produced > lagPeak {
+					lagPeak = f - m.produced
+				}
+			}
+		}
+		slices.SortFunc(receipts, func(a, b receipt) int { return cmp.Compare(a.at, b.at) })
+		owner := before.inst
+		for _, rc := range receipts {
+			if owner >= 0 && rc.inst != owner {
+				moves++
+			}
+			owner = rc.inst
+		}
+	}
+	return moves, lagPeak
 }

@@ -179,6 +179,17 @@ func markdown(res *results) string {
 			fmt.Fprintf(&b, " | %.0f |\n", lost)
 		}
 		b.WriteString("\n")
+		if len(t.Rolling) > 0 {
+			fmt.Fprintf(&b, "#### Rolling restart: each of the %d instances in turn closed and started again, the next once the group is stable\n\n", t.Instances)
+			b.WriteString("Moves: times a partition changed instance over the rollout. Lag peak: the longest a message produced during the rollout waited for its first receipt.\n\n")
+			b.WriteString("| contender | InstanceID | RestartGrace | moves | duplicates | lost | lag peak s | rollout s |\n")
+			b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|\n")
+			for _, r := range t.Rolling {
+				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.1f |\n",
+					r.Contender, map[bool]string{true: "yes", false: "no"}[r.InstanceID], r.RestartGrace, r.Moves, r.Duplicates, r.Lost, r.LagPeak, r.Seconds)
+			}
+			b.WriteString("\n")
+		}
 	}
 	if t := res.Startup; t != nil {
 		fmt.Fprintf(&b, "### Start-up: one instance, %d topics × %d partitions = %d partitions\n\n",
