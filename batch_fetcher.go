@@ -472,6 +472,9 @@ type batchFetcher struct {
 	// offset is out of range (the partition manager starts again at
 	// Offsets.Initial). Read after done.
 	legacy, outOfRange bool
+	// outOfRangeOnce is set by run when a fetch got OFFSET_OUT_OF_RANGE
+	// and it was not confirmed yet (confirmOutOfRange).
+	outOfRangeOnce bool
 	// buffered is the bytes of the slabs delivered and not handed out
 	// entirely yet, the one in the channel and the one the partition is
 	// handing out (PartitionStats.BufferedBytes); inHand is the account
@@ -586,9 +589,12 @@ func (f *batchFetcher) run() {
 		case errors.Is(err, sarama.ErrOffsetOutOfRange) && fromReplica:
 			// A follower may lag behind an offset the leader served: ask
 			// the leader, which answers out of range itself if it is.
-		case errors.Is(err, sarama.ErrOffsetOutOfRange):
+		case errors.Is(err, sarama.ErrOffsetOutOfRange) && f.confirmOutOfRange():
 			f.outOfRange = true
 			return
+		case errors.Is(err, sarama.ErrOffsetOutOfRange):
+			// Not confirmed (yet): fetch again, after a refresh of the
+			// metadata and the backoff, without a report.
 		case leadershipError(err):
 			// The partition moved, or the metadata is behind: fetch from
 			// the leader the refreshed metadata names, as sarama does,
@@ -606,6 +612,36 @@ func (f *batchFetcher) run() {
 			return
 		}
 	}
+}
+
+// confirmOutOfRange reports whether an OFFSET_OUT_OF_RANGE that a fetch
+// got holds: only when it is the second in a row (no response of the
+// partition between them), and the leader that the refreshed metadata
+// names says that the offset is below its oldest or past its newest
+// (ListOffsets). A former leader resumed after a freeze, which takes
+// itself for the leader until the controller tells it otherwise, answers
+// so for an offset past the end of its own log; trusting it would start
+// the partition again at Offsets.Initial, its committed offset with it.
+// Written for run's goroutine.
+func (f *batchFetcher) confirmOutOfRange() bool {
+	if !f.outOfRangeOnce || f.retries.Load() == 0 {
+		f.outOfRangeOnce = true // the first, or the first since a response
+		return false
+	}
+	f.outOfRangeOnce = false
+	client := f.hub.client
+	if err := client.RefreshMetadata(f.tp.Topic); err != nil {
+		return false
+	}
+	oldest, err := client.GetOffset(f.tp.Topic, f.tp.Partition, sarama.OffsetOldest)
+	if err != nil {
+		return false
+	}
+	newest, err := client.GetOffset(f.tp.Topic, f.tp.Partition, sarama.OffsetNewest)
+	if err != nil {
+		return false
+	}
+	return f.offset < oldest || f.offset > newest
 }
 
 // leadershipError reports whether err, a partition's error in a fetch

@@ -536,3 +536,75 @@ func TestFetchBudget(t *testing.T) {
 		t.Errorf("no limit: %d, %v; want 600", got, ok)
 	}
 }
+
+// TestBatchFetcherOutOfRangeConfirmed: an OFFSET_OUT_OF_RANGE from the
+// broker a fetcher fetches from ends it (the partition starts again at
+// Offsets.Initial) only when it comes twice in a row and the leader's
+// oldest and newest offsets (ListOffsets after a refresh of the metadata)
+// confirm it. A former leader resumed after a freeze answers so for an
+// offset past its own log's end: the fetcher trusted the first answer and
+// the partition went back to Offsets.Initial, its committed offset with
+// it (250 to 0 in TestFaultKafkaCoordinator's frozen run).
+func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		oldest, newest int64
+		outOfRange     bool
+	}{
+		{"stale broker: the leader has the offset", 0, 20, false},
+		{"the leader confirms", 12, 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broker := sarama.NewMockBroker(t, 1)
+			defer broker.Close()
+			failed := &sarama.FetchResponse{Version: 10}
+			failed.AddError("t", 3, sarama.ErrOffsetOutOfRange)
+			served := &sarama.FetchResponse{Version: 10}
+			served.AddRecord("t", 3, nil, sarama.StringEncoder("ten"), 10)
+			served.GetBlock("t", 3).HighWaterMarkOffset = 20
+			listOffsets := sarama.NewMockOffsetResponse(t).
+				SetOffset("t", 3, sarama.OffsetOldest, tc.oldest).SetOffset("t", 3, sarama.OffsetNewest, tc.newest)
+			fetches := sarama.NewMockSequence(failed, failed, served)
+			broker.SetHandlerByMap(map[string]sarama.MockResponse{
+				"MetadataRequest": sarama.NewMockWrapper(epochMetadata(broker, 5)),
+				"FetchRequest":    fetches,
+				"OffsetRequest":   listOffsets,
+			})
+			conf := sarama.NewConfig()
+			conf.Version = sarama.V2_1_0_0
+			conf.ApiVersionsRequest = false
+			conf.Consumer.Retry.Backoff = 10 * time.Millisecond
+			client, err := sarama.NewClient([]string{broker.Addr()}, conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = client.Close() }()
+			version, _ := batchFetchVersion(conf)
+			hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
+			defer hub.close()
+			f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
+			defer func() { _ = f.Close() }()
+			select {
+			case s, ok := <-f.slabs:
+				switch {
+				case !ok && !tc.outOfRange:
+					t.Fatalf("the fetcher ended (out of range %v) though the leader has offset 10", f.outOfRange)
+				case ok && tc.outOfRange:
+					t.Fatalf("delivered %v though the leader's log starts at 12", offsets(s.msgs))
+				case ok && !slices.Equal(offsets(s.msgs), []int64{10}):
+					t.Errorf("delivered offsets %v, want [10]", offsets(s.msgs))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("neither records nor the fetcher's end within 10 s")
+			}
+			if tc.outOfRange {
+				<-f.done
+				if !f.outOfRange {
+					t.Error("the fetcher ended without outOfRange")
+				}
+			}
+		})
+	}
+}
