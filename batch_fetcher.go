@@ -809,19 +809,13 @@ func (f *batchFetcher) report(err error) bool {
 // batch larger than the fetch size) makes the next fetch ask for more, as
 // sarama's consumer does.
 func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.ConsumerMessage, size int64, moved bool, err error) {
-	n, payload := 0, 0
+	n := 0
 	for _, records := range block.RecordsSet {
 		if records.MsgSet != nil {
 			return nil, 0, false, errLegacyRecords
 		}
 		if rb := records.RecordBatch; rb != nil && !rb.Control && !rb.PartialTrailingRecord {
 			n += len(rb.Records)
-			for _, rec := range rb.Records {
-				payload += len(rec.Key) + len(rec.Value)
-				for _, h := range rec.Headers {
-					payload += len(h.Key) + len(h.Value)
-				}
-			}
 		}
 	}
 	conf := f.hub.conf
@@ -829,15 +823,13 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 	if conf.Consumer.IsolationLevel == sarama.ReadCommitted {
 		aborted = newAbortedTransactions(block.AbortedTransactions)
 	}
-	// The messages are allocated in chunks of slabChunk, and their keys,
-	// values and headers copied into chunks of an arena of the slab's
-	// own: they point into the response's buffer, which holds every
-	// partition's records, and would keep all of it alive as long as one
-	// message of any of them is; and a message the user keeps keeps its
-	// chunks alive, not the whole slab.
+	// The messages are allocated in chunks of slabChunk: a message the
+	// user keeps keeps its chunk alive, not the whole slab. Their keys,
+	// values and headers point into the response, as sarama's consumer's
+	// do (copying them cost more throughput than it saved memory:
+	// BENCHMARKS.md, round 7).
 	var chunk []sarama.ConsumerMessage
 	msgs = make([]*sarama.ConsumerMessage, 0, n)
-	a := arena{remaining: payload}
 	partial := block.Partial
 	next := f.offset
 	for _, records := range block.RecordsSet {
@@ -865,7 +857,11 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 			m := &chunk[0] // written in place: no copy of the struct
 			chunk = chunk[1:]
 			m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
-			m.Key, m.Value, m.Headers = a.bytes(rec.Key), a.bytes(rec.Value), a.recordHeaders(rec.Headers)
+			m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
+			size += int64(len(rec.Key)+len(rec.Value)) + messageOverhead
+			for _, h := range rec.Headers {
+				size += int64(len(h.Key) + len(h.Value))
+			}
 			if rb.LogAppendTime {
 				m.Timestamp = rb.MaxTimestamp
 			} else {
@@ -884,7 +880,6 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 	}
 	moved = next > f.offset
 	f.offset = next
-	size = int64(a.used) + int64(len(msgs))*messageOverhead
 	switch {
 	case moved:
 		f.fetchSize = conf.Consumer.Fetch.Default
@@ -905,54 +900,8 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 var messageOverhead = int64(reflect.TypeFor[sarama.ConsumerMessage]().Size()) + 8
 
 // slabChunk is how many messages of a slab are allocated together
-// (handOutBatch: a hand-out takes at most that many at once), and
-// arenaChunk the size of the chunks of its arena.
-const (
-	slabChunk  = handOutBatch
-	arenaChunk = 64 << 10
-)
-
-// arena holds the bytes of a slab's messages, copied out of the response
-// they came in, in chunks of arenaChunk (or of one larger key or value).
-type arena struct {
-	buf       []byte // what is left of the current chunk
-	remaining int    // bytes of the slab not placed yet (at most)
-	used      int    // bytes placed
-}
-
-// bytes returns a copy of b in the arena: nil for nil (a tombstone's
-// value), and with its capacity ending at its length, so that an append
-// to it cannot overwrite the next.
-func (a *arena) bytes(b []byte) []byte {
-	switch {
-	case b == nil:
-		return nil
-	case len(b) == 0:
-		return []byte{}
-	case len(b) > len(a.buf):
-		a.buf = make([]byte, max(min(arenaChunk, a.remaining), len(b)))
-	}
-	out := a.buf[:len(b):len(b)]
-	copy(out, b)
-	a.buf = a.buf[len(b):]
-	a.remaining -= len(b)
-	a.used += len(b)
-	return out
-}
-
-// recordHeaders returns a copy of hs, their keys and values in the arena.
-func (a *arena) recordHeaders(hs []*sarama.RecordHeader) []*sarama.RecordHeader {
-	if hs == nil {
-		return nil
-	}
-	out := make([]*sarama.RecordHeader, len(hs))
-	copies := make([]sarama.RecordHeader, len(hs))
-	for i, h := range hs {
-		copies[i] = sarama.RecordHeader{Key: a.bytes(h.Key), Value: a.bytes(h.Value)}
-		out[i] = &copies[i]
-	}
-	return out
-}
+// (handOutBatch: a hand-out takes at most that many at once).
+const slabChunk = handOutBatch
 
 // abortedTransactions filters, reading committed, the record batches of
 // one response block: a transactional batch of a producer whose aborted

@@ -238,15 +238,16 @@ type Config struct {
 
 	// MaxBufferedBytes bounds the memory of the messages that the instance
 	// has fetched and not handed out yet (their keys, values and headers,
-	// copied out of the responses, and the messages themselves), for all
-	// its partitions together: each fetch request asks for at most
+	// and the messages themselves), for all its partitions together: each fetch request asks for at most
 	// what is free of it (Kafka's fetch.max.bytes taken from one budget),
 	// and a broker whose fetched messages all went out may always fetch,
 	// so that every partition makes progress. Beyond it, each partition
 	// holds the messages of its batch in hand (up to 256, or BatchSize),
 	// and the partitions paused by Pause or at MaxPendingAcks their
-	// fetched messages. PartitionStats.BufferedBytes shows a partition's
-	// share. 0 lifts the bound (Consumer.Fetch.MaxBytes per request
+	// fetched messages; and, as with sarama's consumer, a message's key
+	// and value point into the fetch response it came in, which a message
+	// kept after its ack keeps alive. PartitionStats.BufferedBytes shows a
+	// partition's share. 0 lifts the bound (Consumer.Fetch.MaxBytes per request
 	// still holds). Default 16 MiB (DefaultMaxBufferedBytes);
 	// BENCHMARKS.md has the memory and throughput it gives. Not used for
 	// partitions in the pre-0.11 message format, which sarama's partition
