@@ -357,8 +357,11 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			}
 		case coordinatorMoved(kerr) || kerr == 0:
 			// A coordinator that moved, or a request that failed as a
-			// whole: look it up again.
-			_ = k.client.RefreshCoordinator(cm.group)
+			// whole: look it up again, through call: the group client's
+			// read timeout covers a rebalance (a minute with sarama's
+			// default), and a broker cut off would hold the manager, and
+			// a Close, that long.
+			_ = k.call(func() error { return k.client.RefreshCoordinator(cm.group) })
 		}
 		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
