@@ -331,6 +331,7 @@ func TestIntegrationStaticRollingRestart(t *testing.T) {
 // consumed twice.
 func TestIntegrationStaticKillRestartWithinGrace(t *testing.T) {
 	parallelClusterTest(t)
+	skipKafkaDiscovery(t, "its child processes find the brokers in ZooKeeper")
 	r := newFaultRun(t, zookeeperPeers, kafkaPeers, 4, 1)
 	r.opts.restartGrace = 20 * time.Second
 	r.opts.instanceID = "a"
