@@ -5,6 +5,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -95,12 +96,44 @@ func (b *offsetBatch) get(tp TopicPartition, dying <-chan struct{}) (offset int6
 }
 
 // listOffsets asks each leader for the offset of its partitions at
-// initial, in one request per leader, concurrently.
+// initial, in one request per leader, concurrently. The client's metadata
+// is refreshed once, for the topics it does not know; a partition of a
+// topic it still does not know, or whose leader it cannot name, is left
+// out (its partition manager asks alone). sarama's Leader refreshes the
+// metadata itself for a partition it does not know, with retries, about
+// a second each: one partition after the other, a round whose partitions
+// include topics just deleted held every partition of the round for
+// minutes (a new topic's partitions waited in a blacklist's round on
+// Kafka 4).
 func listOffsets(client sarama.Client, initial int64, tps []TopicPartition) map[TopicPartition]int64 {
-	requests := make(map[*sarama.Broker]*sarama.OffsetRequest)
+	known := func() map[string]bool {
+		topics, _ := client.Topics()
+		set := make(map[string]bool, len(topics))
+		for _, topic := range topics {
+			set[topic] = true
+		}
+		return set
+	}
+	cached := known()
+	var missing []string
 	for _, tp := range tps {
+		if !cached[tp.Topic] && !slices.Contains(missing, tp.Topic) {
+			missing = append(missing, tp.Topic)
+		}
+	}
+	if len(missing) > 0 {
+		_ = client.RefreshMetadata(missing...)
+		cached = known()
+	}
+	requests := make(map[*sarama.Broker]*sarama.OffsetRequest)
+	failed := make(map[string]bool) // topics whose leader lookup failed once
+	for _, tp := range tps {
+		if !cached[tp.Topic] || failed[tp.Topic] {
+			continue
+		}
 		leader, err := client.Leader(tp.Topic, tp.Partition)
 		if err != nil {
+			failed[tp.Topic] = true
 			continue
 		}
 		req := requests[leader]

@@ -770,3 +770,82 @@ func TestOffsetStoreBrokerWhileLookupsStop(t *testing.T) {
 		}
 	}
 }
+
+// metadataClient is a sarama.Client whose metadata knows topics; a
+// refresh adds the topics of appearing (a topic created meanwhile), and
+// Leader, for a topic it does not know, refreshes (as sarama's does, with
+// retries: about a second each) and fails.
+type metadataClient struct {
+	sarama.Client
+	topics    map[string]bool
+	appearing []string
+	refreshes int
+	leaders   int
+	broker    *sarama.Broker
+}
+
+func (c *metadataClient) Topics() ([]string, error) {
+	var out []string
+	for t := range c.topics {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (c *metadataClient) RefreshMetadata(...string) error {
+	c.refreshes++
+	for _, t := range c.appearing {
+		c.topics[t] = true
+	}
+	return nil
+}
+
+func (c *metadataClient) Leader(topic string, _ int32) (*sarama.Broker, error) {
+	c.leaders++
+	if !c.topics[topic] {
+		c.refreshes++
+		return nil, sarama.ErrUnknownTopicOrPartition
+	}
+	return c.broker, nil
+}
+
+func (c *metadataClient) Config() *sarama.Config {
+	conf := sarama.NewConfig()
+	conf.ApiVersionsRequest = false
+	return conf
+}
+
+// TestListOffsetsRefreshesOnce: the batched Offsets.Initial of a round
+// whose partitions include 200 of topics just deleted refreshes the
+// metadata once, asks no leader of a topic it still does not know, and
+// still resolves a topic created meanwhile. It asked sarama's Leader for
+// each of them, which refreshed the metadata for each, one after the
+// other: a new topic's partitions in the same round waited past 30 s on
+// Kafka 4 (TestIntegrationBlacklistPicksUpNewTopics).
+func TestListOffsetsRefreshesOnce(t *testing.T) {
+	t.Parallel()
+	broker := sarama.NewMockBroker(t, 1)
+	defer broker.Close()
+	broker.SetHandlerByMap(map[string]sarama.MockResponse{
+		"OffsetRequest": sarama.NewMockOffsetResponse(t).SetOffset("new", 0, sarama.OffsetNewest, 7),
+	})
+	client := &metadataClient{topics: map[string]bool{}, appearing: []string{"new"}, broker: sarama.NewBroker(broker.Addr())}
+	conf := sarama.NewConfig()
+	conf.ApiVersionsRequest = false // the mock answers what it is told
+	if err := client.broker.Open(conf); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.broker.Close() }()
+	var tps []TopicPartition
+	for p := range int32(200) {
+		tps = append(tps, TopicPartition{Topic: "deleted", Partition: p})
+	}
+	tps = append(tps, TopicPartition{Topic: "new", Partition: 0})
+	offsets := listOffsets(client, sarama.OffsetNewest, tps)
+	if client.refreshes != 1 || client.leaders != 1 {
+		t.Errorf("%d metadata refreshes and %d leader lookups, want 1 and 1 (the new topic's)", client.refreshes, client.leaders)
+	}
+	if got, ok := offsets[TopicPartition{Topic: "new", Partition: 0}]; !ok || got != 7 {
+		t.Errorf("the new topic's offset: %d, %v; want 7", got, ok)
+	}
+}
