@@ -826,8 +826,7 @@ func (f *batchFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sarama.C
 	// The messages are allocated in chunks of slabChunk: a message the
 	// user keeps keeps its chunk alive, not the whole slab. Their keys,
 	// values and headers point into the response, as sarama's consumer's
-	// do (copying them cost more throughput than it saved memory:
-	// BENCHMARKS.md, round 7).
+	// do.
 	var chunk []sarama.ConsumerMessage
 	msgs = make([]*sarama.ConsumerMessage, 0, n)
 	partial := block.Partial

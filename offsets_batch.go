@@ -99,12 +99,9 @@ func (b *offsetBatch) get(tp TopicPartition, dying <-chan struct{}) (offset int6
 // initial, in one request per leader, concurrently. The client's metadata
 // is refreshed once, for the topics it does not know; a partition of a
 // topic it still does not know, or whose leader it cannot name, is left
-// out (its partition manager asks alone). sarama's Leader refreshes the
-// metadata itself for a partition it does not know, with retries, about
-// a second each: one partition after the other, a round whose partitions
-// include topics just deleted held every partition of the round for
-// minutes (a new topic's partitions waited in a blacklist's round on
-// Kafka 4).
+// out (its partition manager asks alone): sarama's Leader refreshes the
+// metadata, with retries, for each partition it does not know, which
+// must not happen once per partition of a round.
 func listOffsets(client sarama.Client, initial int64, tps []TopicPartition) map[TopicPartition]int64 {
 	known := func() map[string]bool {
 		topics, _ := client.Topics()
