@@ -470,6 +470,13 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		return nil, fmt.Errorf("join group %s: %w", cm.group, resp.Err)
 	}
 	member := groupMember{id: resp.MemberId, generation: resp.GenerationId}
+	if cur := k.current(); cur.id == "" {
+		// The coordinator named this member (a Kafka before 2.2 does so
+		// in the first JoinGroup's answer): the next JoinGroup, should
+		// the SyncGroup fail, must carry the ID, or the coordinator
+		// counts a second member and waits for the first to expire.
+		k.setMember(groupMember{id: member.id, generation: cur.generation})
+	}
 
 	sync := syncGroupRequest(version, cm.group, member, k.instanceID)
 	if resp.LeaderId == resp.MemberId {

@@ -65,6 +65,10 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 // reads batches of up to that many messages (linger 10 ms), and acks each
 // batch with AckBatch (without workers). With KC_SHUTDOWN set, SIGTERM
 // calls Shutdown with a context of that duration instead of Interrupt.
+// childKafkaSession is a child's session timeout with Kafka's group
+// coordinator unless KC_COORDINATOR=kafka and KC_SESSION say otherwise.
+const childKafkaSession = 6 * time.Second
+
 func childMain() int {
 	out, err := os.OpenFile(os.Getenv("KC_OUT"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -86,6 +90,11 @@ func childMain() int {
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.InstanceID = os.Getenv("KC_INSTANCE_ID")
 	config.RestartGrace = envDuration("KC_RESTART_GRACE", 0)
+	// The session with Kafka's group coordinator, should the group move
+	// there (a switch) or start there (KC_COORDINATOR): a killed child
+	// that had joined holds its partitions until it expires.
+	config.Consumer.Group.Session.Timeout = childKafkaSession
+	config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	if n, _ := strconv.Atoi(os.Getenv("KC_BATCH")); n > 0 {
 		config.BatchSize = n
 		config.BatchLinger = 10 * time.Millisecond
@@ -96,8 +105,7 @@ func childMain() int {
 		config.Coordinator = CoordinatorKafka
 		config.Brokers = strings.Split(os.Getenv("KC_BROKERS"), ",")
 		config.DiscoveryInterval = time.Second
-		config.Consumer.Group.Session.Timeout = envDuration("KC_SESSION", 6*time.Second)
-		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		config.Consumer.Group.Session.Timeout = envDuration("KC_SESSION", childKafkaSession)
 		zookeeper = ""
 	}
 	if d := envDuration("KC_READ_TIMEOUT", 0); d > 0 {

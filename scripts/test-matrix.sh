@@ -61,7 +61,7 @@ for pair in $PAIRS; do
 		result=FAIL
 		status=1
 		[ "$failed" -eq 0 ] && failed="(exit $rc)"
-		grep -E '^(--- FAIL|FAIL|panic)' "$log" | head -n 20
+		grep -E '^ *--- FAIL|^(FAIL|panic)' "$log" | head -n 20 # subtests too
 		if [ -z "$cluster" ]; then tail -n 20 "$log"; fi
 	fi
 	printf '    %s: %s passed, %s failed, %dm%02ds\n' "$result" "$passed" "$failed" $((secs / 60)) $((secs % 60))
