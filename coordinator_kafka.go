@@ -455,7 +455,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	sent := time.Now()
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
-		_ = broker.Close() // the client opens it again
+		closeFailed(broker, err)
 		return nil, err
 	}
 	switch {
@@ -492,7 +492,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	}
 	var syncResp *sarama.SyncGroupResponse
 	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
-		_ = broker.Close()
+		closeFailed(broker, err)
 		return nil, err
 	}
 	switch {
@@ -547,10 +547,16 @@ func (k *kafkaCoordinator) coordinatorBroker() (*sarama.Broker, error) {
 	return k.client.Coordinator(k.cm.group)
 }
 
+// errAbandoned is what call returns for a request it stopped waiting
+// for: the manager was interrupted.
+var errAbandoned = errors.New("interrupted")
+
 // call runs a group request on a goroutine of its own, and waits for it
-// or until the manager is interrupted: a JoinGroup may wait for the whole
-// rebalance, and a hung broker for Net.ReadTimeout. An abandoned request
-// ends when the shutdown closes the clients (close waits for it).
+// or until the manager is interrupted (errAbandoned): a JoinGroup may
+// wait for the whole rebalance, and a hung broker for Net.ReadTimeout.
+// An abandoned request ends when the shutdown cuts the connections under
+// it (closeKafka; close waits for it). Its broker must not be closed
+// meanwhile: sarama's Broker.Close waits for the request in flight.
 func (k *kafkaCoordinator) call(f func() error) error {
 	done := make(chan error, 1)
 	k.calls.Add(1)
@@ -562,7 +568,17 @@ func (k *kafkaCoordinator) call(f func() error) error {
 	case err := <-done:
 		return err
 	case <-k.cm.t.Dying():
-		return errors.New("interrupted")
+		return errAbandoned
+	}
+}
+
+// closeFailed closes broker after its request failed with err, so that
+// the client opens it again (sarama fails every later request on a
+// connection whose read failed); not after an abandoned request, which
+// still holds it (see call).
+func closeFailed(broker *sarama.Broker, err error) {
+	if !errors.Is(err, errAbandoned) {
+		_ = broker.Close()
 	}
 }
 

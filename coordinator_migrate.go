@@ -443,7 +443,12 @@ func (m *migratingCoordinator) awaitKafkaEmpty() (empty, ok bool) {
 		if m.sw.kafka() {
 			return false, true
 		}
-		state, members, err := m.k.describe()
+		var state string
+		var members []string
+		err := m.k.call(func() (err error) { state, members, err = m.k.describe(); return err })
+		if errors.Is(err, errAbandoned) {
+			return false, false
+		}
 		if err != nil {
 			cm.logf(slog.LevelWarn, "Failed to describe Kafka's group: %s. Trying again.", err)
 			poll.Reset(retryDelay(attempt))

@@ -271,16 +271,9 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 // from it (its connections to that broker held by a proxy) while the
 // other brokers answer. In each, nothing is lost, no partition is handed
 // out by two instances at once, no committed offset moves back, and every
-// Close is bounded. The children's Net.ReadTimeout is 3 s, so that a
-// request held by a frozen or cut-off broker fails within the test's
-// time. Before the fix, Close after the coordinator's broker was killed
-// and started again returned the LeaveGroup's error (EOF: sent to the
-// group client's stale coordinator), and with the coordinator frozen a
-// member that rejoined sent its JoinGroup to the frozen broker and waited
-// there for the group client's read timeout (65 s), consuming nothing;
-// and a member woken for a rebalance read the metadata first, from the
-// frozen broker (a Net.ReadTimeout, again at each retry), while the
-// others waited for it in their JoinGroups.
+// Close is bounded, the Close of the instance cut off included. The
+// children's Net.ReadTimeout is 3 s, so that a request held by a frozen
+// or cut-off broker fails within the test's time.
 //
 // The frozen coordinator runs only with KAFKACONSUMER_LONG_FAULTS set:
 // it lasts 25 to 70 s (see runCoordinatorFault), too long for the
@@ -290,11 +283,8 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 // (startCoordinatorRun). With KAFKACONSUMER_FAULT_STALE_LEADER set they
 // are spread over every broker: then the frozen broker (with
 // KAFKACONSUMER_LONG_FAULTS), resumed, answers some fetches as their
-// stale leader; the fetch path once took that answer for the truth and
-// moved committed offsets back (TestBatchFetcherOutOfRangeConfirmed).
-//
-// The cut-off runs only with KAFKACONSUMER_LONG_FAULTS set too: the Close
-// of the instance cut off took 66 s once, past its bound.
+// stale leader, which the fetch path must not take for the truth
+// (TestBatchFetcherOutOfRangeConfirmed).
 func TestFaultKafkaCoordinator(t *testing.T) {
 	needFaults(t)
 	t.Parallel() // on a cluster of its own
@@ -324,9 +314,6 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 		})
 	})
 	t.Run("cut-off", func(t *testing.T) {
-		if os.Getenv("KAFKACONSUMER_LONG_FAULTS") == "" {
-			t.Skip("Close of an instance cut off from the coordinator is not bounded yet (66 s once); set KAFKACONSUMER_LONG_FAULTS to run it")
-		}
 		r, coordinator := startCoordinatorRun(t, cluster)
 		sampler := sampleCommitted(t, r.client, r.group, r.topic)
 		proxies := make(map[string]*testcluster.Proxy)
@@ -370,11 +357,8 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 		// LeaveGroup can reach the coordinator.
 		cut.Hold()
 		r.waitOwnedBy(r.opts.session+30*time.Second, b)
-		took = a.terminateCutOff(t)
+		took = a.terminateCutOff(t, r.kafkaCloseBound())
 		t.Logf("Close of A while cut off took %s", took.Round(time.Millisecond))
-		if took > r.kafkaCloseBound() {
-			t.Errorf("Close of A while cut off took %s, want at most %s", took.Round(time.Millisecond), r.kafkaCloseBound())
-		}
 		cut.Pass()
 		wait()
 		r.finishKafka(sampler)
@@ -383,15 +367,24 @@ func TestFaultKafkaCoordinator(t *testing.T) {
 
 // terminateCutOff sends SIGTERM to c, which is cut off from the group's
 // coordinator, waits until it exited, and returns how long that took.
-// Its Close may return an error (what did not reach the coordinator).
-func (c *child) terminateCutOff(t *testing.T) time.Duration {
+// Its Close may return an error (what did not reach the coordinator). A
+// child not gone within bound fails the test: it gets SIGQUIT, and its
+// goroutines go to its stderr, which the test prints.
+func (c *child) terminateCutOff(t *testing.T, bound time.Duration) time.Duration {
 	t.Helper()
 	began := time.Now()
 	c.stop(t, syscall.SIGTERM)
 	select {
 	case <-c.exited:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("child %s did not exit within 2 minutes of SIGTERM", c.name)
+		return time.Since(began)
+	case <-time.After(bound):
+	}
+	t.Errorf("Close of child %s while cut off took more than %s: its goroutines follow (SIGQUIT)", c.name, bound)
+	c.signal(t, syscall.SIGQUIT)
+	select {
+	case <-c.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("child %s did not exit within a minute of SIGQUIT", c.name)
 	}
 	return time.Since(began)
 }
