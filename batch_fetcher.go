@@ -580,6 +580,16 @@ func (f *batchFetcher) run() {
 		if errors.Is(err, errLeaderMoved) || errors.Is(err, errPreferredReplica) {
 			continue // the metadata names the leader already, or the leader the replica
 		}
+		// The client closed the broker under the loop (sarama closes a
+		// broker whose metadata request failed, for every user of the
+		// client): fetch again at once, from the leader that source opens
+		// again; a second in a row waits the backoff. Neither is
+		// reported: a broker that cannot be reached fails the dial, with
+		// an error of its own.
+		notConnected := errors.Is(err, sarama.ErrNotConnected)
+		if notConnected && f.retries.Add(1) == 1 {
+			continue
+		}
 		fromReplica := f.preferred >= 0
 		f.preferred = -1 // any other error: back to the leader
 		switch {
@@ -595,6 +605,8 @@ func (f *batchFetcher) run() {
 		case errors.Is(err, sarama.ErrOffsetOutOfRange):
 			// Not confirmed (yet): fetch again, after a refresh of the
 			// metadata and the backoff, without a report.
+		case notConnected:
+			// Closed under the loop again: after the backoff, unreported.
 		case leadershipError(err):
 			// The partition moved, or the metadata is behind: fetch from
 			// the leader the refreshed metadata names, as sarama does,
