@@ -116,7 +116,37 @@ type kafkaCoordinator struct {
 	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
 	// to Errors(): it is reported once, and retried quietly.
 	reportedProtocol bool
+	// awaitingUntil, when after now (Unix nanoseconds), is the end of the
+	// wait for a generation that brings this member a partition withheld
+	// from it (expectRebalance): the guard heartbeats every
+	// awaitingHeartbeat meanwhile.
+	awaitingUntil atomic.Int64
 }
+
+// expectRebalance tells the guard that the generation just synced
+// withheld partitions from this member until their owners stop them and
+// join again: it heartbeats every awaitingHeartbeat until a heartbeat is
+// answered REBALANCE_IN_PROGRESS, or for as long as an owner may take to
+// stop its partitions and join (MaxProcessingTime + stopGrace) plus a
+// heartbeat interval, so that the member joins the next generation at
+// once rather than a heartbeat interval later.
+func (k *kafkaCoordinator) expectRebalance() {
+	wait := k.cm.config.MaxProcessingTime + stopGrace + k.heartbeatInterval
+	k.awaitingUntil.Store(time.Now().Add(wait).UnixNano())
+}
+
+// nextHeartbeat is the wait before the next heartbeat: heartbeatInterval,
+// or awaitingHeartbeat while a rebalance is expected (expectRebalance).
+func (k *kafkaCoordinator) nextHeartbeat() time.Duration {
+	if time.Now().UnixNano() < k.awaitingUntil.Load() {
+		return min(k.heartbeatInterval, awaitingHeartbeat)
+	}
+	return k.heartbeatInterval
+}
+
+// awaitingHeartbeat is the heartbeat interval of a member that expects a
+// rebalance (expectRebalance).
+const awaitingHeartbeat = 100 * time.Millisecond
 
 // newKafkaCoordinator returns the Kafka coordinator of cm. The session
 // timeout is Consumer.Group.Session.Timeout; heartbeats go every
@@ -480,12 +510,16 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 
 	sync := syncGroupRequest(version, cm.group, member, k.instanceID)
 	if resp.LeaderId == resp.MemberId {
-		plan, err := k.assign(resp, partitions)
+		plan, awaiting, err := k.assign(resp, partitions)
 		if err != nil {
 			return nil, fmt.Errorf("assign the group's partitions: %w", err)
 		}
 		for id, topics := range plan {
-			if err := sync.AddGroupAssignmentMember(id, &sarama.ConsumerGroupMemberAssignment{Topics: topics}); err != nil {
+			a := &sarama.ConsumerGroupMemberAssignment{Topics: topics}
+			if awaiting[id] {
+				a.UserData = awaitingUserData
+			}
+			if err := sync.AddGroupAssignmentMember(id, a); err != nil {
 				return nil, err
 			}
 		}
@@ -510,6 +544,9 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		return nil, fmt.Errorf("sync group %s: the assignment: %w", cm.group, err)
 	}
 	k.setMember(member)
+	if mine != nil && awaitingAssignment(mine.UserData) {
+		k.expectRebalance()
+	}
 	k.tellJoined(sent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {

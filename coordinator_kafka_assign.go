@@ -6,6 +6,7 @@ package kafkaconsumer
 // which kafka-consumer-groups.sh --describe, sarama and franz-go read.
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 
@@ -91,8 +92,10 @@ func kafkaMembers(resp *sarama.JoinGroupResponse) ([]kafkaMember, error) {
 // owns is withheld from both, so that its owner stops it and joins
 // again, and the member gets it in the next generation: one owner at a
 // time (see coordinator_kafka.go). A partition that two members report
-// (which the protocol never leads to) is withheld from both.
-func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) map[string]map[string][]int32 {
+// (which the protocol never leads to) is withheld from both. awaiting
+// holds the members that a partition was withheld from: the next
+// generation, which the owners' JoinGroups start, brings it to them.
+func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) (plan map[string]map[string][]int32, awaiting map[string]bool) {
 	owner := make(map[TopicPartition]string)
 	conflicted := make(map[TopicPartition]bool)
 	instances := make(kazoo.ConsumergroupInstanceList, 0, len(members))
@@ -108,7 +111,8 @@ func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) ma
 			owner[tp] = m.id
 		}
 	}
-	plan := make(map[string]map[string][]int32, len(members))
+	plan = make(map[string]map[string][]int32, len(members))
+	awaiting = make(map[string]bool)
 	for _, m := range members {
 		plan[m.id] = map[string][]int32{}
 	}
@@ -117,6 +121,7 @@ func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) ma
 		for _, p := range ps {
 			tp := TopicPartition{Topic: p.Topic().Name, Partition: p.ID}
 			if o, ok := owner[tp]; conflicted[tp] || ok && o != id {
+				awaiting[id] = true
 				continue // revoked from its owner first
 			}
 			plan[id][tp.Topic] = append(plan[id][tp.Topic], tp.Partition)
@@ -127,15 +132,29 @@ func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) ma
 			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 		}
 	}
-	return plan
+	return plan, awaiting
+}
+
+// awaitingUserData is the user data of the assignment of a member that a
+// partition was withheld from (assignCooperative): it heartbeats more
+// often until the next generation starts (kafkaCoordinator.expectRebalance),
+// instead of learning of it a heartbeat interval later.
+var awaitingUserData = []byte(`{"awaiting":true}`)
+
+// awaitingAssignment reports whether the user data of this member's
+// assignment is awaitingUserData. Another member's encoding that differs
+// only in spacing reads as not awaiting: the member heartbeats as usual.
+func awaitingAssignment(userData []byte) bool {
+	return bytes.Equal(userData, awaitingUserData)
 }
 
 // assign is the leader's assignment of the generation that resp opened,
 // over the partitions of its own view of the metadata.
-func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (map[string]map[string][]int32, error) {
+func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (map[string]map[string][]int32, map[string]bool, error) {
 	members, err := kafkaMembers(resp)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return assignCooperative(members, partitions), nil
+	plan, awaiting := assignCooperative(members, partitions)
+	return plan, awaiting, nil
 }

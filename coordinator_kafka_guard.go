@@ -48,7 +48,8 @@ func (cm *consumerManager) startKafkaGuard(k *kafkaCoordinator) {
 
 // guard is the guard goroutine of a Kafka-coordinated group. While the
 // member is in a generation it sends a heartbeat every heartbeatInterval
-// (one in flight at a time) and:
+// (every awaitingHeartbeat while it expects a rebalance: expectRebalance;
+// one in flight at a time) and:
 //   - answered without error, it moves the fence's deadline to the
 //     heartbeat's send + 0.8 × S, and lifts the fence when that is ahead;
 //   - answered REBALANCE_IN_PROGRESS, it asks the manager to join again,
@@ -114,7 +115,7 @@ func (k *kafkaCoordinator) guard() {
 				drained = false
 			}
 			if !inFlight {
-				next.Reset(k.heartbeatInterval)
+				next.Reset(k.nextHeartbeat())
 			}
 		case <-next.C:
 			m := k.current()
@@ -129,7 +130,10 @@ func (k *kafkaCoordinator) guard() {
 			}(m, time.Now())
 		case r := <-results:
 			inFlight = false
-			next.Reset(k.heartbeatInterval)
+			if errors.Is(r.err, sarama.ErrRebalanceInProgress) {
+				k.awaitingUntil.Store(0) // it came
+			}
+			next.Reset(k.nextHeartbeat())
 			if r.member != k.current() {
 				continue // a generation left behind
 			}

@@ -222,7 +222,8 @@ func kafkaTopicPartitions(counts map[string]int32) kazoo.PartitionList {
 
 // TestAssignCooperativeMovesOneOwnerAtATime: a partition that moves is
 // first withheld from both its owner and its next owner, and given to
-// the next owner once its owner no longer reports it.
+// the next owner once its owner no longer reports it; the next owner is
+// told to await it (awaitingUserData), so that it heartbeats more often.
 func TestAssignCooperativeMovesOneOwnerAtATime(t *testing.T) {
 	t.Parallel()
 	partitions := kafkaTopicPartitions(map[string]int32{"t": 4})
@@ -230,24 +231,25 @@ func TestAssignCooperativeMovesOneOwnerAtATime(t *testing.T) {
 
 	// m2 joins while m1 owns everything: m1 keeps its target, m2 gets
 	// nothing yet.
-	plan := assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all}, {id: "m2", key: "b"}}, partitions)
-	if got := fmt.Sprint(plan); got != "map[m1:map[t:[0 1]] m2:map[]]" {
+	// m2 awaits them.
+	plan, awaiting := assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all}, {id: "m2", key: "b"}}, partitions)
+	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[0 1]] m2:map[]] map[m2:true]" {
 		t.Errorf("first generation: %s", got)
 	}
-	// m1 stopped 2 and 3 and joined again: m2 gets them.
-	plan = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:2]}, {id: "m2", key: "b"}}, partitions)
-	if got := fmt.Sprint(plan); got != "map[m1:map[t:[0 1]] m2:map[t:[2 3]]]" {
+	// m1 stopped 2 and 3 and joined again: m2 gets them; nobody awaits.
+	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:2]}, {id: "m2", key: "b"}}, partitions)
+	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[0 1]] m2:map[t:[2 3]]] map[]" {
 		t.Errorf("second generation: %s", got)
 	}
 	// The keys (InstanceIDs) decide, not the member IDs: a static member
 	// that comes back with a new member ID gets its partitions again.
-	plan = assignCooperative([]kafkaMember{{id: "zz-new", key: "a"}, {id: "m2", key: "b", owned: all[2:]}}, partitions)
+	plan, _ = assignCooperative([]kafkaMember{{id: "zz-new", key: "a"}, {id: "m2", key: "b", owned: all[2:]}}, partitions)
 	if got := fmt.Sprint(plan); got != "map[m2:map[t:[2 3]] zz-new:map[t:[0 1]]]" {
 		t.Errorf("static member back: %s", got)
 	}
 	// A partition reported by two members goes to neither.
-	plan = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:1]}, {id: "m2", key: "b", owned: all[:1]}}, partitions)
-	if got := fmt.Sprint(plan); got != "map[m1:map[t:[1]] m2:map[t:[2 3]]]" {
+	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:1]}, {id: "m2", key: "b", owned: all[:1]}}, partitions)
+	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[1]] m2:map[t:[2 3]]] map[m1:true]" {
 		t.Errorf("conflict: %s", got)
 	}
 }
