@@ -25,6 +25,11 @@ func produceCompressed(t *testing.T, topic string, partitions int32, perPartitio
 	config.Producer.Flush.Messages = 10
 	config.Producer.Flush.MaxMessages = 10
 	config.Producer.Flush.Frequency = 50 * time.Millisecond
+	// Idempotent: a batch that the producer sends again (its answer was
+	// lost) is written once, so the log holds exactly what was sent.
+	config.Producer.Idempotent = true
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Net.MaxOpenRequests = 1
 	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
 	if err != nil {
 		t.Fatal(err)
@@ -155,12 +160,16 @@ func TestCompressionCodecs(t *testing.T) {
 		// The test shows something only if the log holds batches of the
 		// codec with several records.
 		batches := partitionBatches(t, client, topic)
-		most := 0
+		most, records := 0, 0
 		for _, rb := range batches {
 			if rb.Codec != codec {
 				t.Fatalf("%s: a batch of %s has codec %s", codec, topic, rb.Codec)
 			}
 			most = max(most, len(rb.Records))
+			records += len(rb.Records)
+		}
+		if records != perPartition {
+			t.Fatalf("%s: the log of %s/0 holds %d records, %d were produced", codec, topic, records, perPartition)
 		}
 		if most < 2 {
 			t.Fatalf("%s: the %d batches of %s/0 hold %d records at the most, want several", codec, len(batches), topic, most)
