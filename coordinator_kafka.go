@@ -215,6 +215,17 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 // openGroupClient opens the group client on brokers and looks up the
 // group's coordinator. closeClients closes the client.
 func (k *kafkaCoordinator) openGroupClient(ctx context.Context, brokers []string) error {
+	client, err := k.dialGroupClient(ctx, brokers)
+	if client != nil {
+		k.cm.groupClient, k.client = client, client // closeClients closes it
+	}
+	return err
+}
+
+// dialGroupClient opens a group client on brokers and looks up the
+// group's coordinator. It returns the client when it opened it, also
+// when the lookup failed (err).
+func (k *kafkaCoordinator) dialGroupClient(ctx context.Context, brokers []string) (sarama.Client, error) {
 	cm := k.cm
 	conf := *cm.config.Config
 	// A JoinGroup is answered when the rebalance completes: up to the
@@ -223,18 +234,17 @@ func (k *kafkaCoordinator) openGroupClient(ctx context.Context, brokers []string
 	client, err := sarama.NewClient(brokers, &conf)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
+			return nil, fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
 		}
-		return fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("connect to kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
-	cm.groupClient, k.client = client, client // closeClients closes it
 	if err := client.RefreshCoordinator(cm.group); err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return client, ctx.Err()
 		}
-		return fmt.Errorf("find the coordinator of group %s: %w", cm.group, err)
+		return client, fmt.Errorf("find the coordinator of group %s: %w", cm.group, err)
 	}
-	return ctx.Err()
+	return client, ctx.Err()
 }
 
 // manage is the manager loop of a Kafka-coordinated group:

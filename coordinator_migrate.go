@@ -72,6 +72,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -516,10 +517,13 @@ func (m *migratingCoordinator) kafka() (k *kafkaCoordinator, ok bool) {
 	for attempt := 0; ; attempt++ {
 		k := newKafkaCoordinator(cm)
 		k.followsSwitch = true
-		err := k.openGroupClient(context.Background(), brokers)
+		err := m.openGroupClient(k, brokers)
 		if err == nil {
 			m.k = k
 			return k, true
+		}
+		if errors.Is(err, errAbandoned) {
+			return nil, false
 		}
 		if cm.groupClient != nil {
 			_ = cm.groupClient.Close()
@@ -530,6 +534,54 @@ func (m *migratingCoordinator) kafka() (k *kafkaCoordinator, ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// openGroupClient is k.openGroupClient on a goroutine of its own, which
+// the manager stops waiting for when it is interrupted (errAbandoned):
+// with the brokers hung, the client's requests wait for its read timeout
+// (the rebalance timeout + 5 s, at each retry), and a Close with them.
+// The goroutine counts in kafkaCalls: closeKafka cuts the connections
+// under it after closeGrace, and it closes the client it opened, which
+// nobody took.
+func (m *migratingCoordinator) openGroupClient(k *kafkaCoordinator, brokers []string) error {
+	cm := m.cm
+	var (
+		mu        sync.Mutex // guards abandoned and result
+		abandoned bool
+		result    error
+		done      = make(chan struct{}) // closed once result is set
+	)
+	cm.kafkaCalls.Add(1)
+	go func() { // owned by closeKafka, which waits for kafkaCalls
+		defer cm.kafkaCalls.Done()
+		client, err := k.dialGroupClient(context.Background(), brokers)
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			if client != nil {
+				_ = client.Close()
+			}
+			return
+		}
+		if client != nil {
+			cm.groupClient, k.client = client, client // closeClients closes it
+		}
+		result = err
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-cm.t.Dying():
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-done: // it ended first: its client is cm.groupClient's
+		default:
+			abandoned = true
+			return errAbandoned
+		}
+	}
+	return result
 }
 
 // claim implements coordinator: a ZooKeeper claim, or none while Kafka

@@ -82,18 +82,33 @@ func (kp *kafkaProxies) address(addr string) string {
 // the clients notice at once and dial again) and black-holes them.
 func (kp *kafkaProxies) blackHole(t *testing.T) {
 	t.Helper()
+	kp.faultAll(t, func(p *testcluster.Proxy) error {
+		p.Reset()
+		return p.BlackHole()
+	})
+}
+
+// hold makes every connection through the proxies, and every new one,
+// hang: bytes and connections are held, nothing is answered.
+func (kp *kafkaProxies) hold(t *testing.T) {
+	t.Helper()
+	kp.faultAll(t, holdProxy)
+}
+
+// faultAll applies fault to every proxy, and to the new ones from now on.
+func (kp *kafkaProxies) faultAll(t *testing.T, fault func(*testcluster.Proxy) error) {
+	t.Helper()
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	if len(kp.byAdr) == 0 {
 		t.Fatal("no Kafka connection went through the proxies")
 	}
 	for addr, p := range kp.byAdr {
-		p.Reset()
-		if err := p.BlackHole(); err != nil {
-			t.Fatalf("black hole to broker %s: %v", addr, err)
+		if err := fault(p); err != nil {
+			t.Fatalf("proxy to broker %s: %v", addr, err)
 		}
 	}
-	kp.fault = (*testcluster.Proxy).BlackHole
+	kp.fault = fault
 }
 
 // returnsWithin runs f (a Close, a Shutdown, a JoinContext) and checks

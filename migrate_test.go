@@ -3,6 +3,7 @@ package kafkaconsumer
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -350,4 +351,49 @@ func testSwitchUnderLoad(t *testing.T, kill bool) {
 	if bound := maxProcessing + 2*time.Second; gapBack > bound {
 		t.Errorf("the graceful switch back left partition %d without deliveries for %s, more than MaxProcessingTime + 2 s (%s)", pBack, gapBack.Round(time.Millisecond), bound)
 	}
+}
+
+// TestSwitchToKafkaCloseWithBrokersHung: the brokers hang (connections
+// accepted, nothing answered) as the group switches to Kafka's
+// coordinator. The instance gives up its final commits, deregisters, and
+// connects its group client, whose requests wait for a rebalance (its
+// Net.ReadTimeout: the rebalance timeout + 5 s, 65 s by default) on a
+// hung broker. Close must not wait for that: it returns within
+// closeGrace + 5 s of being called.
+func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	topic := newTopic(t, 2)
+	group := uniqueName("switch-hung")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	kp := newKafkaProxies(t, nil)
+	config := testConfig()
+	logger, logged := newRecordingLogger()
+	config.Logger = logger
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close()
+		}
+	}()
+	received, done := receiveAll(c)
+	values := produce(t, newTestClient(t), topic, "hung", 20)
+	waitFor(t, 30*time.Second, "the messages", func() bool { return received.has(values) })
+
+	kp.hold(t)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	// Its next step connects the group client, to the held brokers.
+	waitFor(t, 30*time.Second, "the instance to leave ZooKeeper's coordination", func() bool {
+		_, ok := logged.find(slog.LevelInfo, "joining Kafka's group", nil)
+		return ok
+	})
+	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
+	closed = true
+	<-done
 }
