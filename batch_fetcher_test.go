@@ -250,27 +250,14 @@ func TestBatchFetcherLeaderEpochErrors(t *testing.T) {
 		t.Run(kerr.Error(), func(t *testing.T) {
 			t.Parallel()
 			broker := sarama.NewMockBroker(t, 1)
-			defer broker.Close()
+			t.Cleanup(broker.Close) // after the fetcher's (startMockFetcher)
 			failed := &sarama.FetchResponse{Version: 10}
 			failed.AddError("t", 3, kerr)
 			broker.SetHandlerByMap(map[string]sarama.MockResponse{
 				"MetadataRequest": sarama.NewMockWrapper(epochMetadata(broker, 5)),
 				"FetchRequest":    sarama.NewMockWrapper(failed),
 			})
-			conf := sarama.NewConfig()
-			conf.Version = sarama.V2_1_0_0  // Fetch v10, which carries the leader epoch
-			conf.ApiVersionsRequest = false // the mock answers what it is told
-			conf.Consumer.Retry.Backoff = 10 * time.Millisecond
-			client, err := sarama.NewClient([]string{broker.Addr()}, conf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = client.Close() }()
-			version, _ := batchFetchVersion(conf)
-			hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
-			defer hub.close()
-			f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
-			defer func() { _ = f.Close() }()
+			f := startMockFetcher(t, broker)
 
 			answered := func(res any) bool { // whether the broker gave response res
 				return slices.ContainsFunc(broker.History(), func(rr sarama.RequestResponse) bool { return rr.Response == res })
@@ -541,10 +528,8 @@ func TestFetchBudget(t *testing.T) {
 // broker a fetcher fetches from ends it (the partition starts again at
 // Offsets.Initial) only when it comes twice in a row and the leader's
 // oldest and newest offsets (ListOffsets after a refresh of the metadata)
-// confirm it. A former leader resumed after a freeze answers so for an
-// offset past its own log's end: the fetcher trusted the first answer and
-// the partition went back to Offsets.Initial, its committed offset with
-// it (250 to 0 in TestFaultKafkaCoordinator's frozen run).
+// confirm it; a stale broker's answer alone (a former leader resumed
+// after a freeze) leaves the fetcher fetching.
 func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -558,7 +543,7 @@ func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			broker := sarama.NewMockBroker(t, 1)
-			defer broker.Close()
+			t.Cleanup(broker.Close) // after the fetcher's (startMockFetcher)
 			failed := &sarama.FetchResponse{Version: 10}
 			failed.AddError("t", 3, sarama.ErrOffsetOutOfRange)
 			served := &sarama.FetchResponse{Version: 10}
@@ -572,20 +557,7 @@ func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
 				"FetchRequest":    fetches,
 				"OffsetRequest":   listOffsets,
 			})
-			conf := sarama.NewConfig()
-			conf.Version = sarama.V2_1_0_0
-			conf.ApiVersionsRequest = false
-			conf.Consumer.Retry.Backoff = 10 * time.Millisecond
-			client, err := sarama.NewClient([]string{broker.Addr()}, conf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = client.Close() }()
-			version, _ := batchFetchVersion(conf)
-			hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
-			defer hub.close()
-			f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
-			defer func() { _ = f.Close() }()
+			f := startMockFetcher(t, broker)
 			select {
 			case s, ok := <-f.slabs:
 				switch {
@@ -607,4 +579,28 @@ func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startMockFetcher starts a batch fetcher of t/3 at offset 10 on a client
+// of broker, a sarama mock that answers what it is told (no ApiVersions
+// request; Fetch v10, which carries the leader epoch), with a retry
+// backoff of 10 ms. The fetcher, its hub and the client stop at the end
+// of the test.
+func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *batchFetcher {
+	t.Helper()
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V2_1_0_0
+	conf.ApiVersionsRequest = false
+	conf.Consumer.Retry.Backoff = 10 * time.Millisecond
+	client, err := sarama.NewClient([]string{broker.Addr()}, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	version, _ := batchFetchVersion(conf)
+	hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
+	t.Cleanup(hub.close)
+	f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
+	t.Cleanup(func() { _ = f.Close() })
+	return f
 }

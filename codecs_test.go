@@ -133,9 +133,7 @@ func receiveInOrder(c Consumer) (log *partitionLog, done <-chan struct{}) {
 // TestCompressionCodecs: record batches of every compression codec that
 // sarama supports (none, gzip, snappy, lz4 and, from Kafka 2.1, zstd),
 // several messages each, are decoded by the fetch engine: every message
-// arrives once, in order per partition, single and in batches. It
-// guards the engine's decoding, which replaced sarama's partition consumer
-// for single messages; nothing failed before.
+// arrives once, in order per partition, single and in batches.
 func TestCompressionCodecs(t *testing.T) {
 	parallelClusterTest(t)
 	const (

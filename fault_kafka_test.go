@@ -402,12 +402,12 @@ func runCoordinatorFault(t *testing.T, cluster *testcluster.Cluster, what string
 	began := time.Now()
 	undo := fault(coordinator)
 	wait()
-	// With the coordinator frozen this took 25 to 33 s (12 to 68 s with
-	// Net.ReadTimeout 5 s): each coordinator lookup and metadata read that
-	// sarama sends to the frozen broker (its least loaded one, in random
-	// order) waits for Net.ReadTimeout, and the guard's heartbeat waits
-	// for the offset store's lookup; the members stay fenced meanwhile,
-	// and may be removed.
+	// With the coordinator frozen this takes tens of seconds: each
+	// coordinator lookup and metadata read that sarama sends to the frozen
+	// broker (its least loaded one, in random order) waits for
+	// Net.ReadTimeout, and the guard's heartbeat waits for the offset
+	// store's lookup; the members stay fenced meanwhile, and may be
+	// removed.
 	r.waitAllReceived(2 * time.Minute)
 	t.Logf("every message produced in the 5 s after the %s received %s after it", what, time.Since(began).Round(time.Millisecond))
 	undo()

@@ -20,6 +20,20 @@ func runMigrateCmd(zookeeper, group, to string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
+// migrateTo runs migrate --to to, which must succeed and say want, and
+// returns what it printed.
+func migrateTo(t *testing.T, zookeeper, group, to, want string) string {
+	t.Helper()
+	code, stdout, stderr := runMigrateCmd(zookeeper, group, to)
+	if code != exitOK {
+		t.Fatalf("migrate --to %s: exit status %d: %s", to, code, stderr)
+	}
+	if !strings.Contains(stdout, want) {
+		t.Errorf("migrate --to %s said %q, want it to say %q", to, stdout, want)
+	}
+	return stdout
+}
+
 // joinForMigration joins a ZooKeeper-coordinated instance of the library.
 func joinForMigration(t *testing.T, zookeeper, group, topic string) kafkaconsumer.Consumer {
 	t.Helper()
@@ -67,13 +81,7 @@ func TestMigrateIntegration(t *testing.T) {
 	}
 	count(40)
 
-	code, stdout, stderr := runMigrateCmd(zookeeper, group, "kafka")
-	if code != exitOK {
-		t.Fatalf("migrate --to kafka: exit status %d: %s", code, stderr)
-	}
-	if !strings.Contains(stdout, "Stable with 2 members") {
-		t.Errorf("migrate --to kafka said %q, want Kafka's group Stable with 2 members", stdout)
-	}
+	migrateTo(t, zookeeper, group, "kafka", "Stable with 2 members")
 	produce(t, brokers, topic, 40)
 	count(40)
 
@@ -100,13 +108,7 @@ func TestMigrateIntegration(t *testing.T) {
 		return nil
 	})
 
-	code, stdout, stderr = runMigrateCmd(zookeeper, group, "zookeeper")
-	if code != exitOK {
-		t.Fatalf("migrate --to zookeeper: exit status %d: %s", code, stderr)
-	}
-	if !strings.Contains(stdout, "2 instances are registered in ZooKeeper") {
-		t.Errorf("migrate --to zookeeper said %q, want 2 instances registered", stdout)
-	}
+	stdout := migrateTo(t, zookeeper, group, "zookeeper", "2 instances are registered in ZooKeeper")
 	produce(t, brokers, topic, 40)
 	count(40)
 	t.Logf("migrate --to kafka and back: %s", strings.ReplaceAll(stdout, "\n", " "))
