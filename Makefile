@@ -2,7 +2,8 @@
 # local ZooKeeper-mode cluster of JVMs (internal/testcluster); it needs Java
 # 17+ and, once, Maven to fetch the Kafka jars (`make jars`).
 #
-#   make lint          gofmt check, go vet and staticcheck over every module
+#   make lint          gofmt check, go vet and staticcheck over every module,
+#                      and no executable binary tracked by git
 #   make test          gofmt check, go vet, then all tests (-race) against a
 #                      fresh cluster, torn down afterwards; with
 #                      ZOOKEEPER_PEERS/KAFKA_PEERS set, against that cluster
@@ -60,7 +61,7 @@ ZOOKEEPER_VERSION ?=
 export KAFKA_VERSION ZOOKEEPER_VERSION
 
 .PHONY: all jars cluster-up cluster-down cluster-status test test-run test-kraft test-short \
-	test-matrix fmt-check vet lint bench demo soak
+	test-matrix fmt-check vet lint binaries-check bench demo soak
 
 all: test
 
@@ -131,8 +132,13 @@ vet:
 	@cd bench && $(GO) vet ./...
 	@cd soak && $(GO) vet ./...
 
-# gofmt, go vet and staticcheck over every module: the first step of CI.
-lint: fmt-check vet
+# Build output is never committed (scripts/check-binaries.sh).
+binaries-check:
+	@scripts/check-binaries.sh
+
+# gofmt, go vet and staticcheck over every module, and no tracked binary:
+# the first step of CI.
+lint: fmt-check vet binaries-check
 	@$(call each-module,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...)
 	@cd bench && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	@cd soak && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...

@@ -79,9 +79,9 @@ trap 'echo "demo: terminated" >&2; exit 143' TERM
 # ---------------------------------------------------------------- build
 say "Building the group tool and the examples"
 mkdir -p "$BIN"
-go build -o "$BIN/" ./cmd/kafkaconsumer-groups ./examples/producer ./examples/topics
+go build -o "$BIN/" ./cmd/kafkaconsumer-groups ./examples/producer ./examples/topics ./scripts/jsonq
 (cd examples/groupdemo && go build -o "$BIN/" .) # a module of its own (it uses kprom)
-note "kafkaconsumer-groups, groupdemo, producer, topics -> $BIN"
+note "kafkaconsumer-groups, groupdemo, producer, topics, jsonq -> $BIN"
 
 # ---------------------------------------------------------------- cluster
 if [[ -n ${ZOOKEEPER_PEERS:-} && -n ${KAFKA_PEERS:-} ]]; then
@@ -125,16 +125,21 @@ export ZOOKEEPER_PEERS KAFKA_PEERS
 # ---------------------------------------------------------------- helpers
 groups() { "$BIN/kafkaconsumer-groups" --group "$group" "$@"; }
 
-# instances prints the number of registered instances of the group.
+# The groups tool is read through its --json output (docs/observing.md
+# lists the fields scripts may rely on), never through its tables, which
+# are for people and change.
+
+# instances prints the number of registered instances of the group (0
+# when the group is not listed).
 instances() {
-	"$BIN/kafkaconsumer-groups" --list | awk -v g="$group" '$1 == g { n = $2 } END { print n + 0 }'
+	"$BIN/kafkaconsumer-groups" --list --json | "$BIN/jsonq" -default 0 "[group=$group].instances"
 }
 
-# field NAME [JSON]: prints a top-level number of the group's JSON
+# field NAME [JSON]: prints a top-level field of the group's JSON
 # description (read now, or given).
 field() {
 	local json=${2:-$(groups --json)}
-	sed -n "s/^  \"$1\": \(-\{0,1\}[0-9][0-9]*\),\{0,1\}\$/\1/p" <<<"$json"
+	"$BIN/jsonq" "$1" <<<"$json"
 }
 
 # wait_until SECONDS DESCRIPTION COMMAND...: polls until COMMAND succeeds.
