@@ -335,6 +335,9 @@ type Config struct {
 		// anything is handed out (with OffsetNewest the partition waits for
 		// that commit), so a partition that stops before its first ack
 		// never leaves its next owner to start at a later newest offset.
+		// Reading committed (Consumer.IsolationLevel), OffsetNewest is
+		// the last stable offset, as in Kafka's clients: a transaction
+		// open at the start is handed out once it commits.
 		// The sarama configuration's Consumer.Offsets.Initial is not used
 		// (see Config.Config).
 		Initial int64

@@ -135,7 +135,7 @@ func listOffsets(client sarama.Client, initial int64, tps []TopicPartition) map[
 		}
 		req := requests[leader]
 		if req == nil {
-			req = sarama.NewOffsetRequest(client.Config().Version)
+			req = listOffsetsRequest(client.Config())
 			requests[leader] = req
 		}
 		req.AddBlock(tp.Topic, tp.Partition, initial, 1)
@@ -166,6 +166,60 @@ func listOffsets(client sarama.Client, initial int64, tps []TopicPartition) map[
 	}
 	wg.Wait()
 	return offsets
+}
+
+// listOffsetsRequest returns a ListOffsets request of the version that
+// conf.Version allows, with the consumer's isolation level: reading
+// committed, OffsetNewest is the last stable offset (the first offset of
+// the oldest open transaction), where Kafka's clients start, so that a
+// transaction open at the start is handed out once it commits; reading
+// uncommitted, it is the high-water mark. sarama's Client.GetOffset
+// always reads uncommitted.
+func listOffsetsRequest(conf *sarama.Config) *sarama.OffsetRequest {
+	req := sarama.NewOffsetRequest(conf.Version)
+	req.IsolationLevel = conf.Consumer.IsolationLevel
+	return req
+}
+
+// listOffset returns tp's offset at time (OffsetNewest, OffsetOldest or a
+// timestamp) with the consumer's isolation level (listOffsetsRequest).
+// Like sarama's Client.GetOffset, it asks the leader, and once more after
+// refreshing the topic's metadata if that failed. It blocks for up to two
+// requests and a metadata refresh.
+func listOffset(client sarama.Client, tp TopicPartition, time int64) (int64, error) {
+	offset, err := listOffsetOnce(client, tp, time)
+	if err != nil {
+		if err := client.RefreshMetadata(tp.Topic); err != nil {
+			return -1, err
+		}
+		return listOffsetOnce(client, tp, time)
+	}
+	return offset, nil
+}
+
+func listOffsetOnce(client sarama.Client, tp TopicPartition, time int64) (int64, error) {
+	leader, err := client.Leader(tp.Topic, tp.Partition)
+	if err != nil {
+		return -1, err
+	}
+	req := listOffsetsRequest(client.Config())
+	req.AddBlock(tp.Topic, tp.Partition, time, 1)
+	resp, err := leader.GetAvailableOffsets(req)
+	if err != nil {
+		_ = leader.Close() // sarama's client opens it again
+		return -1, err
+	}
+	block := resp.GetBlock(tp.Topic, tp.Partition)
+	switch {
+	case block == nil:
+		_ = leader.Close()
+		return -1, sarama.ErrIncompleteResponse
+	case !errors.Is(block.Err, sarama.ErrNoError):
+		return -1, block.Err
+	case len(block.Offsets) != 1:
+		return -1, sarama.ErrOffsetOutOfRange
+	}
+	return block.Offsets[0], nil
 }
 
 // blockOffset returns the offset of a ListOffsets answer, as sarama's

@@ -237,7 +237,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 	var err error
 	if !batched {
 		err = pm.call(func() (err error) {
-			start, err = cm.fetcherOf(pm.tp).client.GetOffset(pm.tp.Topic, pm.tp.Partition, cm.config.Offsets.Initial)
+			start, err = listOffset(cm.fetcherOf(pm.tp).client, pm.tp, cm.config.Offsets.Initial)
 			return err
 		})
 	}

@@ -144,3 +144,82 @@ func TestTransactions(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionOpenAtStartReadCommittedNewest: a group that starts at
+// OffsetNewest while a transaction is open on its partitions, reading
+// committed, starts at the last stable offset, before the open
+// transaction, as Kafka's clients do; so once that transaction commits,
+// its records are handed out. Started at the high-water mark, the group
+// skipped them for good: the start is committed.
+func TestTransactionOpenAtStartReadCommittedNewest(t *testing.T) {
+	parallelClusterTest(t)
+	if !testKafkaVersion().IsAtLeast(sarama.V0_11_0_0) {
+		t.Skip("transactions need Kafka 0.11")
+	}
+	const partitions = 2
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	for _, batch := range []int{0, 10} {
+		topic := uniqueName(topicPrefix(t))
+		if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
+			t.Fatal(err)
+		}
+		config := sarama.NewConfig()
+		config.Version = testKafkaVersion()
+		config.Producer.Idempotent = true
+		config.Producer.Transaction.ID = uniqueName("txn-producer")
+		config.Producer.RequiredAcks = sarama.WaitForAll
+		config.Producer.Return.Successes = true
+		config.Producer.Partitioner = sarama.NewManualPartitioner
+		config.Net.MaxOpenRequests = 1
+		producer, err := sarama.NewSyncProducer(kafkaPeers, config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := producer.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		var open []string
+		var msgs []*sarama.ProducerMessage
+		for p := range int32(partitions) {
+			for i := range 3 {
+				value := fmt.Sprintf("open-%d-p%d-%d", batch, p, i)
+				open = append(open, value)
+				msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.StringEncoder(value)})
+			}
+		}
+		if err := producer.SendMessages(msgs); err != nil {
+			t.Fatal(err)
+		}
+
+		consumerConfig := testConfig()
+		consumerConfig.BatchSize = batch
+		consumerConfig.Consumer.IsolationLevel = sarama.ReadCommitted
+		consumerConfig.Offsets.Initial = sarama.OffsetNewest
+		group := uniqueName("txn-open")
+		c := joinWithCleanup(t, group, TopicSubscription(topic), consumerConfig)
+		received, done := receiveAll(c)
+		// The group has started every partition once it committed its
+		// starts: only then may the transaction commit.
+		waitFor(t, 20*time.Second, "the group's committed starts", func() bool {
+			for _, offset := range committedOffsets(t, client, group, topic) {
+				if offset < 0 {
+					return false
+				}
+			}
+			return true
+		})
+		if err := producer.CommitTxn(); err != nil {
+			t.Fatal(err)
+		}
+		if !poll(20*time.Second, func() bool { return received.has(open) }) {
+			t.Errorf("BatchSize %d: received %d of the %d records of the transaction open at the start",
+				batch, received.received(open), len(open))
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("BatchSize %d: Close() = %v", batch, err)
+		}
+		<-done
+		_ = producer.Close()
+	}
+}
