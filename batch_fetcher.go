@@ -494,6 +494,11 @@ type batchFetcher struct {
 	// while subscribed, run's otherwise, as offset.
 	preferred      int32
 	preferredUntil time.Time
+	// unknownReplica is the ID of the last preferred read replica that
+	// the client did not know even after a refresh of the metadata (-1:
+	// none): when the leader names it again, run waits the backoff
+	// before it asks again. run's.
+	unknownReplica int32
 	// epoch is the leader epoch the metadata gave with the leader (-1:
 	// unknown), sent with each fetch (KIP-320): a broker that is no longer
 	// the leader, or not yet, answers FENCED_LEADER_EPOCH or
@@ -528,17 +533,18 @@ type slabAccount struct {
 // requests per partition).
 func startBatchFetcher(hub *fetchHub, tp TopicPartition, offset int64) *batchFetcher {
 	f := &batchFetcher{
-		hub:       hub,
-		tp:        tp,
-		slabs:     make(chan slab, 1),
-		errs:      make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
-		failed:    make(chan error, 1),
-		dying:     make(chan struct{}),
-		done:      make(chan struct{}),
-		offset:    offset,
-		fetchSize: hub.conf.Consumer.Fetch.Default,
-		preferred: -1,
-		epoch:     -1,
+		hub:            hub,
+		tp:             tp,
+		slabs:          make(chan slab, 1),
+		errs:           make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
+		failed:         make(chan error, 1),
+		dying:          make(chan struct{}),
+		done:           make(chan struct{}),
+		offset:         offset,
+		fetchSize:      hub.conf.Consumer.Fetch.Default,
+		preferred:      -1,
+		unknownReplica: -1,
+		epoch:          -1,
 	}
 	f.hwm.Store(-1)
 	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
@@ -576,6 +582,16 @@ func (f *batchFetcher) run() {
 				}
 				return
 			}
+		}
+		if errors.Is(err, errPreferredReplica) && f.preferred == f.unknownReplica {
+			// The leader names again a replica that the refreshed
+			// metadata did not know: ask again after the backoff, when
+			// source refreshes the metadata again, not in a loop of
+			// fetches that hand out nothing.
+			if !f.pause(f.backoff()) {
+				return
+			}
+			continue
 		}
 		if errors.Is(err, errLeaderMoved) || errors.Is(err, errPreferredReplica) {
 			continue // the metadata names the leader already, or the leader the replica
@@ -618,11 +634,22 @@ func (f *batchFetcher) run() {
 			return
 		}
 		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
-		select {
-		case <-time.After(f.backoff()):
-		case <-f.dying:
+		if !f.pause(f.backoff()) {
 			return
 		}
+	}
+}
+
+// pause waits for d, or until the fetcher is closed: then it reports
+// false. Written for run's goroutine.
+func (f *batchFetcher) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-f.dying:
+		return false
 	}
 }
 
@@ -672,12 +699,22 @@ func leadershipError(err error) bool {
 
 // source returns the broker to fetch from: the preferred read replica the
 // leader named, while its lease runs and the client knows it, else the
-// leader. It keeps the leader's epoch in epoch.
+// leader. A replica the client does not know (one started again since
+// the last refresh, in a rolling restart) refreshes the topic's metadata
+// once, as sarama's consumer does; one that the refreshed metadata does
+// not know either is left in unknownReplica, and the leader is asked. It
+// keeps the leader's epoch in epoch.
 func (f *batchFetcher) source() (*sarama.Broker, error) {
 	if f.preferred >= 0 && time.Now().Before(f.preferredUntil) {
-		if broker, err := f.hub.client.Broker(f.preferred); err == nil {
+		broker, err := f.hub.client.Broker(f.preferred)
+		if err != nil && f.hub.client.RefreshMetadata(f.tp.Topic) == nil {
+			broker, err = f.hub.client.Broker(f.preferred)
+		}
+		if err == nil {
+			f.unknownReplica = -1
 			return broker, nil
 		}
+		f.unknownReplica = f.preferred
 	}
 	f.preferred = -1
 	leader, epoch, err := f.hub.client.LeaderAndEpoch(f.tp.Topic, f.tp.Partition)
