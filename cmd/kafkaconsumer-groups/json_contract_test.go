@@ -21,7 +21,8 @@ package main
 //	state                           string: "Empty", "Stable", "Rebalancing" or "AwaitingReturn"
 //	zookeeper                       string ("" when none was given)
 //	brokers                         array of strings
-//	coordinator_broker, kafka_state string, present when coordinator is "kafka"
+//	kafka_state                     string, present when coordinator is "kafka"
+//	coordinator_broker              string, present then too unless its address could not be read
 //	instances                       array of objects:
 //	    id, library                 string
 //	    owned                       array of {topic string, partition integer}
