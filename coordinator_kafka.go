@@ -95,7 +95,7 @@ type kafkaCoordinator struct {
 	// removal receives a token (buffer 1) when the manager goroutine
 	// learns that this member was removed: the guard handles it.
 	removal chan struct{}
-	// joined passes the send time of the JoinGroup of each generation
+	// joined passes the send time of the SyncGroup of each generation
 	// synced to the guard, which moves the fence's deadline (buffer 1;
 	// the manager goroutine replaces a value not taken yet).
 	joined chan time.Time
@@ -492,7 +492,6 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		return nil, err
 	}
 	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
-	sent := time.Now()
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
 		closeFailed(broker, err)
@@ -535,6 +534,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		}
 	}
 	var syncResp *sarama.SyncGroupResponse
+	syncSent := time.Now()
 	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
 		closeFailed(broker, err)
 		return nil, err
@@ -557,7 +557,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	if mine != nil && awaitingAssignment(mine.UserData) {
 		k.expectRebalance()
 	}
-	k.tellJoined(sent)
+	k.tellJoined(syncSent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {
 		for topic, ids := range mine.Topics {
@@ -629,9 +629,11 @@ func closeFailed(broker *sarama.Broker, err error) {
 	}
 }
 
-// tellJoined tells the guard that the JoinGroup sent at sent made this
-// member part of a generation: the coordinator counts its session from
-// the join's completion, later than sent.
+// tellJoined tells the guard that the SyncGroup sent at sent made this
+// member part of a generation: an answer of the coordinator, which
+// counts the member's session anew when it hands out the generation's
+// assignments, after it received every member's SyncGroup (so after
+// sent).
 func (k *kafkaCoordinator) tellJoined(sent time.Time) {
 	for {
 		select {

@@ -5,19 +5,23 @@ package kafkaconsumer
 // Kafka-coordinated group, as the ZooKeeper guard does for a session.
 //
 // The margin: the coordinator removes a member the session timeout S
-// after the last heartbeat it received (or after the completion of its
-// last join), so never before the send of the last heartbeat it answered
-// plus S. The guard fences at 0.8 × S after that send (kafkaFenceFraction),
-// which keeps 0.2 × S (2 s with sarama's default 10 s) for a coordinator
-// whose clock runs faster, the network, and the partitions' stop. During
-// a rebalance the heartbeats are answered (REBALANCE_IN_PROGRESS), but the
-// coordinator removes a member that has not joined within the rebalance
-// timeout R of the rebalance's start, which followed the send of the last
-// heartbeat answered without error: until the member has joined, the
-// fence's deadline is also at most that send + 0.8 × R. The manager
-// joins at once, and R covers a member that first stops its revoked
-// partitions (newKafkaCoordinator), so this deadline is one that a member
-// meets unless it hangs.
+// after the last heartbeat it received, or after it handed out the
+// assignments of the member's last generation (which follows the
+// member's SyncGroup), so never before the send of the last heartbeat or
+// SyncGroup it answered plus S. A completed join is such an answer: its
+// deadline counts from the SyncGroup's send, and never moves the
+// deadline backwards (a JoinGroup may wait longer than S for a member
+// that died). The guard fences at 0.8 × S after that send
+// (kafkaFenceFraction), which keeps 0.2 × S (2 s with sarama's default
+// 10 s) for a coordinator whose clock runs faster, the network, and the
+// partitions' stop. During a rebalance the heartbeats are answered
+// (REBALANCE_IN_PROGRESS), but the coordinator removes a member that has
+// not joined within the rebalance timeout R of the rebalance's start,
+// which followed the send of the last heartbeat answered without error:
+// until the member has joined, the fence's deadline is also at most that
+// send + 0.8 × R. The manager joins at once, and R covers a member that
+// first stops its revoked partitions (newKafkaCoordinator), so this
+// deadline is one that a member meets unless it hangs.
 
 import (
 	"errors"
@@ -63,7 +67,9 @@ func (cm *consumerManager) startKafkaGuard(k *kafkaCoordinator) {
 //
 // When the fence is up (raised here, by the hand-out path or by a
 // commit), it takes back what sits unread in Messages, as the ZooKeeper
-// guard does. The manager tells it of each generation synced (joined).
+// guard does. The manager tells it of each generation synced (joined):
+// an answer as a heartbeat's, counted from the SyncGroup's send, which
+// never moves the deadline backwards.
 func (k *kafkaCoordinator) guard() {
 	cm := k.cm
 	defer close(cm.guardDone)
@@ -111,7 +117,7 @@ func (k *kafkaCoordinator) guard() {
 			return
 		case sent := <-k.joined:
 			stableSent, rebalancing = sent, false
-			if cm.answeredBy(sent.Add(k.fenceAfter()), deadline) {
+			if cm.answeredBy(cm.notBefore(sent.Add(k.fenceAfter())), deadline) {
 				drained = false
 			}
 			if !inFlight {
@@ -180,6 +186,17 @@ func (k *kafkaCoordinator) guard() {
 			drained = true
 		}
 	}
+}
+
+// notBefore returns by, or the fence's deadline when that is later: an
+// answer of the coordinator never moves the deadline backwards.
+func (cm *consumerManager) notBefore(by time.Time) time.Time {
+	if d := cm.fenceBy.Load(); d > 0 {
+		if current := cm.fenceBase.Add(time.Duration(d)); current.After(by) {
+			return current
+		}
+	}
+	return by
 }
 
 // removed reports whether err means that the member is not in the

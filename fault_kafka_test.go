@@ -262,6 +262,44 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 	r.finishKafka(sampler)
 }
 
+// TestFaultKafkaSlowRebalanceNotFenced: a member of a Kafka-coordinated
+// group of three is killed with kill -9, and a new instance joins at
+// once, so that the rebalance waits until the killed member's session
+// expires (20 s here, longer than 0.8 of it). The survivors heartbeat
+// throughout, and the completed join is an answer of the coordinator:
+// none of them is fenced at any moment. Nothing is lost, nothing is
+// handed out by two instances at once, no committed offset moves back.
+func TestFaultKafkaSlowRebalanceNotFenced(t *testing.T) {
+	needFaults(t)
+	t.Parallel()
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.session = 20 * time.Second
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitShared(30*time.Second, a, b, c)
+	wait := r.produceSteadily(1000, 10*time.Second)
+
+	a.kill(t)
+	d := r.start()
+	r.waitShared(r.opts.session+30*time.Second, b, c, d)
+	wait()
+	r.finishKafka(sampler)
+	for _, s := range []*child{b, c, d} {
+		if n := s.logged("No answer from the group's coordinator"); n > 0 {
+			t.Errorf("%s was fenced %d times", s.name, n)
+		}
+	}
+}
+
+// logged counts the lines of the child's log that contain s.
+func (c *child) logged(s string) int {
+	data, err := os.ReadFile(strings.TrimSuffix(c.out, ".out") + ".stderr")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(data), s)
+}
+
 // TestFaultKafkaCoordinator: the group coordinator's broker fails under
 // a Kafka-coordinated group of two instances consuming a topic of
 // replication factor 2, on a cluster of two brokers whose
