@@ -27,7 +27,8 @@ package kafkaconsumer
 // member that learns it was removed (UNKNOWN_MEMBER_ID,
 // ILLEGAL_GENERATION, FENCED_INSTANCE_ID) loses its partitions without a
 // final commit, which Kafka would refuse anyway: commits carry the
-// generation and the member ID (offsetStore.member).
+// generation and the member ID (offsetStore.member). FENCED_INSTANCE_ID
+// is final: the member never joins again (instanceFenced).
 
 import (
 	"context"
@@ -92,6 +93,9 @@ type kafkaCoordinator struct {
 	rejoin    chan struct{}
 	rejoinFor atomic.Int32
 	lost      atomic.Bool
+	// fencedOut is set once the group's coordinator answered a request
+	// of this member FENCED_INSTANCE_ID (instanceFenced): final.
+	fencedOut atomic.Bool
 	// removal receives a token (buffer 1) when the manager goroutine
 	// learns that this member was removed: the guard handles it.
 	removal chan struct{}
@@ -289,6 +293,9 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 			// (no final commit); stop them before joining anew.
 			cm.reportStops(cm.managePartitionManagers(nil))
 		}
+		if k.fencedOut.Load() {
+			return k.stayOut()
+		}
 		if sw != nil {
 			if !sw.read() {
 				return false
@@ -365,6 +372,9 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 	defer k.joining.Store(false)
 	for attempt := 0; ; attempt++ {
 		assigned, err := k.joinOnce(partitions)
+		if k.fencedOut.Load() {
+			return nil, k.stayOut() // fenced by another request meanwhile
+		}
 		if err == nil {
 			return assigned, true
 		}
@@ -386,10 +396,8 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			attempt = -1
 			continue
 		case errors.Is(kerr, sarama.ErrFencedInstancedId):
-			err = fmt.Errorf("%w: %s: the group's coordinator has another member with this Config.InstanceID (FENCED_INSTANCE_ID); trying again", ErrInstanceIDInUse, cm.config.InstanceID)
-			k.removedFromGroup()
-			cm.reportStops(cm.managePartitionManagers(nil))
-			cm.sendError(err)
+			k.instanceFenced(err)
+			return nil, k.stayOut()
 		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
 			if !k.reportedProtocol {
 				k.reportedProtocol = true
@@ -735,12 +743,16 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 		_ = broker.Close()
 		return err
 	}
-	if !errors.Is(resp.Err, sarama.ErrNoError) && !errors.Is(resp.Err, sarama.ErrUnknownMemberId) {
-		return resp.Err
-	}
+	errs := []sarama.KError{resp.Err}
 	for _, r := range resp.Members {
-		if !errors.Is(r.Err, sarama.ErrNoError) && !errors.Is(r.Err, sarama.ErrUnknownMemberId) {
-			return r.Err
+		errs = append(errs, r.Err)
+	}
+	for _, kerr := range errs {
+		if errors.Is(kerr, sarama.ErrFencedInstancedId) {
+			k.instanceFenced(fmt.Errorf("leave group %s: %w", cm.group, kerr))
+		}
+		if !errors.Is(kerr, sarama.ErrNoError) && !errors.Is(kerr, sarama.ErrUnknownMemberId) {
+			return kerr
 		}
 	}
 	return nil

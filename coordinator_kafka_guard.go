@@ -25,6 +25,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -84,6 +85,7 @@ func (k *kafkaCoordinator) guard() {
 		next        = time.NewTimer(k.heartbeatInterval)
 		deadline    = time.NewTimer(time.Hour)
 		drained     bool      // what sat unread was taken back since the fence went up
+		out         bool      // lose ran for a member fenced out (instanceFenced)
 		stableSent  time.Time // the send of the last heartbeat (or join) answered without error
 		rebalancing bool      // a heartbeat was answered REBALANCE_IN_PROGRESS since
 	)
@@ -92,6 +94,11 @@ func (k *kafkaCoordinator) guard() {
 	// unread is taken back, the partitions are lost, and the manager joins
 	// anew. It reports false when the guard is stopped meanwhile.
 	lose := func(generation int32, reason string) bool {
+		if out {
+			k.lost.Store(true) // lost already: tell the manager again
+			k.requestRejoin(generation)
+			return true
+		}
 		if cm.fence.raise() {
 			cm.logKafkaFence(stableSent)
 		}
@@ -99,7 +106,11 @@ func (k *kafkaCoordinator) guard() {
 			return false
 		}
 		drained = true
-		cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		if out = k.fencedOut.Load(); out {
+			cm.logf(slog.LevelWarn, "Fenced out of the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; consuming nothing until closed.", generation, reason)
+		} else {
+			cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		}
 		k.loseMembership()
 		k.lost.Store(true)
 		k.requestRejoin(generation)
@@ -116,6 +127,9 @@ func (k *kafkaCoordinator) guard() {
 		case <-cm.guardStop:
 			return
 		case sent := <-k.joined:
+			if k.fencedOut.Load() {
+				continue // final: the fence stays up
+			}
 			stableSent, rebalancing = sent, false
 			if cm.answeredBy(cm.notBefore(sent.Add(k.fenceAfter())), deadline) {
 				drained = false
@@ -125,7 +139,7 @@ func (k *kafkaCoordinator) guard() {
 			}
 		case <-next.C:
 			m := k.current()
-			if m.generation < 0 || inFlight {
+			if m.generation < 0 || inFlight || k.fencedOut.Load() {
 				continue // joined tells when there is a generation
 			}
 			inFlight = true
@@ -140,8 +154,8 @@ func (k *kafkaCoordinator) guard() {
 				k.awaitingUntil.Store(0) // it came
 			}
 			next.Reset(k.nextHeartbeat())
-			if r.member != k.current() {
-				continue // a generation left behind
+			if r.member != k.current() || k.fencedOut.Load() {
+				continue // a generation left behind, or fenced out for good
 			}
 			switch {
 			case r.err == nil:
@@ -162,6 +176,8 @@ func (k *kafkaCoordinator) guard() {
 				if cm.answeredBy(by, deadline) {
 					drained = false
 				}
+			case errors.Is(r.err, sarama.ErrFencedInstancedId):
+				k.instanceFenced(fmt.Errorf("heartbeat: %w", r.err)) // the removal case below loses the partitions
 			case removed(r.err):
 				if k.joining.Load() {
 					continue // the manager's JoinGroup finds out itself
@@ -173,13 +189,19 @@ func (k *kafkaCoordinator) guard() {
 				cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
 			}
 		case <-k.removal:
-			if !lose(k.current().generation, "the group's coordinator answered the JoinGroup or SyncGroup so") {
+			reason := "the group's coordinator answered the JoinGroup or SyncGroup so"
+			if k.fencedOut.Load() {
+				reason = "FENCED_INSTANCE_ID"
+			}
+			if !lose(k.current().generation, reason) {
 				return
 			}
 		case <-deadline.C:
 			cm.fence.raise() // the case below takes back what sits unread
 		case <-raised:
-			cm.logKafkaFence(stableSent)
+			if !k.fencedOut.Load() { // instanceFenced said why
+				cm.logKafkaFence(stableSent)
+			}
 			if !cm.takeBackAll() {
 				return
 			}
@@ -197,6 +219,44 @@ func (cm *consumerManager) notBefore(by time.Time) time.Time {
 		}
 	}
 	return by
+}
+
+// instanceFenced handles FENCED_INSTANCE_ID, the answer cause, to any
+// request of this member (heartbeat, JoinGroup, SyncGroup, OffsetCommit,
+// LeaveGroup): another live instance joined the group with this
+// Config.InstanceID, and the coordinator gave it this member's place.
+// That is final, as in Kafka's own clients: were this instance to join
+// again, it would fence the other in turn, and the two would alternate
+// for ever, each swap a window in which both hand out the same
+// partitions. The fence goes up at once (no hand-out, no commit), an
+// error wrapping ErrInstanceIDInUse goes to Errors(), the guard loses
+// every partition (no final commit), and the manager never joins again
+// (stayOut) until the consumer is closed. Any goroutine may call it;
+// only the first call acts.
+func (k *kafkaCoordinator) instanceFenced(cause error) {
+	if k.fencedOut.Swap(true) {
+		return
+	}
+	cm := k.cm
+	cm.fence.raise()
+	err := fmt.Errorf("%w: %s: another live instance joined the group with this Config.InstanceID, and the group's coordinator fenced this one (%s); it consumes nothing more until it is closed", ErrInstanceIDInUse, cm.config.InstanceID, cause)
+	cm.sendError(err)
+	select {
+	case k.removal <- struct{}{}:
+	default:
+	}
+}
+
+// stayOut keeps a member fenced out (instanceFenced) out of the group:
+// once the guard lost its partitions, they stop (no final commit), and
+// the manager waits until it is interrupted, without joining again. It
+// returns false, as the manager does when interrupted.
+func (k *kafkaCoordinator) stayOut() bool {
+	cm := k.cm
+	k.removedFromGroup()
+	cm.reportStops(cm.managePartitionManagers(nil))
+	<-cm.t.Dying()
+	return false
 }
 
 // removed reports whether err means that the member is not in the
