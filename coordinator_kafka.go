@@ -575,13 +575,21 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 			}
 		}
 	}
-	leader := ""
-	if resp.LeaderId == resp.MemberId {
-		leader = ", as the leader"
-	}
-	cm.logf(slog.LevelInfo, "Joined generation %d of the group as %s%s: %d members, %d partitions assigned to this member.",
-		member.generation, member.id, leader, max(len(resp.Members), 1), len(assigned))
+	cm.logf(slog.LevelInfo, "%s", joinedLine(resp, len(assigned)))
 	return assigned, nil
+}
+
+// joinedLine is the log line of a generation joined, with the JoinGroup's
+// answer resp and the number of partitions assigned to this member. The
+// coordinator lists the members to the leader alone: a follower's line
+// names the leader instead.
+func joinedLine(resp *sarama.JoinGroupResponse, assigned int) string {
+	if resp.LeaderId == resp.MemberId {
+		return fmt.Sprintf("Joined generation %d of the group as %s, as the leader: %d members, %d partitions assigned to this member.",
+			resp.GenerationId, resp.MemberId, len(resp.Members), assigned)
+	}
+	return fmt.Sprintf("Joined generation %d of the group as %s (the leader is %s): %d partitions assigned to this member.",
+		resp.GenerationId, resp.MemberId, resp.LeaderId, assigned)
 }
 
 // coordinatorBroker returns the group client's broker for the group's

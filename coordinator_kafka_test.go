@@ -498,3 +498,19 @@ func TestIntegrationKafkaCoordinatorFencedInstanceStaysOut(t *testing.T) {
 	}
 	colB.close(t)
 }
+
+// TestJoinedLine: the leader's line of a generation joined counts the
+// members (its JoinGroup's answer lists them); a follower's answer lists
+// none, so its line gives no count (it said "1 members" of a generation
+// of 3) but names the leader.
+func TestJoinedLine(t *testing.T) {
+	members := []sarama.GroupMember{{MemberId: "a"}, {MemberId: "b"}, {MemberId: "c"}}
+	leader := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "a", Members: members}, 3)
+	if want := "Joined generation 1 of the group as a, as the leader: 3 members, 3 partitions assigned to this member."; leader != want {
+		t.Errorf("the leader's line:\n%s\nwant\n%s", leader, want)
+	}
+	follower := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "b"}, 2)
+	if want := "Joined generation 1 of the group as b (the leader is a): 2 partitions assigned to this member."; follower != want {
+		t.Errorf("a follower's line:\n%s\nwant\n%s", follower, want)
+	}
+}
