@@ -2,10 +2,12 @@ package kafkaconsumer
 
 // Fault tests of Kafka-coordinated groups (CoordinatorKafka), with the
 // consumers as child processes (fault_harness_test.go): an instance
-// killed with kill -9, an instance frozen (SIGSTOP) past its session
-// timeout and resumed, the group coordinator's broker killed and frozen,
-// and one instance cut off from the coordinator (through proxies) while
-// the other brokers answer it. Each checks that nothing is lost, that no
+// killed with kill -9 (and one replaced at once, so that the rebalance
+// waits for its session), an instance frozen (SIGSTOP) past its session
+// timeout and resumed, a static member frozen, replaced under its
+// InstanceID and resumed, the group coordinator's broker killed and
+// frozen, and one instance cut off from the coordinator (through
+// proxies) while the other brokers answer it. Each checks that nothing is lost, that no
 // partition is handed out by two instances at once (overlaps), that no
 // committed offset moves back, and that every Close is bounded.
 
