@@ -27,7 +27,8 @@ package kafkaconsumer
 // member that learns it was removed (UNKNOWN_MEMBER_ID,
 // ILLEGAL_GENERATION, FENCED_INSTANCE_ID) loses its partitions without a
 // final commit, which Kafka would refuse anyway: commits carry the
-// generation and the member ID (offsetStore.member).
+// generation and the member ID (offsetStore.member). FENCED_INSTANCE_ID
+// is final: the member never joins again (instanceFenced).
 
 import (
 	"context"
@@ -92,10 +93,13 @@ type kafkaCoordinator struct {
 	rejoin    chan struct{}
 	rejoinFor atomic.Int32
 	lost      atomic.Bool
+	// fencedOut is set once the group's coordinator answered a request
+	// of this member FENCED_INSTANCE_ID (instanceFenced): final.
+	fencedOut atomic.Bool
 	// removal receives a token (buffer 1) when the manager goroutine
 	// learns that this member was removed: the guard handles it.
 	removal chan struct{}
-	// joined passes the send time of the JoinGroup of each generation
+	// joined passes the send time of the SyncGroup of each generation
 	// synced to the guard, which moves the fence's deadline (buffer 1;
 	// the manager goroutine replaces a value not taken yet).
 	joined chan time.Time
@@ -289,6 +293,9 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 			// (no final commit); stop them before joining anew.
 			cm.reportStops(cm.managePartitionManagers(nil))
 		}
+		if k.fencedOut.Load() {
+			return k.stayOut()
+		}
 		if sw != nil {
 			if !sw.read() {
 				return false
@@ -365,6 +372,9 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 	defer k.joining.Store(false)
 	for attempt := 0; ; attempt++ {
 		assigned, err := k.joinOnce(partitions)
+		if k.fencedOut.Load() {
+			return nil, k.stayOut() // fenced by another request meanwhile
+		}
 		if err == nil {
 			return assigned, true
 		}
@@ -386,10 +396,8 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			attempt = -1
 			continue
 		case errors.Is(kerr, sarama.ErrFencedInstancedId):
-			err = fmt.Errorf("%w: %s: the group's coordinator has another member with this Config.InstanceID (FENCED_INSTANCE_ID); trying again", ErrInstanceIDInUse, cm.config.InstanceID)
-			k.removedFromGroup()
-			cm.reportStops(cm.managePartitionManagers(nil))
-			cm.sendError(err)
+			k.instanceFenced(err)
+			return nil, k.stayOut()
 		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
 			if !k.reportedProtocol {
 				k.reportedProtocol = true
@@ -492,7 +500,6 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		return nil, err
 	}
 	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
-	sent := time.Now()
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
 		closeFailed(broker, err)
@@ -535,6 +542,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 		}
 	}
 	var syncResp *sarama.SyncGroupResponse
+	syncSent := time.Now()
 	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
 		closeFailed(broker, err)
 		return nil, err
@@ -557,7 +565,7 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	if mine != nil && awaitingAssignment(mine.UserData) {
 		k.expectRebalance()
 	}
-	k.tellJoined(sent)
+	k.tellJoined(syncSent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {
 		for topic, ids := range mine.Topics {
@@ -567,13 +575,21 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 			}
 		}
 	}
-	leader := ""
-	if resp.LeaderId == resp.MemberId {
-		leader = ", as the leader"
-	}
-	cm.logf(slog.LevelInfo, "Joined generation %d of the group as %s%s: %d members, %d partitions assigned to this member.",
-		member.generation, member.id, leader, max(len(resp.Members), 1), len(assigned))
+	cm.logf(slog.LevelInfo, "%s", joinedLine(resp, len(assigned)))
 	return assigned, nil
+}
+
+// joinedLine is the log line of a generation joined, with the JoinGroup's
+// answer resp and the number of partitions assigned to this member. The
+// coordinator lists the members to the leader alone: a follower's line
+// names the leader instead.
+func joinedLine(resp *sarama.JoinGroupResponse, assigned int) string {
+	if resp.LeaderId == resp.MemberId {
+		return fmt.Sprintf("Joined generation %d of the group as %s, as the leader: %d members, %d partitions assigned to this member.",
+			resp.GenerationId, resp.MemberId, len(resp.Members), assigned)
+	}
+	return fmt.Sprintf("Joined generation %d of the group as %s (the leader is %s): %d partitions assigned to this member.",
+		resp.GenerationId, resp.MemberId, resp.LeaderId, assigned)
 }
 
 // coordinatorBroker returns the group client's broker for the group's
@@ -629,9 +645,11 @@ func closeFailed(broker *sarama.Broker, err error) {
 	}
 }
 
-// tellJoined tells the guard that the JoinGroup sent at sent made this
-// member part of a generation: the coordinator counts its session from
-// the join's completion, later than sent.
+// tellJoined tells the guard that the SyncGroup sent at sent made this
+// member part of a generation: an answer of the coordinator, which
+// counts the member's session anew when it hands out the generation's
+// assignments, after it received every member's SyncGroup (so after
+// sent).
 func (k *kafkaCoordinator) tellJoined(sent time.Time) {
 	for {
 		select {
@@ -733,12 +751,16 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 		_ = broker.Close()
 		return err
 	}
-	if !errors.Is(resp.Err, sarama.ErrNoError) && !errors.Is(resp.Err, sarama.ErrUnknownMemberId) {
-		return resp.Err
-	}
+	errs := []sarama.KError{resp.Err}
 	for _, r := range resp.Members {
-		if !errors.Is(r.Err, sarama.ErrNoError) && !errors.Is(r.Err, sarama.ErrUnknownMemberId) {
-			return r.Err
+		errs = append(errs, r.Err)
+	}
+	for _, kerr := range errs {
+		if errors.Is(kerr, sarama.ErrFencedInstancedId) {
+			k.instanceFenced(fmt.Errorf("leave group %s: %w", cm.group, kerr))
+		}
+		if !errors.Is(kerr, sarama.ErrNoError) && !errors.Is(kerr, sarama.ErrUnknownMemberId) {
+			return kerr
 		}
 	}
 	return nil

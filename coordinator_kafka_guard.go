@@ -5,22 +5,27 @@ package kafkaconsumer
 // Kafka-coordinated group, as the ZooKeeper guard does for a session.
 //
 // The margin: the coordinator removes a member the session timeout S
-// after the last heartbeat it received (or after the completion of its
-// last join), so never before the send of the last heartbeat it answered
-// plus S. The guard fences at 0.8 × S after that send (kafkaFenceFraction),
-// which keeps 0.2 × S (2 s with sarama's default 10 s) for a coordinator
-// whose clock runs faster, the network, and the partitions' stop. During
-// a rebalance the heartbeats are answered (REBALANCE_IN_PROGRESS), but the
-// coordinator removes a member that has not joined within the rebalance
-// timeout R of the rebalance's start, which followed the send of the last
-// heartbeat answered without error: until the member has joined, the
-// fence's deadline is also at most that send + 0.8 × R. The manager
-// joins at once, and R covers a member that first stops its revoked
-// partitions (newKafkaCoordinator), so this deadline is one that a member
-// meets unless it hangs.
+// after the last heartbeat it received, or after it handed out the
+// assignments of the member's last generation (which follows the
+// member's SyncGroup), so never before the send of the last heartbeat or
+// SyncGroup it answered plus S. A completed join is such an answer: its
+// deadline counts from the SyncGroup's send, and never moves the
+// deadline backwards (a JoinGroup may wait longer than S for a member
+// that died). The guard fences at 0.8 × S after that send
+// (kafkaFenceFraction), which keeps 0.2 × S (2 s with sarama's default
+// 10 s) for a coordinator whose clock runs faster, the network, and the
+// partitions' stop. During a rebalance the heartbeats are answered
+// (REBALANCE_IN_PROGRESS), but the coordinator removes a member that has
+// not joined within the rebalance timeout R of the rebalance's start,
+// which followed the send of the last heartbeat answered without error:
+// until the member has joined, the fence's deadline is also at most that
+// send + 0.8 × R. The manager joins at once, and R covers a member that
+// first stops its revoked partitions (newKafkaCoordinator), so this
+// deadline is one that a member meets unless it hangs.
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -63,7 +68,9 @@ func (cm *consumerManager) startKafkaGuard(k *kafkaCoordinator) {
 //
 // When the fence is up (raised here, by the hand-out path or by a
 // commit), it takes back what sits unread in Messages, as the ZooKeeper
-// guard does. The manager tells it of each generation synced (joined).
+// guard does. The manager tells it of each generation synced (joined):
+// an answer as a heartbeat's, counted from the SyncGroup's send, which
+// never moves the deadline backwards.
 func (k *kafkaCoordinator) guard() {
 	cm := k.cm
 	defer close(cm.guardDone)
@@ -78,6 +85,7 @@ func (k *kafkaCoordinator) guard() {
 		next        = time.NewTimer(k.heartbeatInterval)
 		deadline    = time.NewTimer(time.Hour)
 		drained     bool      // what sat unread was taken back since the fence went up
+		out         bool      // lose ran for a member fenced out (instanceFenced)
 		stableSent  time.Time // the send of the last heartbeat (or join) answered without error
 		rebalancing bool      // a heartbeat was answered REBALANCE_IN_PROGRESS since
 	)
@@ -86,6 +94,11 @@ func (k *kafkaCoordinator) guard() {
 	// unread is taken back, the partitions are lost, and the manager joins
 	// anew. It reports false when the guard is stopped meanwhile.
 	lose := func(generation int32, reason string) bool {
+		if out {
+			k.lost.Store(true) // lost already: tell the manager again
+			k.requestRejoin(generation)
+			return true
+		}
 		if cm.fence.raise() {
 			cm.logKafkaFence(stableSent)
 		}
@@ -93,7 +106,11 @@ func (k *kafkaCoordinator) guard() {
 			return false
 		}
 		drained = true
-		cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		if out = k.fencedOut.Load(); out {
+			cm.logf(slog.LevelWarn, "Fenced out of the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; consuming nothing until closed.", generation, reason)
+		} else {
+			cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+		}
 		k.loseMembership()
 		k.lost.Store(true)
 		k.requestRejoin(generation)
@@ -110,8 +127,11 @@ func (k *kafkaCoordinator) guard() {
 		case <-cm.guardStop:
 			return
 		case sent := <-k.joined:
+			if k.fencedOut.Load() {
+				continue // final: the fence stays up
+			}
 			stableSent, rebalancing = sent, false
-			if cm.answeredBy(sent.Add(k.fenceAfter()), deadline) {
+			if cm.answeredBy(cm.notBefore(sent.Add(k.fenceAfter())), deadline) {
 				drained = false
 			}
 			if !inFlight {
@@ -119,7 +139,7 @@ func (k *kafkaCoordinator) guard() {
 			}
 		case <-next.C:
 			m := k.current()
-			if m.generation < 0 || inFlight {
+			if m.generation < 0 || inFlight || k.fencedOut.Load() {
 				continue // joined tells when there is a generation
 			}
 			inFlight = true
@@ -134,8 +154,8 @@ func (k *kafkaCoordinator) guard() {
 				k.awaitingUntil.Store(0) // it came
 			}
 			next.Reset(k.nextHeartbeat())
-			if r.member != k.current() {
-				continue // a generation left behind
+			if r.member != k.current() || k.fencedOut.Load() {
+				continue // a generation left behind, or fenced out for good
 			}
 			switch {
 			case r.err == nil:
@@ -156,6 +176,8 @@ func (k *kafkaCoordinator) guard() {
 				if cm.answeredBy(by, deadline) {
 					drained = false
 				}
+			case errors.Is(r.err, sarama.ErrFencedInstancedId):
+				k.instanceFenced(fmt.Errorf("heartbeat: %w", r.err)) // the removal case below loses the partitions
 			case removed(r.err):
 				if k.joining.Load() {
 					continue // the manager's JoinGroup finds out itself
@@ -167,19 +189,74 @@ func (k *kafkaCoordinator) guard() {
 				cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
 			}
 		case <-k.removal:
-			if !lose(k.current().generation, "the group's coordinator answered the JoinGroup or SyncGroup so") {
+			reason := "the group's coordinator answered the JoinGroup or SyncGroup so"
+			if k.fencedOut.Load() {
+				reason = "FENCED_INSTANCE_ID"
+			}
+			if !lose(k.current().generation, reason) {
 				return
 			}
 		case <-deadline.C:
 			cm.fence.raise() // the case below takes back what sits unread
 		case <-raised:
-			cm.logKafkaFence(stableSent)
+			if !k.fencedOut.Load() { // instanceFenced said why
+				cm.logKafkaFence(stableSent)
+			}
 			if !cm.takeBackAll() {
 				return
 			}
 			drained = true
 		}
 	}
+}
+
+// notBefore returns by, or the fence's deadline when that is later: an
+// answer of the coordinator never moves the deadline backwards.
+func (cm *consumerManager) notBefore(by time.Time) time.Time {
+	if d := cm.fenceBy.Load(); d > 0 {
+		if current := cm.fenceBase.Add(time.Duration(d)); current.After(by) {
+			return current
+		}
+	}
+	return by
+}
+
+// instanceFenced handles FENCED_INSTANCE_ID, the answer cause, to any
+// request of this member (heartbeat, JoinGroup, SyncGroup, OffsetCommit,
+// LeaveGroup): another live instance joined the group with this
+// Config.InstanceID, and the coordinator gave it this member's place.
+// That is final, as in Kafka's own clients: were this instance to join
+// again, it would fence the other in turn, and the two would alternate
+// for ever, each swap a window in which both hand out the same
+// partitions. The fence goes up at once (no hand-out, no commit), an
+// error wrapping ErrInstanceIDInUse goes to Errors(), the guard loses
+// every partition (no final commit), and the manager never joins again
+// (stayOut) until the consumer is closed. Any goroutine may call it;
+// only the first call acts.
+func (k *kafkaCoordinator) instanceFenced(cause error) {
+	if k.fencedOut.Swap(true) {
+		return
+	}
+	cm := k.cm
+	cm.fence.raise()
+	err := fmt.Errorf("%w: %s: another live instance joined the group with this Config.InstanceID, and the group's coordinator fenced this one (%s); it consumes nothing more until it is closed", ErrInstanceIDInUse, cm.config.InstanceID, cause)
+	cm.sendError(err)
+	select {
+	case k.removal <- struct{}{}:
+	default:
+	}
+}
+
+// stayOut keeps a member fenced out (instanceFenced) out of the group:
+// once the guard lost its partitions, they stop (no final commit), and
+// the manager waits until it is interrupted, without joining again. It
+// returns false, as the manager does when interrupted.
+func (k *kafkaCoordinator) stayOut() bool {
+	cm := k.cm
+	k.removedFromGroup()
+	cm.reportStops(cm.managePartitionManagers(nil))
+	<-cm.t.Dying()
+	return false
 }
 
 // removed reports whether err means that the member is not in the

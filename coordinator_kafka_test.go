@@ -428,3 +428,89 @@ func TestIntegrationKafkaCoordinatorJoinContext(t *testing.T) {
 		t.Errorf("Close() = %s", err)
 	}
 }
+
+// TestIntegrationKafkaCoordinatorFencedInstanceStaysOut: a second live
+// instance joins with the InstanceID of a running one, and the group's
+// coordinator fences the first (FENCED_INSTANCE_ID). That is final for
+// the first: an error wrapping ErrInstanceIDInUse reaches its Errors(),
+// it hands out nothing more and never joins again, so that the second
+// keeps its generation and every partition; the first's Close works.
+func TestIntegrationKafkaCoordinatorFencedInstanceStaysOut(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kafkacoord-fenced")
+	client := newTestClient(t)
+	id := uniqueName("twin")
+	var h handOuts
+	configA := kafkaTestConfig()
+	configA.InstanceID = id
+	configA.Observer = handOutObserver{&h, "a"}
+	a := joinKafka(t, group, TopicSubscription(topic), configA)
+	errsA := make(chan error, 16)
+	go func() { // ends when Close closes Errors
+		for err := range a.Errors() {
+			errsA <- err
+		}
+		close(errsA)
+	}()
+	colA := collect(a, nil)
+	first := produce(t, client, topic, "f", 20)
+	waitFor(t, 30*time.Second, "the first instance to receive everything", func() bool { return colA.received(first) == len(first) })
+
+	configB := kafkaTestConfig()
+	configB.InstanceID = id
+	configB.Observer = handOutObserver{&h, "b"}
+	b := joinKafka(t, group, TopicSubscription(topic), configB)
+	colB := collect(b, nil)
+	var fenced error
+	waitFor(t, 30*time.Second, "ErrInstanceIDInUse on the first instance's Errors()", func() bool {
+		for {
+			select {
+			case err := <-errsA:
+				if errors.Is(err, ErrInstanceIDInUse) {
+					fenced = err
+					return true
+				}
+				t.Logf("the first instance's Errors(): %s", err)
+			default:
+				return false
+			}
+		}
+	})
+	t.Logf("the first instance: %s", fenced)
+	waitFor(t, 30*time.Second, "the second instance to hold both partitions", func() bool { return len(b.Stats()) == 2 })
+	generation, member := kafkaMemberOf(b)
+	second := produce(t, client, topic, "s", 20)
+	waitFor(t, 30*time.Second, "the second instance to receive the second messages", func() bool { return colB.received(second) == len(second) })
+	began := time.Now()
+	colA.close(t)
+	t.Logf("Close of the fenced instance took %s", time.Since(began).Round(time.Millisecond))
+	if n := colA.received(second); n > 0 {
+		t.Errorf("the fenced instance received %d of the second messages", n)
+	}
+	if g, m := kafkaMemberOf(b); g != generation || m != member {
+		t.Errorf("the second instance went from generation %d (%s) to %d (%s): the fenced one joined again", generation, member, g, m)
+	}
+	for tp, n := range h.switches() {
+		if n > 1 {
+			t.Errorf("%v changed hands %d times, want 1", tp, n)
+		}
+	}
+	colB.close(t)
+}
+
+// TestJoinedLine: the leader's line of a generation joined counts the
+// members (its JoinGroup's answer lists them); a follower's answer lists
+// none, so its line gives no count (it said "1 members" of a generation
+// of 3) but names the leader.
+func TestJoinedLine(t *testing.T) {
+	members := []sarama.GroupMember{{MemberId: "a"}, {MemberId: "b"}, {MemberId: "c"}}
+	leader := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "a", Members: members}, 3)
+	if want := "Joined generation 1 of the group as a, as the leader: 3 members, 3 partitions assigned to this member."; leader != want {
+		t.Errorf("the leader's line:\n%s\nwant\n%s", leader, want)
+	}
+	follower := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "b"}, 2)
+	if want := "Joined generation 1 of the group as b (the leader is a): 2 partitions assigned to this member."; follower != want {
+		t.Errorf("a follower's line:\n%s\nwant\n%s", follower, want)
+	}
+}

@@ -45,8 +45,10 @@ var (
 	// another in the meantime, logs it and tries to register again until
 	// it is closed. With CoordinatorKafka it is sent on Errors() instead,
 	// when the group's coordinator fenced this member because another
-	// joined with the same InstanceID (FENCED_INSTANCE_ID): its
-	// partitions stop, and it tries to join again.
+	// joined with the same InstanceID (FENCED_INSTANCE_ID, in answer to
+	// any request): that is final, as in Kafka's own clients. Its
+	// partitions stop at once, without a final commit, and it does not
+	// join the group again: it consumes nothing until it is closed.
 	ErrInstanceIDInUse = errors.New("kafkaconsumer: instance id in use by another live instance")
 
 	// ErrRegistrationLost is sent on Errors() when the instance finds its

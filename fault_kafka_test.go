@@ -2,10 +2,12 @@ package kafkaconsumer
 
 // Fault tests of Kafka-coordinated groups (CoordinatorKafka), with the
 // consumers as child processes (fault_harness_test.go): an instance
-// killed with kill -9, an instance frozen (SIGSTOP) past its session
-// timeout and resumed, the group coordinator's broker killed and frozen,
-// and one instance cut off from the coordinator (through proxies) while
-// the other brokers answer it. Each checks that nothing is lost, that no
+// killed with kill -9 (and one replaced at once, so that the rebalance
+// waits for its session), an instance frozen (SIGSTOP) past its session
+// timeout and resumed, a static member frozen, replaced under its
+// InstanceID and resumed, the group coordinator's broker killed and
+// frozen, and one instance cut off from the coordinator (through
+// proxies) while the other brokers answer it. Each checks that nothing is lost, that no
 // partition is handed out by two instances at once (overlaps), that no
 // committed offset moves back, and that every Close is bounded.
 
@@ -260,6 +262,116 @@ func TestFaultKafkaFrozenInstance(t *testing.T) {
 	r.waitShared(60*time.Second, a, b, c)
 	wait()
 	r.finishKafka(sampler)
+}
+
+// TestFaultKafkaFrozenStaticTwin: a static member (InstanceID) of a
+// Kafka-coordinated group of two is frozen (SIGSTOP) past its session
+// timeout, a new instance with the same InstanceID joins in its place,
+// and the frozen one is resumed while a producer writes: two live
+// instances with one InstanceID. The group's coordinator fences the
+// resumed one (FENCED_INSTANCE_ID), which is final for it: it hands out
+// nothing from its resumption, ErrInstanceIDInUse reaches its Errors(),
+// and it never joins again (no new assignment, and the others' rebalances
+// do not go on), until it is closed, within Close's bound. Nothing is
+// lost, nothing is handed out by two instances at once, no committed
+// offset moves back.
+func TestFaultKafkaFrozenStaticTwin(t *testing.T) {
+	needFaults(t)
+	t.Parallel()
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	id := uniqueName("twin")
+	r.opts.instanceID = id
+	a := r.start()
+	r.opts.instanceID = ""
+	c := r.start()
+	r.waitShared(30*time.Second, a, c)
+	wait := r.produceSteadily(2000, 25*time.Second)
+
+	a.signal(t, syscall.SIGSTOP)
+	took := r.waitOwnedBy(r.opts.session+20*time.Second, c)
+	t.Logf("partitions of the frozen instance taken over in %s", took.Round(time.Millisecond))
+	r.opts.instanceID = id
+	b := r.start()
+	r.opts.instanceID = ""
+	r.waitShared(30*time.Second, b, c)
+	joinsBefore := b.logged("Joined generation") + c.logged("Joined generation")
+	resumed := time.Now()
+	a.signal(t, syscall.SIGCONT)
+	var fenced string
+	waitFor(t, 30*time.Second, "ErrInstanceIDInUse on the resumed instance's Errors()", func() bool {
+		for _, e := range a.output().errors {
+			if strings.Contains(e, ErrInstanceIDInUse.Error()) {
+				fenced = e
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("the resumed instance: %s", fenced)
+	wait()
+	r.finishKafka(sampler)
+
+	out := a.output()
+	handedOut, assigned := 0, 0
+	for _, d := range out.deliveries {
+		if d.handedOut > resumed.UnixNano() {
+			handedOut++
+		}
+	}
+	for _, times := range out.assigned {
+		for _, at := range times {
+			if at > resumed.UnixNano() {
+				assigned++
+			}
+		}
+	}
+	joins := b.logged("Joined generation") + c.logged("Joined generation") - joinsBefore
+	t.Logf("after its resumption, the fenced instance handed out %d messages and was assigned %d partitions; the others joined %d generations", handedOut, assigned, joins)
+	if handedOut > 0 || assigned > 0 {
+		t.Errorf("the fenced instance handed out %d messages and was assigned %d partitions after its resumption, want none", handedOut, assigned)
+	}
+	if joins > 4 {
+		t.Errorf("the others joined %d generations after the fenced instance resumed: it joined again", joins)
+	}
+}
+
+// TestFaultKafkaSlowRebalanceNotFenced: a member of a Kafka-coordinated
+// group of three is killed with kill -9, and a new instance joins at
+// once, so that the rebalance waits until the killed member's session
+// expires (20 s here, longer than 0.8 of it). The survivors heartbeat
+// throughout, and the completed join is an answer of the coordinator:
+// none of them is fenced at any moment. Nothing is lost, nothing is
+// handed out by two instances at once, no committed offset moves back.
+func TestFaultKafkaSlowRebalanceNotFenced(t *testing.T) {
+	needFaults(t)
+	t.Parallel()
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.session = 20 * time.Second
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitShared(30*time.Second, a, b, c)
+	wait := r.produceSteadily(1000, 10*time.Second)
+
+	a.kill(t)
+	d := r.start()
+	r.waitShared(r.opts.session+30*time.Second, b, c, d)
+	wait()
+	r.finishKafka(sampler)
+	for _, s := range []*child{b, c, d} {
+		if n := s.logged("No answer from the group's coordinator"); n > 0 {
+			t.Errorf("%s was fenced %d times", s.name, n)
+		}
+	}
+}
+
+// logged counts the lines of the child's log that contain s.
+func (c *child) logged(s string) int {
+	data, err := os.ReadFile(strings.TrimSuffix(c.out, ".out") + ".stderr")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(data), s)
 }
 
 // TestFaultKafkaCoordinator: the group coordinator's broker fails under

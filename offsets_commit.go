@@ -6,6 +6,8 @@ package kafkaconsumer
 // a timer and when a stopping partition asks for one.
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -128,9 +130,14 @@ func (cm *consumerManager) commitRound() {
 }
 
 // commitFailed passes on a failed commit of tp, to Errors() and Metrics.
+// A commit refused with FENCED_INSTANCE_ID is final for a member of
+// Kafka's group (kafkaCoordinator.instanceFenced).
 func (cm *consumerManager) commitFailed(tp TopicPartition, err error) {
 	cm.config.metrics().CommitFailed(cm.group, tp, err)
 	cm.sendError(&sarama.ConsumerError{Topic: tp.Topic, Partition: tp.Partition, Err: err})
+	if k := cm.kafkaActive(); k != nil && errors.Is(err, sarama.ErrFencedInstancedId) {
+		k.instanceFenced(fmt.Errorf("the commit of %s/%d: %w", tp.Topic, tp.Partition, err))
+	}
 }
 
 // markAcked marks the end of the acked prefix in the offset store, which
