@@ -16,7 +16,10 @@
 #   make demo          the example group (examples/)
 #   make cluster-up    start a detached cluster (ZOOKEEPERS=1|3 BROKERS=1|3
 #                      SECURITY=plaintext|sasl_ssl|mixed MODE=zookeeper|kraft
-#                      ZOOKEEPER_SECURITY=plaintext|tls);
+#                      ZOOKEEPER_SECURITY=plaintext|tls ZOOKEEPER_TICK_MS=N,
+#                      ZooKeeper's tickTime, default 500; production
+#                      ensembles run about 2000: minSessionTimeout is 2
+#                      ticks, and a session expires up to a tick late);
 #                      then `. .cluster/env` exports ZOOKEEPER_PEERS and
 #                      KAFKA_PEERS (and, secured, KAFKA_SECURITY, KAFKA_TLS_CA,
 #                      KAFKA_SASL_*; MODE=kraft: KAFKA_MODE=kraft).
@@ -53,6 +56,8 @@ BROKERS ?= 1
 SECURITY ?= plaintext
 ZOOKEEPER_SECURITY ?= plaintext
 MODE ?= zookeeper
+# Empty: the testcluster command's default (500 ms).
+ZOOKEEPER_TICK_MS ?=
 STATICCHECK_VERSION ?= v0.8.2
 TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 # Read by the testcluster command and by the tests (empty: the defaults).
@@ -70,7 +75,7 @@ jars:
 
 cluster-up:
 	$(TESTCLUSTER) up -zookeepers $(ZOOKEEPERS) -brokers $(BROKERS) -security $(SECURITY) -mode $(MODE) \
-		-zookeeper-security $(ZOOKEEPER_SECURITY)
+		-zookeeper-security $(ZOOKEEPER_SECURITY) $(if $(strip $(ZOOKEEPER_TICK_MS)),-zookeeper-tick-ms $(ZOOKEEPER_TICK_MS))
 
 cluster-down:
 	$(TESTCLUSTER) down

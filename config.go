@@ -188,10 +188,22 @@ type Config struct {
 	// such as a StatefulSet pod's name: up to 249 characters among
 	// letters, digits, '.', '_', '-' and ':' (not "." nor ".."); Validate
 	// refuses others. While another live instance is registered under the
-	// same ID, Join fails with an error wrapping ErrInstanceIDInUse; a
-	// registration left by a previous instance of the ID that died is
-	// waited for until its ZooKeeper session expires (up to this
-	// instance's Zookeeper.Timeout). Default "": a random ID.
+	// same ID, Join fails with an error wrapping ErrInstanceIDInUse. A
+	// registration left by a previous instance of the ID that died (kill
+	// -9) is waited for until its ZooKeeper session expires, so that a
+	// restart right after the kill goes through: Join waits up to T +
+	// 3/4 × N + 1 s, where N is this instance's negotiated session
+	// timeout and T the longer of N and the previous instance's, as the
+	// static record of the ID says (when it names none, T is N: the
+	// contract then assumes the previous instance ran with the same
+	// Zookeeper.Timeout against the same servers). ZooKeeper expires a
+	// session up to one of its ticks after its timeout, plus half a tick
+	// in an ensemble, and a tick is at most N / 2 as long as the servers'
+	// minSessionTimeout is at least its default of 2 ticks: the bound
+	// holds whatever the tick under that assumption. Join goes on as soon
+	// as the registration is gone; only a live instance's makes it wait
+	// the whole bound before it fails (11.5 s with the default 6 s
+	// session). Default "": a random ID.
 	InstanceID string
 
 	// RestartGrace is how long the other instances of the group wait for

@@ -382,18 +382,21 @@ func (cm *consumerManager) connectZookeeper(ctx context.Context, nodes []string,
 // awaitPreviousInstance waits, for a Config.InstanceID, until no other
 // ZooKeeper session holds the registration of the ID: that of a previous
 // instance of the ID that died goes when its session expires. It waits up
-// to this instance's session timeout and a second, or until ctx is done;
+// to previousInstanceWait (of the previous instance's session timeout as
+// its static record says, and this instance's), or until ctx is done;
 // then, with the registration still there, it returns an error wrapping
 // ErrInstanceIDInUse: another live instance holds it.
 func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
 	node := cm.groupNode("ids", cm.instance.ID)
-	wait := cm.sessionTimeout() + time.Second
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for logged := false; ; logged = true {
+	var (
+		wait     time.Duration
+		deadline <-chan time.Time // nil until the registration is found another session's
+	)
+	for {
 		var (
-			owner int64
-			watch <-chan zk.Event
+			owner    int64
+			watch    <-chan zk.Event
+			previous time.Duration
 		)
 		err := cm.zkCall(cm.zkTimeout(), func() error {
 			_, stat, w, err := cm.zkConn.GetW(node)
@@ -403,6 +406,9 @@ func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
 				return err
 			}
 			owner, watch = stat.EphemeralOwner, w
+			if deadline == nil && owner != cm.zkConn.SessionID() {
+				previous = cm.recordedSessionTimeout()
+			}
 			return nil
 		})
 		if err != nil {
@@ -411,15 +417,37 @@ func (cm *consumerManager) awaitPreviousInstance(ctx context.Context) error {
 		if watch == nil || owner == cm.zkConn.SessionID() {
 			return nil
 		}
-		if !logged {
+		if deadline == nil {
+			wait = previousInstanceWait(previous, cm.sessionTimeout())
+			timer := time.NewTimer(wait)
+			defer timer.Stop()
+			deadline = timer.C
 			cm.logf(slog.LevelInfo, "Instance ID %s is registered by another ZooKeeper session (0x%x); waiting up to %s for it to expire.", cm.instance.ID, owner, wait)
 		}
 		select {
 		case <-watch:
-		case <-deadline.C:
+		case <-deadline:
 			return fmt.Errorf("%w: %s is registered by another ZooKeeper session (0x%x), still alive after %s", ErrInstanceIDInUse, cm.instance.ID, owner, wait)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// previousInstanceWait is how long Join waits for the registration of a
+// previous instance of its InstanceID to go, given that instance's
+// session timeout previous (0: unknown, taken as own) and this
+// instance's negotiated session timeout own: max(previous, own) plus one
+// and a half ticks of ZooKeeper's, plus a second.
+//
+// ZooKeeper expires a session up to a tick after its timeout: it files
+// sessions by expiry in buckets of a tick, rounded up. In an ensemble the
+// leader, which expires sessions, hears of a request served by a follower
+// at its next ping of the follower, up to half a tick later. The tick is
+// at most own / 2: ZooKeeper negotiates no session timeout below
+// minSessionTimeout, 2 ticks unless the servers set it lower. The second
+// covers the closing of the expired session and the watch's news of it.
+func previousInstanceWait(previous, own time.Duration) time.Duration {
+	tick := own / 2
+	return max(previous, own) + tick + tick/2 + time.Second
 }

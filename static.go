@@ -7,7 +7,9 @@ package kafkaconsumer
 // An instance with an InstanceID registers under it, and keeps a
 // persistent record of itself beside the registrations:
 // /consumers/<group>/static/<id>, holding its RestartGrace, its state
-// ("registered" or "departed") and its share (for the groups tool). It
+// ("registered" or "departed"), its share (for the groups tool) and its
+// negotiated session timeout (for the next instance of the ID, which waits
+// for the registration it leaves if it dies: awaitPreviousInstance). It
 // writes "departed" when it leaves (Close, Shutdown), in one multi with the
 // deletion of its registration; when its session ends without a leave
 // (expiry, kill -9), the first other instance to see its registration
@@ -86,6 +88,11 @@ type staticRecord struct {
 	State string `json:"state"`
 	// Partitions are the member's share as it last recorded it, by topic.
 	Partitions map[string][]int32 `json:"partitions,omitempty"`
+	// SessionTimeout is the member's negotiated ZooKeeper session
+	// timeout, in ms, when it wrote the record: how long a registration
+	// it leaves when it dies may last (see awaitPreviousInstance). 0 in
+	// the records of versions before it.
+	SessionTimeout int64 `json:"session_timeout_ms,omitempty"`
 }
 
 // parseStaticRecord parses a static record; ok is false for data that is
@@ -108,12 +115,29 @@ func (cm *consumerManager) staticNode(id ...string) string {
 // share as last recorded.
 func (cm *consumerManager) staticData(state string) []byte {
 	data, _ := json.Marshal(staticRecord{
-		Version:      1,
-		RestartGrace: cm.config.RestartGrace.Milliseconds(),
-		State:        state,
-		Partitions:   cm.recordedShare,
+		Version:        1,
+		RestartGrace:   cm.config.RestartGrace.Milliseconds(),
+		State:          state,
+		Partitions:     cm.recordedShare,
+		SessionTimeout: cm.sessionTimeout().Milliseconds(),
 	})
 	return data
+}
+
+// recordedSessionTimeout returns the session timeout that the static
+// record of this instance's ID says the ID's last instance had: 0 when
+// the record names none (no record, one of an older version) or cannot be
+// read.
+func (cm *consumerManager) recordedSessionTimeout() time.Duration {
+	data, _, err := cm.zkConn.Get(cm.staticNode(cm.instance.ID))
+	if err != nil {
+		return 0
+	}
+	record, ok := parseStaticRecord(data)
+	if !ok || record.SessionTimeout <= 0 {
+		return 0
+	}
+	return time.Duration(record.SessionTimeout) * time.Millisecond
 }
 
 // markStatic writes this instance's static record in state, creating it

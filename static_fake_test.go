@@ -153,6 +153,51 @@ func TestMarkStaticRecordsTheInstance(t *testing.T) {
 	wantCalls(t, fake, "Set", sets, "the same share is not written again")
 }
 
+// TestStaticRecordSessionTimeout: the static record carries the
+// instance's session timeout, which the next instance of the ID reads
+// (recordedSessionTimeout); a record without it, of an older version,
+// names none.
+func TestStaticRecordSessionTimeout(t *testing.T) {
+	t.Parallel()
+	cm, fake := staticManager(t)
+	node, _ := fake.get(staticPath + "me")
+	if record, _ := parseStaticRecord(node.data); record.SessionTimeout != 2000 {
+		t.Fatalf("record %s: session_timeout_ms %d, want 2000 (Zookeeper.Timeout)", node.data, record.SessionTimeout)
+	}
+	if got := cm.recordedSessionTimeout(); got != 2*time.Second {
+		t.Fatalf("recordedSessionTimeout = %s, want 2s", got)
+	}
+	fake.set(staticPath+"me", []byte(`{"version":1,"restart_grace_ms":30000,"state":"departed"}`))
+	if got := cm.recordedSessionTimeout(); got != 0 {
+		t.Fatalf("recordedSessionTimeout of a record without it = %s, want 0", got)
+	}
+	fake.remove(staticPath + "me")
+	if got := cm.recordedSessionTimeout(); got != 0 {
+		t.Fatalf("recordedSessionTimeout without a record = %s, want 0", got)
+	}
+}
+
+// TestPreviousInstanceWait: the wait for a previous instance's
+// registration is the longer of the two session timeouts, plus one and a
+// half of the longest tick that this instance's timeout allows (half of
+// it), plus a second.
+func TestPreviousInstanceWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		previous, own, want time.Duration
+	}{
+		{0, 4 * time.Second, 8 * time.Second}, // tick <= 2 s
+		{4 * time.Second, 4 * time.Second, 8 * time.Second},
+		{2 * time.Second, 6 * time.Second, 11500 * time.Millisecond},
+		{20 * time.Second, 6 * time.Second, 25500 * time.Millisecond},
+		{0, time.Second, 2750 * time.Millisecond},
+	} {
+		if got := previousInstanceWait(tc.previous, tc.own); got != tc.want {
+			t.Errorf("previousInstanceWait(%s, %s) = %s, want %s", tc.previous, tc.own, got, tc.want)
+		}
+	}
+}
+
 // TestDeregisterStaticRecordsTheDeparture: a leave deletes the
 // registration and marks the record departed in one multi.
 func TestDeregisterStaticRecordsTheDeparture(t *testing.T) {

@@ -2,7 +2,9 @@ package kafkaconsumer
 
 // Static membership (Config.InstanceID, Config.RestartGrace) against the
 // real cluster: a rolling restart under load that moves nothing, a kill -9
-// and a return within the grace, no return within it, a duplicate ID.
+// and a return within the grace, an immediate restart after a kill -9
+// against a ZooKeeper that ticks every 2 s, no return within the grace, a
+// duplicate ID.
 
 import (
 	"context"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // rolloutResult is what a rolling restart measured.
@@ -394,6 +397,35 @@ func TestIntegrationStaticKillRestartWithinGrace(t *testing.T) {
 	if duplicates := r.finish(); duplicates != 0 {
 		t.Errorf("%d duplicates, want 0: a had committed all it received", duplicates)
 	}
+}
+
+// TestIntegrationStaticKillRestartSlowTick: against a ZooKeeper that
+// ticks every 2 s, as production ensembles do (so minSessionTimeout is
+// 4 s, and a session expires up to 2 s after its timeout), an instance
+// with an InstanceID killed with SIGKILL and started again at once under
+// the same ID joins: Join waits until ZooKeeper removes the killed
+// session's registration. Three kills and restarts, each a new chance for
+// the expiry to fall late in its tick.
+func TestIntegrationStaticKillRestartSlowTick(t *testing.T) {
+	parallelClusterTest(t)
+	skipKafkaDiscovery(t, "its child processes find the brokers in ZooKeeper")
+	const tick = 2 * time.Second
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1, ZooKeeperTickTime: tick})
+	r := newFaultRun(t, cluster.ZookeeperPeers(), cluster.KafkaPeers(), 2, 1)
+	r.opts.instanceID = "a"
+	r.opts.session = 2 * tick // minSessionTimeout: the shortest session there is
+	a := r.start()
+	r.produce(20)
+	r.waitSettled(30 * time.Second)
+	for i := 0; i < 3; i++ {
+		a.kill(t)
+		killed := time.Now()
+		a = r.start() // fails the test when Join fails (ErrInstanceIDInUse)
+		t.Logf("restart %d: joined %s after the kill", i+1, time.Since(killed).Round(10*time.Millisecond))
+		r.waitSettled(30 * time.Second)
+	}
+	r.produce(20)
+	r.finish() // what the killed ones received and had not committed comes again
 }
 
 // TestIntegrationStaticNoReturnWithinGrace: when a departed static member

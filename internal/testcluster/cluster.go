@@ -185,7 +185,7 @@ type Cluster struct {
 	mode      string // ModeZooKeeper or ModeKRaft
 	clusterID string // the KRaft cluster ID, in ModeKRaft
 
-	zkTick      time.Duration // Options.ZooKeeperTickTime, with its default; 0 after Load
+	zkTick      time.Duration // Options.ZooKeeperTickTime, with its default (also after Load)
 	zkSyncLimit int           // Options.ZooKeeperSyncLimit, with its default; 0 after Load
 	// links are the quorum proxies (Options.ZooKeeperQuorumProxies):
 	// links[a][b] is how ZooKeeper node a reaches node b, nil for a == b.
@@ -1346,6 +1346,10 @@ type stateFile struct {
 	// files, which are ZooKeeper mode.
 	Mode      string `json:"mode,omitempty"`
 	ClusterID string `json:"cluster_id,omitempty"`
+	// ZooKeeperTickMs is ZooKeeper's tickTime in ms
+	// (Options.ZooKeeperTickTime); absent in older state files, which ran
+	// the default.
+	ZooKeeperTickMs int64 `json:"zookeeper_tick_ms,omitempty"`
 }
 
 type nodeState struct {
@@ -1376,7 +1380,7 @@ func (c *Cluster) saveState() error {
 	st := stateFile{Version: 1, Dir: c.dir, Jars: c.jars, Java: c.java, Security: c.security, SASLPassword: c.saslPassword,
 		ZooKeeperSASL: c.zkSASL, ZooKeeperPassword: c.zkPassword, ZooKeeperRequired: c.zkRequired, ZooKeeperSecurity: c.zkSecurity,
 		KafkaVersion: c.kafkaVersion, ZooKeeperVersion: c.zkVersion, ZooKeeperJars: c.zkJars,
-		Mode: c.mode, ClusterID: c.clusterID}
+		Mode: c.mode, ClusterID: c.clusterID, ZooKeeperTickMs: c.zkTick.Milliseconds()}
 	if c.tls.ca != "" {
 		st.TLSDir = filepath.Dir(c.tls.ca)
 	}
@@ -1468,6 +1472,10 @@ func Load(dir string) (*Cluster, error) {
 	if c.zkJars == "" {
 		c.zkJars = c.jars
 	}
+	c.zkTick = time.Duration(st.ZooKeeperTickMs) * time.Millisecond
+	if c.zkTick <= 0 {
+		c.zkTick = defaultZooKeeperTickTime
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, list := range []struct {
 		kind  nodeKind
@@ -1542,6 +1550,10 @@ func (c *Cluster) JavaVersion() string {
 
 // Mode returns ModeZooKeeper or ModeKRaft.
 func (c *Cluster) Mode() string { return c.mode }
+
+// ZooKeeperTickTime returns ZooKeeper's tickTime (Options.ZooKeeperTickTime
+// with its default), also of a cluster found with Load.
+func (c *Cluster) ZooKeeperTickTime() time.Duration { return c.zkTick }
 
 // GivenZooKeeperVersion returns Options.ZooKeeperVersion: "" when the
 // ZooKeeper nodes run from the Kafka release's jars.

@@ -53,7 +53,11 @@
 //
 // Options.ZooKeeperTickTime and ZooKeeperSyncLimit set the ensemble's
 // timing (default 500 ms and 10 ticks; production ensembles run about
-// 2 s and 5). Options.ZooKeeperQuorumProxies puts a Proxy on every way
+// 2 s and 5); the tick also sets minSessionTimeout (2 ticks), and ZooKeeper
+// expires a session up to a tick after its timeout. A detached cluster
+// keeps its tick in its state (ZooKeeperTickTime after Load); the
+// testcluster command takes it as -zookeeper-tick-ms or
+// $ZOOKEEPER_TICK_MS (make cluster-up ZOOKEEPER_TICK_MS=2000). Options.ZooKeeperQuorumProxies puts a Proxy on every way
 // from one ZooKeeper node to another's quorum and election ports, so that
 // a test can cut one node off from the quorum while its clients still
 // reach it:

@@ -82,6 +82,10 @@ func (c *Cluster) RestoreZooKeeperQuorum(i int) error {
 	return c.setCut(i, false)
 }
 
+// DefaultZooKeeperTickTime is ZooKeeper's tickTime when
+// Options.ZooKeeperTickTime is 0.
+const DefaultZooKeeperTickTime = defaultZooKeeperTickTime
+
 // The defaults of Options.ZooKeeperTickTime and ZooKeeperSyncLimit.
 const (
 	defaultZooKeeperTickTime  = 500 * time.Millisecond

@@ -152,6 +152,33 @@ func TestZooKeeperTiming(t *testing.T) {
 	}
 }
 
+// TestZooKeeperTickState: Load gives back the tickTime a detached cluster
+// ran with (what `testcluster up` compares with the tick asked for), and
+// the default for a state file of before the field.
+func TestZooKeeperTickState(t *testing.T) {
+	t.Parallel()
+	for _, tick := range []time.Duration{0, 2 * time.Second} {
+		c := &Cluster{dir: t.TempDir(), detached: true, security: SecurityPlaintext, zkSecurity: ZooKeeperSecurityPlaintext, zkTick: tick}
+		c.zks = []*node{{kind: zookeeperNode, id: 1, port: 12181}}
+		c.brokers = []*node{{kind: brokerNode, id: 0, port: 19092}}
+		if err := c.saveState(); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := Load(c.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tick
+		if want == 0 { // written as by an older version: no field
+			want = defaultZooKeeperTickTime
+		}
+		if got := loaded.ZooKeeperTickTime(); got != want {
+			t.Errorf("saved with tick %s: Load's ZooKeeperTickTime() = %s, want %s", tick, got, want)
+		}
+		_ = loaded.Close()
+	}
+}
+
 // Start refuses quorum proxies without an ensemble or with Detached, and
 // a timing ZooKeeper cannot run, before it starts anything.
 func TestStartQuorumOptions(t *testing.T) {

@@ -107,8 +107,10 @@ func main() {
 commands:
   up [-zookeepers N] [-brokers N] [-security plaintext|sasl_ssl|mixed] [-mode zookeeper|kraft]
      [-zookeeper-security plaintext|tls] [-kafka-version X.Y.Z] [-zookeeper-version X.Y.Z]
+     [-zookeeper-tick-ms N]
                                     start a detached cluster (default $ZOOKEEPERS/$BROKERS or 1,
-                                    $SECURITY and $ZOOKEEPER_SECURITY or plaintext),
+                                    $SECURITY and $ZOOKEEPER_SECURITY or plaintext,
+                                    ZooKeeper's tickTime $ZOOKEEPER_TICK_MS or 500 ms),
                                     create test.1, test.4, test.64,
                                     write DIR/env (versions: $KAFKA_VERSION or 3.9.1,
                                     $ZOOKEEPER_VERSION or Kafka's own ZooKeeper)
@@ -264,6 +266,8 @@ func up(dir string, args []string) error {
 	kafkaDefault, zookeeperDefault := testcluster.VersionsFromEnv()
 	kafkaVersion := fs.String("kafka-version", kafkaDefault, "Kafka release (default $KAFKA_VERSION, or "+testcluster.DefaultKafkaVersion+")")
 	zookeeperVersion := fs.String("zookeeper-version", zookeeperDefault, "ZooKeeper release, run from its own jars (default $ZOOKEEPER_VERSION, or the one the Kafka release brings)")
+	tickMs := fs.Int("zookeeper-tick-ms", envInt("ZOOKEEPER_TICK_MS", 0),
+		"ZooKeeper's tickTime in ms; minSessionTimeout is 2 ticks, and a session expires up to a tick after its timeout (default $ZOOKEEPER_TICK_MS, or 500; production ensembles run about 2000)")
 	mode := fs.String("mode", os.Getenv("MODE"), "zookeeper or kraft: KRaft brokers (combined broker and controller) next to a stand-alone ZooKeeper for the groups (default $MODE, or zookeeper; Kafka 4 needs kraft)")
 	_ = fs.Parse(args)
 	if *mode == "" {
@@ -274,6 +278,13 @@ func up(dir string, args []string) error {
 	}
 	if *zookeeperSecurity == "" {
 		*zookeeperSecurity = testcluster.ZooKeeperSecurityPlaintext
+	}
+	if *tickMs < 0 {
+		return fmt.Errorf("-zookeeper-tick-ms %d is negative", *tickMs)
+	}
+	tick := time.Duration(*tickMs) * time.Millisecond
+	if tick == 0 {
+		tick = testcluster.DefaultZooKeeperTickTime
 	}
 
 	if c, err := testcluster.Load(dir); err == nil {
@@ -286,6 +297,8 @@ func up(dir string, args []string) error {
 			logf("a cluster with a %s ZooKeeper runs in %s; replacing it", c.ZooKeeperSecurity(), dir)
 		case c.KafkaVersion() != *kafkaVersion || c.GivenZooKeeperVersion() != testcluster.ZooKeeperVersionFor(*kafkaVersion, *zookeeperVersion):
 			logf("a cluster of Kafka %s and ZooKeeper %s runs in %s; replacing it", c.KafkaVersion(), c.ZooKeeperVersion(), dir)
+		case c.ZooKeeperTickTime() != tick:
+			logf("a cluster of ZooKeeper tickTime %s runs in %s; replacing it", c.ZooKeeperTickTime(), dir)
 		case len(c.KafkaPeers()) != *brokers || len(strings.Split(c.ZookeeperPeers(), ",")) != *zookeepers:
 			logf("a cluster of %d ZooKeeper node(s) and %d broker(s) runs in %s; replacing it",
 				len(strings.Split(c.ZookeeperPeers(), ",")), len(c.KafkaPeers()), dir)
@@ -311,8 +324,8 @@ func up(dir string, args []string) error {
 	if zk == "" {
 		zk = "the one Kafka brings"
 	}
-	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s in %s mode, ZooKeeper %s, %s, ZooKeeper %s)",
-		*zookeepers, *brokers, dir, *kafkaVersion, *mode, zk, *security, *zookeeperSecurity)
+	logf("starting %d ZooKeeper node(s) and %d Kafka broker(s) in %s (Kafka %s in %s mode, ZooKeeper %s, %s, ZooKeeper %s, tickTime %s)",
+		*zookeepers, *brokers, dir, *kafkaVersion, *mode, zk, *security, *zookeeperSecurity, tick)
 	c, err := testcluster.Start(testcluster.Options{
 		ZooKeepers:        *zookeepers,
 		Brokers:           *brokers,
@@ -325,6 +338,7 @@ func up(dir string, args []string) error {
 		KafkaVersion:      *kafkaVersion,
 		ZooKeeperVersion:  *zookeeperVersion,
 		Mode:              *mode,
+		ZooKeeperTickTime: tick,
 	})
 	if err != nil {
 		return err
