@@ -105,6 +105,10 @@ func produceWith(t *testing.T, config *sarama.Config, brokers []string, topic st
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
 	config.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	// Idempotent, so that a retried request (a slow broker on a busy
+	// machine) writes no record twice: the tests count the log's records.
+	config.Producer.Idempotent = true
+	config.Net.MaxOpenRequests = 1
 	producer, err := sarama.NewSyncProducer(brokers, config)
 	if err != nil {
 		t.Fatalf("producer: %s", err)
