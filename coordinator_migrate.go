@@ -658,14 +658,20 @@ func (k *kafkaCoordinator) describe() (state string, members []string, err error
 
 // leaveForSwitch stops every partition with its final commit, stops the
 // guard and leaves the group (a static member too), for the switch back
-// to ZooKeeper. It returns true: the manager goes on.
+// to ZooKeeper. It returns true: the manager goes on (an interrupted
+// one finds out at its next wait).
 func (k *kafkaCoordinator) leaveForSwitch() bool {
 	cm := k.cm
 	cm.logf(slog.LevelInfo, "The group moves back to ZooKeeper's coordination: stopping every partition (final commits) and leaving Kafka's group.")
 	cm.reportStops(cm.managePartitionManagers(nil))
 	cm.stopGuard()
 	if m := k.current(); m.id != "" && !cm.fenced() {
-		if err := k.leave(m, k.instanceID); err != nil {
+		// Through call: against a hung coordinator a LeaveGroup waits
+		// for the group client's read timeout (the rebalance timeout
+		// + 5 s), and a Close with it.
+		if err := k.call(func() error { return k.leave(m, k.instanceID) }); errors.Is(err, errAbandoned) {
+			cm.logf(slog.LevelInfo, "Interrupted while leaving the group; the coordinator removes this member after its session timeout (%s).", k.sessionTimeout)
+		} else if err != nil {
 			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", err, k.sessionTimeout)
 		} else {
 			cm.logf(slog.LevelInfo, "Left the group.")

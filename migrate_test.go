@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -396,4 +397,84 @@ func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
 	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
 	closed = true
 	<-done
+}
+
+// TestSwitchBackCloseWithBrokersHung: the brokers hang (connections
+// accepted, nothing answered) as a group on Kafka's coordinator switches
+// back to ZooKeeper. The member stops its partitions (nothing to commit)
+// and leaves Kafka's group; its LeaveGroup waits on a hung broker for the
+// group client's read timeout (the rebalance timeout + 5 s, 65 s by
+// default). Close must not wait for that: it returns within closeGrace +
+// 5 s of being called.
+func TestSwitchBackCloseWithBrokersHung(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	topic := newTopic(t, 2)
+	group := uniqueName("switch-back-hung")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	kp := newKafkaProxies(t, nil)
+	config := testConfig()
+	config.Consumer.Group.Session.Timeout = 6 * time.Second
+	config.Consumer.Group.Heartbeat.Interval = time.Second
+	logger, logged := newRecordingLogger()
+	config.Logger = logger
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close()
+		}
+	}()
+	_, done := receiveAll(c)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "the instance to consume under Kafka", func() bool { return onKafka(c) && claimedCount(c) == 2 })
+
+	// Nothing was consumed: the partitions stop at once, with nothing
+	// to commit, and the LeaveGroup follows.
+	kp.hold(t)
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	waitFor(t, 30*time.Second, "the member to stop its partitions for the switch back", func() bool {
+		_, ok := logged.find(slog.LevelInfo, "The group moves back to ZooKeeper's coordination", nil)
+		return ok && len(c.Stats()) == 0
+	})
+	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
+	closed = true
+	<-done
+}
+
+// TestKafkaCloseDuringMetadataReadWithBrokersHung: under CoordinatorKafka
+// the manager reads the subscription's partitions from Kafka's metadata
+// before it joins; the brokers hang (connections accepted, nothing
+// answered) as it does. The read waits for Net.ReadTimeout (30 s by
+// default) at each attempt; Close must not wait for it: it returns within
+// closeGrace + 5 s of being called.
+func TestKafkaCloseDuringMetadataReadWithBrokersHung(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("metadata-hung")
+	kp := newKafkaProxies(t, nil)
+	reading := make(chan struct{})
+	var once sync.Once
+	hooks := &testHooks{kafkaAddress: kp.address, readingMetadata: func() {
+		once.Do(func() {
+			kp.hold(t)
+			close(reading)
+		})
+	}}
+	c, err := joinWithHooks(group, TopicSubscription(topic), "", kafkaTestConfig(), hooks)
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	select {
+	case <-reading:
+	case <-time.After(30 * time.Second):
+		_ = c.Close()
+		t.Fatal("the manager did not read the metadata within 30 s")
+	}
+	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
 }
