@@ -246,9 +246,14 @@ type migratingCoordinator struct {
 	// active is k while Kafka coordinates the group, nil while ZooKeeper
 	// does; set by the manager goroutine while no partition runs.
 	active atomic.Pointer[kafkaCoordinator]
-	// startOnKafka is set by connect when it found the switch at kafka:
-	// the instance did not register.
+	// startOnKafka is set by connect when it found the switch at kafka,
+	// or the owner nodes sealed (owners_seal.go): the instance did not
+	// register.
 	startOnKafka bool
+	// intruders watches the registrations while Kafka coordinates the
+	// group (owners_seal.go); started and stopped by setActive, stopped
+	// by close; manager goroutine only.
+	intruders *intruderWatch
 }
 
 // newMigratingCoordinator returns the coordinator of a
@@ -283,11 +288,14 @@ func (m *migratingCoordinator) manage() {
 			// Every partition stopped, the instance deregistered.
 		}
 		waited, ok := m.awaitZookeeperEmpty()
+		if waited && ok {
+			waited, ok = m.sealForKafka() // owners_seal.go
+		}
 		if !ok {
 			return
 		}
 		if !waited { // the switch went back meanwhile
-			if onKafka, ok = m.registerAgain(); !ok {
+			if onKafka, ok = m.reopen(); !ok {
 				return
 			}
 			continue
@@ -308,7 +316,7 @@ func (m *migratingCoordinator) manage() {
 		}
 		onKafka = !empty
 		if empty {
-			if onKafka, ok = m.registerAgain(); !ok {
+			if onKafka, ok = m.reopen(); !ok {
 				return
 			}
 		}
@@ -317,13 +325,19 @@ func (m *migratingCoordinator) manage() {
 
 // setActive hands the group's coordination to k (nil: ZooKeeper) while
 // no partition runs, with the fence down and no deadline: the next
-// coordinator's guard sets it.
+// coordinator's guard sets it. While k coordinates, the registrations
+// are watched for intruders.
 func (m *migratingCoordinator) setActive(k *kafkaCoordinator) {
 	cm := m.cm
 	cm.stopGuard()
+	m.intruders.stop()
+	m.intruders = nil
 	m.active.Store(k)
 	cm.fenceBy.Store(0)
 	cm.fence.lift()
+	if k != nil {
+		m.intruders = cm.startIntruderWatch()
+	}
 }
 
 // leaveZookeeperForSwitch stops every partition with its final commit,
@@ -621,6 +635,8 @@ func (m *migratingCoordinator) beforeKafkaClose() {
 // ran, then the ZooKeeper coordinator's (the deregistration, when
 // registered, and the session).
 func (m *migratingCoordinator) close() []error {
+	m.intruders.stop()
+	m.intruders = nil
 	var errs []error
 	if m.k != nil {
 		errs = append(errs, m.k.close()...)

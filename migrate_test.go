@@ -2,6 +2,8 @@ package kafkaconsumer
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
 )
 
 // timedDelivery is a delivery of a partition's message by an instance.
@@ -478,3 +481,118 @@ func TestKafkaCloseDuringMetadataReadWithBrokersHung(t *testing.T) {
 	}
 	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
 }
+
+// lateOriginal does what an instance of the original library does in
+// ZooKeeper, no more: it registers /consumers/<group>/ids/<id> with the
+// subscription JSON of Kafka's old high-level consumer (no "client"
+// field), and claims partitions with kazoo-go's ClaimPartition, the
+// original's call (the owner node /consumers/<group>/owners/<topic>/<p>,
+// ephemeral, holding its ID). Its session is closed at the end of the
+// test.
+type lateOriginal struct {
+	id       string
+	kz       *kazoo.Kazoo
+	instance *kazoo.ConsumergroupInstance
+}
+
+// registerLateOriginal registers a lateOriginal in group, subscribed to
+// topic.
+func registerLateOriginal(t *testing.T, group, topic string) *lateOriginal {
+	t.Helper()
+	id, err := newInstanceID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &lateOriginal{id: id, kz: testKazoo(t)}
+	t.Cleanup(func() { _ = o.kz.Close() })
+	o.instance = o.kz.Consumergroup(group).Instance(id)
+	reg, _ := json.Marshal(map[string]any{"pattern": "static", "subscription": map[string]int{topic: 1},
+		"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10), "version": 1})
+	if err := o.instance.RegisterWithSubscription(reg); err != nil {
+		t.Fatalf("register the late original: %s", err)
+	}
+	return o
+}
+
+// claim tries to claim each partition of topic once, as the original's
+// partition managers do (they retry every second until they hold it), and
+// returns the partitions it holds and the errors of the others.
+func (o *lateOriginal) claim(topic string, partitions int32) (held []int32, errs map[int32]error) {
+	errs = make(map[int32]error)
+	for p := range partitions {
+		if err := o.instance.ClaimPartition(topic, p); err != nil {
+			errs[p] = err
+			continue
+		}
+		held = append(held, p)
+	}
+	return held, errs
+}
+
+// TestSwitchToKafkaLateOriginalClaimsNothing: after the switch to Kafka,
+// an instance that registers and claims as the original does (it does
+// not read the switch) must get no partition that a member of Kafka's
+// group holds, and the members must name it on Errors(). Two instances
+// consume 4 partitions under Kafka's coordinator; the late original
+// registers and claims every partition (and again, as its retries do,
+// after the members rebalance).
+func TestSwitchToKafkaLateOriginalClaimsNothing(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("late-original")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	config := func() *Config {
+		c := testConfig()
+		c.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Consumer.Group.Heartbeat.Interval = time.Second
+		return c
+	}
+	a := joinWithCleanup(t, group, TopicSubscription(topic), config())
+	b := joinWithCleanup(t, group, TopicSubscription(topic), config())
+	errsA := logErrors(a)
+	_, _ = receiveAll(b)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "both instances to consume every partition under Kafka", func() bool {
+		return onKafka(a) && onKafka(b) && claimedCount(a)+claimedCount(b) == partitions && claimedCount(a) > 0 && claimedCount(b) > 0
+	})
+
+	late := registerLateOriginal(t, group, topic)
+	heldByKafka := func() map[int32]bool {
+		held := make(map[int32]bool)
+		for _, c := range []Consumer{a, b} {
+			for _, s := range c.Stats() {
+				if s.Claimed {
+					held[s.Partition] = true
+				}
+			}
+		}
+		return held
+	}
+	var both []int32
+	claimed, errs := late.claim(topic, partitions)
+	kafka := heldByKafka()
+	for _, p := range claimed {
+		if kafka[p] {
+			both = append(both, p)
+		}
+	}
+	t.Logf("the late original claimed %v; refused: %v", claimed, errs)
+	if len(both) > 0 {
+		t.Errorf("the late original claimed partitions %v, which the members of Kafka's group hold (%d held by both)", both, len(both))
+	}
+	waitFor(t, 30*time.Second, "a member to name the late original on Errors()", func() bool {
+		errsA.mu.Lock()
+		defer errsA.mu.Unlock()
+		for _, err := range errsA.errs {
+			if errors.Is(err, ErrZookeeperIntruder) && strings.Contains(err.Error(), late.id) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
