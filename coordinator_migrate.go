@@ -100,6 +100,9 @@ type coordinatorSwitch struct {
 	cm      *consumerManager
 	value   string          // switchZookeeper or switchKafka
 	changed <-chan zk.Event // the watch; nil: read again
+	// confirmed is the member ID of Kafka's group for which the switch
+	// was last read afresh (confirmSwitch); "" when none.
+	confirmed string
 }
 
 // kafka tells whether the switch says kafka.
@@ -149,14 +152,16 @@ func (s *coordinatorSwitch) read() bool {
 	}
 }
 
-// confirm reads the switch afresh: after a sync, so that the read is not
-// older than any write that completed before it began. It keeps the
-// watch; it retries until the manager is interrupted (false then).
-func (s *coordinatorSwitch) confirm() bool {
+// confirmWithin reads the switch afresh: after a sync, so that the read
+// is not older than any write that completed before it began. It keeps
+// the watch. It retries until wait has passed (answered false) or the
+// manager is interrupted (ok false).
+func (s *coordinatorSwitch) confirmWithin(wait time.Duration) (answered, ok bool) {
 	cm := s.cm
+	deadline := time.Now().Add(wait)
 	for attempt := 0; ; attempt++ {
 		var value string
-		err := cm.zkCall(cm.zkTimeout(), func() error {
+		err := cm.zkCall(min(cm.zkTimeout(), time.Until(deadline)), func() error {
 			if _, err := cm.zkConn.Sync(cm.switchNode()); err != nil {
 				return err
 			}
@@ -165,14 +170,62 @@ func (s *coordinatorSwitch) confirm() bool {
 			return err
 		})
 		if err == nil {
-			s.value = value
-			return true
+			s.value, s.confirmed = value, ""
+			return true, true
 		}
-		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s. Trying again.", cm.switchNode(), convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s.", cm.switchNode(), convertError(err))
+		if time.Until(deadline) <= 0 {
+			return false, true
+		}
 		if !sleepOrDie(&cm.t, attempt) {
-			return false
+			return false, false
 		}
 	}
+}
+
+// switchConfirmWait is how long a new member of Kafka's group waits for
+// ZooKeeper to confirm the switch before it runs its first generation's
+// partitions (confirmSwitch): the ZooKeeper session timeout.
+func (cm *consumerManager) switchConfirmWait() time.Duration { return cm.sessionTimeout() }
+
+// confirmSwitch tells whether the member may run the partitions of the
+// generation it just synced as far as the switch is concerned (then
+// sw.kafka() says whether the switch says kafka). A member that stayed in
+// the group since a generation for which it read the switch afresh (the
+// same member ID) reads nothing: while it is a member, Kafka's group is
+// not Empty, so no instance opened the owner nodes or registered in
+// ZooKeeper (reopen), and a ZooKeeper outage costs it nothing. A new
+// member reads the switch afresh (see the file's comment), waiting at
+// most switchConfirmWait; when ZooKeeper does not answer in time, it
+// leaves the group, so that the others take its partitions at once, and
+// joins again once ZooKeeper answers (confirmed false). ok is false when
+// the manager was interrupted.
+func (k *kafkaCoordinator) confirmSwitch(sw *coordinatorSwitch) (confirmed, ok bool) {
+	cm := k.cm
+	m := k.current()
+	if m.id != "" && m.id == sw.confirmed {
+		return true, true
+	}
+	answered, ok := sw.confirmWithin(cm.switchConfirmWait())
+	if !ok {
+		return false, false
+	}
+	if answered {
+		sw.confirmed = m.id
+		return true, true
+	}
+	cm.logf(slog.LevelWarn, "ZooKeeper did not confirm the group's coordinator switch within %s: leaving Kafka's group (its partitions go to the others), to join again once ZooKeeper answers.", cm.switchConfirmWait())
+	cm.reportStops(cm.managePartitionManagers(nil))
+	if m.id != "" && !cm.fenced() {
+		if err := k.call(func() error { return k.leave(m, k.instanceID) }); errors.Is(err, errAbandoned) {
+			return false, false
+		} else if err != nil {
+			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", err, k.sessionTimeout)
+		}
+	}
+	k.setMember(groupMember{generation: sarama.GroupGenerationUndefined})
+	sw.changed = nil // the next read waits for ZooKeeper's answer
+	return false, true
 }
 
 // readSwitch reads the switch node (with a watch when watch is set),

@@ -596,3 +596,52 @@ func TestSwitchToKafkaLateOriginalClaimsNothing(t *testing.T) {
 	})
 }
 
+// TestSwitchedGroupRebalancesThroughZookeeperOutage: ZooKeeper stops
+// answering (its connections held behind a proxy) while a group on
+// Kafka's coordinator rebalances: one of its two members leaves. The
+// other must take the leaver's partitions and consume them, ZooKeeper
+// or not: a member that stayed in the group needs no read of the switch
+// (its session keeps the group from being Empty, and so from going
+// back).
+func TestSwitchedGroupRebalancesThroughZookeeperOutage(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("switch-zk-outage")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	proxy, zookeeper := zookeeperProxy(t, zookeeperPeers)
+	config := testConfig()
+	config.Consumer.Group.Session.Timeout = 6 * time.Second
+	config.Consumer.Group.Heartbeat.Interval = time.Second
+	open := func() Consumer {
+		c, err := Join(group, TopicSubscription(topic), zookeeper, config)
+		if err != nil {
+			t.Fatalf("Join(%s) = %s", group, err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b := open(), open()
+	received, _ := receiveAll(a)
+	_, _ = receiveAll(b)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "both instances to consume every partition under Kafka", func() bool {
+		return onKafka(a) && onKafka(b) && claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
+	})
+
+	proxy.Hold()
+	defer proxy.Pass()
+	outage := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }() // it leaves Kafka's group first
+	values := produce(t, newTestClient(t), topic, "zk-outage", 40)
+	waitFor(t, time.Minute, "the remaining member to take every partition and consume it during the outage", func() bool {
+		return claimedCount(a) == partitions && received.has(values)
+	})
+	t.Logf("the remaining member consumed every partition %s after ZooKeeper stopped answering", time.Since(outage).Round(time.Millisecond))
+	proxy.Pass()
+	<-closed
+}
