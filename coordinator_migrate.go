@@ -61,7 +61,10 @@ package kafkaconsumer
 //
 // While Kafka coordinates the group, an instance does not claim in
 // ZooKeeper: the generation's assignment is the claim, as with
-// CoordinatorKafka, and the ZooKeeper session only watches the switch.
+// CoordinatorKafka, and the ZooKeeper session only watches the switch
+// and the registrations. The owner nodes are sealed meanwhile
+// (owners_seal.go): ZooKeeper refuses the claims of an instance that
+// registers all the same, which the members name on Errors().
 // ZooKeeper's claims, and its fence, are the lock again after the
 // switch back. A killed instance costs at most its session timeout: its
 // registration, or its membership, goes at its expiry.
