@@ -44,6 +44,9 @@ type testHooks struct {
 	// kafkaAddress gives the address that each Kafka connection dials in
 	// place of addr, the broker's (a fault test's proxy to it).
 	kafkaAddress func(addr string) string
+	// readingMetadata runs on the manager goroutine before each of its
+	// reads of Kafka's metadata (watchMetadata), not the poller's.
+	readingMetadata func()
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the

@@ -269,9 +269,10 @@ func (k *kafkaCoordinator) manage() { k.manageUntil(nil) }
 // the guard, and returns true when sw says that ZooKeeper coordinates
 // the group now: then every partition stopped with its final commit, the
 // guard stopped, and the member left the group (leaveForSwitch). Before
-// it runs the partitions of a generation, it reads the switch afresh
-// (sw.confirm): a member whose JoinGroup completed after the group was
-// switched back and emptied must not consume (see coordinator_migrate.go).
+// a new member runs the partitions of its first generation, it reads the
+// switch afresh (confirmSwitch): a member whose JoinGroup completed after
+// the group was switched back and emptied must not consume (see
+// coordinator_migrate.go).
 // It returns false when the manager is interrupted.
 func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 	cm := k.cm
@@ -314,11 +315,13 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 			return false
 		}
 		if sw != nil {
-			if !sw.confirm() {
+			switch confirmed, ok := k.confirmSwitch(sw); {
+			case !ok:
 				return false
-			}
-			if !sw.kafka() {
+			case !sw.kafka():
 				return k.leaveForSwitch()
+			case !confirmed: // left the group: joins anew once ZooKeeper answers
+				continue
 			}
 		}
 		stopped := cm.managePartitionManagers(assigned)

@@ -61,7 +61,10 @@ package kafkaconsumer
 //
 // While Kafka coordinates the group, an instance does not claim in
 // ZooKeeper: the generation's assignment is the claim, as with
-// CoordinatorKafka, and the ZooKeeper session only watches the switch.
+// CoordinatorKafka, and the ZooKeeper session only watches the switch
+// and the registrations. The owner nodes are sealed meanwhile
+// (owners_seal.go): ZooKeeper refuses the claims of an instance that
+// registers all the same, which the members name on Errors().
 // ZooKeeper's claims, and its fence, are the lock again after the
 // switch back. A killed instance costs at most its session timeout: its
 // registration, or its membership, goes at its expiry.
@@ -100,6 +103,9 @@ type coordinatorSwitch struct {
 	cm      *consumerManager
 	value   string          // switchZookeeper or switchKafka
 	changed <-chan zk.Event // the watch; nil: read again
+	// confirmed is the member ID of Kafka's group for which the switch
+	// was last read afresh (confirmSwitch); "" when none.
+	confirmed string
 }
 
 // kafka tells whether the switch says kafka.
@@ -149,14 +155,16 @@ func (s *coordinatorSwitch) read() bool {
 	}
 }
 
-// confirm reads the switch afresh: after a sync, so that the read is not
-// older than any write that completed before it began. It keeps the
-// watch; it retries until the manager is interrupted (false then).
-func (s *coordinatorSwitch) confirm() bool {
+// confirmWithin reads the switch afresh: after a sync, so that the read
+// is not older than any write that completed before it began. It keeps
+// the watch. It retries until wait has passed (answered false) or the
+// manager is interrupted (ok false).
+func (s *coordinatorSwitch) confirmWithin(wait time.Duration) (answered, ok bool) {
 	cm := s.cm
+	deadline := time.Now().Add(wait)
 	for attempt := 0; ; attempt++ {
 		var value string
-		err := cm.zkCall(cm.zkTimeout(), func() error {
+		err := cm.zkCall(min(cm.zkTimeout(), time.Until(deadline)), func() error {
 			if _, err := cm.zkConn.Sync(cm.switchNode()); err != nil {
 				return err
 			}
@@ -165,14 +173,62 @@ func (s *coordinatorSwitch) confirm() bool {
 			return err
 		})
 		if err == nil {
-			s.value = value
-			return true
+			s.value, s.confirmed = value, ""
+			return true, true
 		}
-		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s. Trying again.", cm.switchNode(), convertError(err))
+		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s.", cm.switchNode(), convertError(err))
+		if time.Until(deadline) <= 0 {
+			return false, true
+		}
 		if !sleepOrDie(&cm.t, attempt) {
-			return false
+			return false, false
 		}
 	}
+}
+
+// switchConfirmWait is how long a new member of Kafka's group waits for
+// ZooKeeper to confirm the switch before it runs its first generation's
+// partitions (confirmSwitch): the ZooKeeper session timeout.
+func (cm *consumerManager) switchConfirmWait() time.Duration { return cm.sessionTimeout() }
+
+// confirmSwitch tells whether the member may run the partitions of the
+// generation it just synced as far as the switch is concerned (then
+// sw.kafka() says whether the switch says kafka). A member that stayed in
+// the group since a generation for which it read the switch afresh (the
+// same member ID) reads nothing: while it is a member, Kafka's group is
+// not Empty, so no instance opened the owner nodes or registered in
+// ZooKeeper (reopen), and a ZooKeeper outage costs it nothing. A new
+// member reads the switch afresh (see the file's comment), waiting at
+// most switchConfirmWait; when ZooKeeper does not answer in time, it
+// leaves the group, so that the others take its partitions at once, and
+// joins again once ZooKeeper answers (confirmed false). ok is false when
+// the manager was interrupted.
+func (k *kafkaCoordinator) confirmSwitch(sw *coordinatorSwitch) (confirmed, ok bool) {
+	cm := k.cm
+	m := k.current()
+	if m.id != "" && m.id == sw.confirmed {
+		return true, true
+	}
+	answered, ok := sw.confirmWithin(cm.switchConfirmWait())
+	if !ok {
+		return false, false
+	}
+	if answered {
+		sw.confirmed = m.id
+		return true, true
+	}
+	cm.logf(slog.LevelWarn, "ZooKeeper did not confirm the group's coordinator switch within %s: leaving Kafka's group (its partitions go to the others), to join again once ZooKeeper answers.", cm.switchConfirmWait())
+	cm.reportStops(cm.managePartitionManagers(nil))
+	if m.id != "" && !cm.fenced() {
+		if err := k.call(func() error { return k.leave(m, k.instanceID) }); errors.Is(err, errAbandoned) {
+			return false, false
+		} else if err != nil {
+			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", err, k.sessionTimeout)
+		}
+	}
+	k.setMember(groupMember{generation: sarama.GroupGenerationUndefined})
+	sw.changed = nil // the next read waits for ZooKeeper's answer
+	return false, true
 }
 
 // readSwitch reads the switch node (with a watch when watch is set),
@@ -246,9 +302,14 @@ type migratingCoordinator struct {
 	// active is k while Kafka coordinates the group, nil while ZooKeeper
 	// does; set by the manager goroutine while no partition runs.
 	active atomic.Pointer[kafkaCoordinator]
-	// startOnKafka is set by connect when it found the switch at kafka:
-	// the instance did not register.
+	// startOnKafka is set by connect when it found the switch at kafka,
+	// or the owner nodes sealed (owners_seal.go): the instance did not
+	// register.
 	startOnKafka bool
+	// intruders watches the registrations while Kafka coordinates the
+	// group (owners_seal.go); started and stopped by setActive, stopped
+	// by close; manager goroutine only.
+	intruders *intruderWatch
 }
 
 // newMigratingCoordinator returns the coordinator of a
@@ -283,11 +344,14 @@ func (m *migratingCoordinator) manage() {
 			// Every partition stopped, the instance deregistered.
 		}
 		waited, ok := m.awaitZookeeperEmpty()
+		if waited && ok {
+			waited, ok = m.sealForKafka() // owners_seal.go
+		}
 		if !ok {
 			return
 		}
 		if !waited { // the switch went back meanwhile
-			if onKafka, ok = m.registerAgain(); !ok {
+			if onKafka, ok = m.reopen(); !ok {
 				return
 			}
 			continue
@@ -308,7 +372,7 @@ func (m *migratingCoordinator) manage() {
 		}
 		onKafka = !empty
 		if empty {
-			if onKafka, ok = m.registerAgain(); !ok {
+			if onKafka, ok = m.reopen(); !ok {
 				return
 			}
 		}
@@ -317,13 +381,19 @@ func (m *migratingCoordinator) manage() {
 
 // setActive hands the group's coordination to k (nil: ZooKeeper) while
 // no partition runs, with the fence down and no deadline: the next
-// coordinator's guard sets it.
+// coordinator's guard sets it. While k coordinates, the registrations
+// are watched for intruders.
 func (m *migratingCoordinator) setActive(k *kafkaCoordinator) {
 	cm := m.cm
 	cm.stopGuard()
+	m.intruders.stop()
+	m.intruders = nil
 	m.active.Store(k)
 	cm.fenceBy.Store(0)
 	cm.fence.lift()
+	if k != nil {
+		m.intruders = cm.startIntruderWatch()
+	}
 }
 
 // leaveZookeeperForSwitch stops every partition with its final commit,
@@ -621,6 +691,8 @@ func (m *migratingCoordinator) beforeKafkaClose() {
 // ran, then the ZooKeeper coordinator's (the deregistration, when
 // registered, and the session).
 func (m *migratingCoordinator) close() []error {
+	m.intruders.stop()
+	m.intruders = nil
 	var errs []error
 	if m.k != nil {
 		errs = append(errs, m.k.close()...)
@@ -658,14 +730,20 @@ func (k *kafkaCoordinator) describe() (state string, members []string, err error
 
 // leaveForSwitch stops every partition with its final commit, stops the
 // guard and leaves the group (a static member too), for the switch back
-// to ZooKeeper. It returns true: the manager goes on.
+// to ZooKeeper. It returns true: the manager goes on (an interrupted
+// one finds out at its next wait).
 func (k *kafkaCoordinator) leaveForSwitch() bool {
 	cm := k.cm
 	cm.logf(slog.LevelInfo, "The group moves back to ZooKeeper's coordination: stopping every partition (final commits) and leaving Kafka's group.")
 	cm.reportStops(cm.managePartitionManagers(nil))
 	cm.stopGuard()
 	if m := k.current(); m.id != "" && !cm.fenced() {
-		if err := k.leave(m, k.instanceID); err != nil {
+		// Through call: against a hung coordinator a LeaveGroup waits
+		// for the group client's read timeout (the rebalance timeout
+		// + 5 s), and a Close with it.
+		if err := k.call(func() error { return k.leave(m, k.instanceID) }); errors.Is(err, errAbandoned) {
+			cm.logf(slog.LevelInfo, "Interrupted while leaving the group; the coordinator removes this member after its session timeout (%s).", k.sessionTimeout)
+		} else if err != nil {
 			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout (%s).", err, k.sessionTimeout)
 		} else {
 			cm.logf(slog.LevelInfo, "Left the group.")

@@ -357,6 +357,18 @@ func (cm *consumerManager) connectZookeeper(ctx context.Context, nodes []string,
 			return fmt.Errorf("register instance %s: %w", id, convertError(err))
 		}
 	}
+	var sealed bool
+	if err := cm.zkCall(cm.zkTimeout(), func() (err error) { sealed, err = cm.ownersSealed(); return err }); err != nil {
+		return fmt.Errorf("join group %s: %w", cm.group, convertError(err))
+	}
+	if sealed {
+		// The owner nodes are sealed (owners_seal.go): Kafka coordinates
+		// the group, or did until the switch went back; this instance
+		// registers once Kafka's group is Empty.
+		cm.logf(slog.LevelInfo, "The group's owner nodes are sealed for Kafka's group coordinator: this instance registers once Kafka's group is Empty and the switch (%s) says zookeeper.", cm.switchNode())
+		cm.coord.(*migratingCoordinator).startOnKafka = true
+		return nil
+	}
 	sent := time.Now()
 	if err := cm.zkCall(cm.zkTimeout(), cm.registerInstance); errors.Is(err, errCoordinatorSwitched) {
 		// Kafka coordinates the group: this instance follows it, without

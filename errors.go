@@ -108,4 +108,14 @@ var (
 	// security protocol of Net.TLS and Net.SASL); the error then names the
 	// listeners the brokers have.
 	ErrNoBrokers = errors.New("kafkaconsumer: no usable kafka broker found in zookeeper")
+
+	// ErrZookeeperIntruder is sent on Errors() by the members of Kafka's
+	// group of a migrated group (the group's coordinator switch says
+	// kafka) when an instance registers in ZooKeeper
+	// (/consumers/<group>/ids/<id>) all the same: one of the original
+	// library, of an older version, or of a deployment rolled back. The
+	// error names it, once per registration. It consumes nothing that the
+	// members consume: while the switch says kafka, ZooKeeper refuses
+	// every claim (see docs/migration.md); stop it.
+	ErrZookeeperIntruder = errors.New("kafkaconsumer: an instance registered in zookeeper while kafka coordinates the group")
 )

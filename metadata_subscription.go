@@ -153,7 +153,8 @@ func readMetadata(client sarama.Client, sel topicSelector) (metadataView, error)
 
 // watchMetadata is watchSubscription for DiscoverFromKafka: it returns the
 // subscription's partitions from Kafka's metadata (retrying errors until
-// the manager is interrupted; ok is false then) and a channel that fires
+// the manager is interrupted; ok is false then: a read in flight is
+// abandoned, see kafkaCall) and a channel that fires
 // at the first poll that sees them change. It stops the poller of its last
 // call first.
 func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event, bool) {
@@ -163,7 +164,14 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 		sel = internalToo{sel}
 	}
 	for attempt := 0; ; attempt++ {
-		view, err := readMetadata(cm.metadataClient(), sel)
+		if h := cm.hooks; h != nil && h.readingMetadata != nil {
+			h.readingMetadata()
+		}
+		var view metadataView
+		err := cm.kafkaCall(func() (err error) { view, err = readMetadata(cm.metadataClient(), sel); return err })
+		if errors.Is(err, errAbandoned) {
+			return nil, nil, false
+		}
 		if err == nil {
 			if len(view.missing) > 0 {
 				cm.logf(slog.LevelWarn, "Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
@@ -176,6 +184,26 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false
 		}
+	}
+}
+
+// kafkaCall runs f, a Kafka request of the manager goroutine, on a
+// goroutine of its own, and waits for it or until the manager is
+// interrupted (errAbandoned): against a hung broker a request waits for
+// Net.ReadTimeout. The goroutine counts in kafkaCalls: closeKafka waits
+// for it, and cuts the connections under it after closeGrace.
+func (cm *consumerManager) kafkaCall(f func() error) error {
+	done := make(chan error, 1)
+	cm.kafkaCalls.Add(1)
+	go func() { // owned by closeKafka, which waits for kafkaCalls
+		defer cm.kafkaCalls.Done()
+		done <- f()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-cm.t.Dying():
+		return errAbandoned
 	}
 }
 

@@ -2,16 +2,20 @@ package kafkaconsumer
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/wvanbergen/kazoo-go"
 )
 
 // timedDelivery is a delivery of a partition's message by an instance.
@@ -396,4 +400,248 @@ func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
 	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
 	closed = true
 	<-done
+}
+
+// TestSwitchBackCloseWithBrokersHung: the brokers hang (connections
+// accepted, nothing answered) as a group on Kafka's coordinator switches
+// back to ZooKeeper. The member stops its partitions (nothing to commit)
+// and leaves Kafka's group; its LeaveGroup waits on a hung broker for the
+// group client's read timeout (the rebalance timeout + 5 s, 65 s by
+// default). Close must not wait for that: it returns within closeGrace +
+// 5 s of being called.
+func TestSwitchBackCloseWithBrokersHung(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	topic := newTopic(t, 2)
+	group := uniqueName("switch-back-hung")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	kp := newKafkaProxies(t, nil)
+	config := testConfig()
+	config.Consumer.Group.Session.Timeout = 6 * time.Second
+	config.Consumer.Group.Heartbeat.Interval = time.Second
+	logger, logged := newRecordingLogger()
+	config.Logger = logger
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close()
+		}
+	}()
+	_, done := receiveAll(c)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "the instance to consume under Kafka", func() bool { return onKafka(c) && claimedCount(c) == 2 })
+
+	// Nothing was consumed: the partitions stop at once, with nothing
+	// to commit, and the LeaveGroup follows.
+	kp.hold(t)
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	waitFor(t, 30*time.Second, "the member to stop its partitions for the switch back", func() bool {
+		_, ok := logged.find(slog.LevelInfo, "The group moves back to ZooKeeper's coordination", nil)
+		return ok && len(c.Stats()) == 0
+	})
+	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
+	closed = true
+	<-done
+}
+
+// TestKafkaCloseDuringMetadataReadWithBrokersHung: under CoordinatorKafka
+// the manager reads the subscription's partitions from Kafka's metadata
+// before it joins; the brokers hang (connections accepted, nothing
+// answered) as it does. The read waits for Net.ReadTimeout (30 s by
+// default) at each attempt; Close must not wait for it: it returns within
+// closeGrace + 5 s of being called.
+func TestKafkaCloseDuringMetadataReadWithBrokersHung(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("metadata-hung")
+	kp := newKafkaProxies(t, nil)
+	reading := make(chan struct{})
+	var once sync.Once
+	hooks := &testHooks{kafkaAddress: kp.address, readingMetadata: func() {
+		once.Do(func() {
+			kp.hold(t)
+			close(reading)
+		})
+	}}
+	c, err := joinWithHooks(group, TopicSubscription(topic), "", kafkaTestConfig(), hooks)
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	select {
+	case <-reading:
+	case <-time.After(30 * time.Second):
+		_ = c.Close()
+		t.Fatal("the manager did not read the metadata within 30 s")
+	}
+	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
+}
+
+// lateOriginal does what an instance of the original library does in
+// ZooKeeper, no more: it registers /consumers/<group>/ids/<id> with the
+// subscription JSON of Kafka's old high-level consumer (no "client"
+// field), and claims partitions with kazoo-go's ClaimPartition, the
+// original's call (the owner node /consumers/<group>/owners/<topic>/<p>,
+// ephemeral, holding its ID). Its session is closed at the end of the
+// test.
+type lateOriginal struct {
+	id       string
+	kz       *kazoo.Kazoo
+	instance *kazoo.ConsumergroupInstance
+}
+
+// registerLateOriginal registers a lateOriginal in group, subscribed to
+// topic.
+func registerLateOriginal(t *testing.T, group, topic string) *lateOriginal {
+	t.Helper()
+	id, err := newInstanceID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &lateOriginal{id: id, kz: testKazoo(t)}
+	t.Cleanup(func() { _ = o.kz.Close() })
+	o.instance = o.kz.Consumergroup(group).Instance(id)
+	reg, _ := json.Marshal(map[string]any{"pattern": "static", "subscription": map[string]int{topic: 1},
+		"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10), "version": 1})
+	if err := o.instance.RegisterWithSubscription(reg); err != nil {
+		t.Fatalf("register the late original: %s", err)
+	}
+	return o
+}
+
+// claim tries to claim each partition of topic once, as the original's
+// partition managers do (they retry every second until they hold it), and
+// returns the partitions it holds and the errors of the others.
+func (o *lateOriginal) claim(topic string, partitions int32) (held []int32, errs map[int32]error) {
+	errs = make(map[int32]error)
+	for p := range partitions {
+		if err := o.instance.ClaimPartition(topic, p); err != nil {
+			errs[p] = err
+			continue
+		}
+		held = append(held, p)
+	}
+	return held, errs
+}
+
+// TestSwitchToKafkaLateOriginalClaimsNothing: after the switch to Kafka,
+// an instance that registers and claims as the original does (it does
+// not read the switch) must get no partition that a member of Kafka's
+// group holds, and the members must name it on Errors(). Two instances
+// consume 4 partitions under Kafka's coordinator; the late original
+// registers and claims every partition (and again, as its retries do,
+// after the members rebalance).
+func TestSwitchToKafkaLateOriginalClaimsNothing(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("late-original")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	config := func() *Config {
+		c := testConfig()
+		c.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Consumer.Group.Heartbeat.Interval = time.Second
+		return c
+	}
+	a := joinWithCleanup(t, group, TopicSubscription(topic), config())
+	b := joinWithCleanup(t, group, TopicSubscription(topic), config())
+	errsA := logErrors(a)
+	_, _ = receiveAll(b)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "both instances to consume every partition under Kafka", func() bool {
+		return onKafka(a) && onKafka(b) && claimedCount(a)+claimedCount(b) == partitions && claimedCount(a) > 0 && claimedCount(b) > 0
+	})
+
+	late := registerLateOriginal(t, group, topic)
+	heldByKafka := func() map[int32]bool {
+		held := make(map[int32]bool)
+		for _, c := range []Consumer{a, b} {
+			for _, s := range c.Stats() {
+				if s.Claimed {
+					held[s.Partition] = true
+				}
+			}
+		}
+		return held
+	}
+	var both []int32
+	claimed, errs := late.claim(topic, partitions)
+	kafka := heldByKafka()
+	for _, p := range claimed {
+		if kafka[p] {
+			both = append(both, p)
+		}
+	}
+	t.Logf("the late original claimed %v; refused: %v", claimed, errs)
+	if len(both) > 0 {
+		t.Errorf("the late original claimed partitions %v, which the members of Kafka's group hold (%d held by both)", both, len(both))
+	}
+	waitFor(t, 30*time.Second, "a member to name the late original on Errors()", func() bool {
+		errsA.mu.Lock()
+		defer errsA.mu.Unlock()
+		for _, err := range errsA.errs {
+			if errors.Is(err, ErrZookeeperIntruder) && strings.Contains(err.Error(), late.id) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestSwitchedGroupRebalancesThroughZookeeperOutage: ZooKeeper stops
+// answering (its connections held behind a proxy) while a group on
+// Kafka's coordinator rebalances: one of its two members leaves. The
+// other must take the leaver's partitions and consume them, ZooKeeper
+// or not: a member that stayed in the group needs no read of the switch
+// (its session keeps the group from being Empty, and so from going
+// back).
+func TestSwitchedGroupRebalancesThroughZookeeperOutage(t *testing.T) {
+	parallelClusterTest(t)
+	if testDiscovery == DiscoverFromKafka {
+		t.Skip("runs on ZooKeeper discovery; the switch does not depend on it")
+	}
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("switch-zk-outage")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	proxy, zookeeper := zookeeperProxy(t, zookeeperPeers)
+	config := testConfig()
+	config.Consumer.Group.Session.Timeout = 6 * time.Second
+	config.Consumer.Group.Heartbeat.Interval = time.Second
+	open := func() Consumer {
+		c, err := Join(group, TopicSubscription(topic), zookeeper, config)
+		if err != nil {
+			t.Fatalf("Join(%s) = %s", group, err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b := open(), open()
+	received, _ := receiveAll(a)
+	_, _ = receiveAll(b)
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "both instances to consume every partition under Kafka", func() bool {
+		return onKafka(a) && onKafka(b) && claimedCount(a) == partitions/2 && claimedCount(b) == partitions/2
+	})
+
+	proxy.Hold()
+	defer proxy.Pass()
+	outage := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }() // it leaves Kafka's group first
+	values := produce(t, newTestClient(t), topic, "zk-outage", 40)
+	waitFor(t, time.Minute, "the remaining member to take every partition and consume it during the outage", func() bool {
+		return claimedCount(a) == partitions && received.has(values)
+	})
+	t.Logf("the remaining member consumed every partition %s after ZooKeeper stopped answering", time.Since(outage).Round(time.Millisecond))
+	proxy.Pass()
+	<-closed
 }

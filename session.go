@@ -229,6 +229,7 @@ type zkSession interface {
 	Multi(ops ...interface{}) ([]zk.MultiResponse, error)
 	Sync(path string) (string, error)
 	GetACL(path string) ([]zk.ACL, *zk.Stat, error)
+	SetACL(path string, acl []zk.ACL, version int32) (*zk.Stat, error)
 }
 
 var _ zkSession = sessionConn{}
@@ -328,4 +329,11 @@ func (c sessionConn) GetACL(path string) ([]zk.ACL, *zk.Stat, error) {
 		return nil, nil, err
 	}
 	return c.Conn.GetACL(path)
+}
+
+func (c sessionConn) SetACL(path string, acl []zk.ACL, version int32) (*zk.Stat, error) {
+	if err := c.ready(); err != nil {
+		return nil, err
+	}
+	return c.Conn.SetACL(path, acl, version)
 }

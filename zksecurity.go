@@ -102,6 +102,9 @@ func (cm *consumerManager) checkAccess() error {
 			return cm.denied(err, dir, "read "+dir, zk.PermRead)
 		}
 	}
+	if acl, _, err := cm.zkConn.GetACL(owners); err == nil && isSealed(acl) {
+		return nil // sealed for Kafka's group coordinator: no claim until it opens (owners_seal.go)
+	}
 	probe := path.Join(owners, accessProbe+cm.instance.ID)
 	responses, err := cm.zkConn.Multi(
 		&zk.CreateRequest{Path: probe, Acl: cm.nodeACL(probe), Flags: zk.FlagEphemeral},

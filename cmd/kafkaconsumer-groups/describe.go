@@ -111,6 +111,12 @@ type GroupDescription struct {
 	// registered and whose RestartGrace is not over, sorted by ID: the
 	// group keeps their partitions for them.
 	Departed []DepartedMember `json:"departed,omitempty"`
+	// Intruders are the instances registered in ZooKeeper while the
+	// group's coordinator switch says kafka (one of the original
+	// library, of an older version, a deployment rolled back), sorted by
+	// ID: the library's seal of the owner nodes refuses their claims, but
+	// they should be stopped.
+	Intruders []Instance `json:"intruders,omitempty"`
 	// Partitions are sorted by topic and partition.
 	Partitions []Partition `json:"partitions"`
 	// TotalCommitted, TotalLogEnd and TotalLag are the sums over Partitions
@@ -545,6 +551,9 @@ func (s *zkSession) describe(group string, access kafkaAccess) (*GroupDescriptio
 	}
 	if kafkaCoordinated || len(registrations) == 0 {
 		if desc, err := s.describeInKafka(group, access, kafkaCoordinated); desc != nil || err != nil {
+			if desc != nil && kafkaCoordinated {
+				desc.Intruders, err = s.intruders(group, registrations)
+			}
 			return desc, err
 		}
 	}
@@ -1011,4 +1020,21 @@ func parseZookeeper(connection string) (nodes []string, chroot string, err error
 		return nil, "", fmt.Errorf("invalid zookeeper connection string %q: empty chroot path element", connection)
 	}
 	return nodes, chroot, nil
+}
+
+// intruders returns the instances among ids registered under
+// /consumers/<group>/ids of a group whose switch says kafka, sorted by ID.
+func (s *zkSession) intruders(group string, ids []string) ([]Instance, error) {
+	sort.Strings(ids)
+	var found []Instance
+	for _, id := range ids {
+		data, ok, err := s.get(path.Join("/consumers", group, "ids", id))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			found = append(found, parseRegistration(id, data))
+		}
+	}
+	return found, nil
 }

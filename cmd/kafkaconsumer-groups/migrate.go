@@ -174,15 +174,20 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error
 			refused = append(refused, fmt.Sprintf("%s (%s)", id, what))
 		}
 	}
-	if len(refused) > 0 {
-		return fmt.Errorf("%w: group %s has instances registered that do not follow the coordinator switch: %s; stop or upgrade them first", ErrRefused, m.group, strings.Join(refused, ", "))
-	}
 	value, version, err := s.readSwitch(m.group)
 	if err != nil {
 		return err
 	}
+	if len(refused) > 0 && value != switchKafka {
+		return fmt.Errorf("%w: group %s has instances registered that do not follow the coordinator switch: %s; stop or upgrade them first", ErrRefused, m.group, strings.Join(refused, ", "))
+	}
 	if value == switchKafka {
 		fmt.Fprintf(m.out, "Group %s is coordinated by Kafka already.\n", m.group)
+		if len(ids) > 0 {
+			// Nothing registers while the switch says kafka but an
+			// intruder: the library's seal refuses its claims.
+			return fmt.Errorf("%w: group %s is coordinated by Kafka, but instances registered in ZooKeeper all the same (intruders; ZooKeeper refuses their claims): %s; stop them", ErrRefused, m.group, strings.Join(ids, ", "))
+		}
 		return s.awaitKafka(admin, m, time.Now())
 	}
 	g, err := kafkaGroup(admin, m.group)

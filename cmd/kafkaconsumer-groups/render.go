@@ -81,6 +81,9 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		}
 		_ = tw.Flush()
 	}
+	for _, intruder := range desc.Intruders {
+		fmt.Fprintf(ew, "Intruder %s: registered in ZooKeeper while Kafka's group coordinator keeps the group; ZooKeeper refuses its claims: stop it.\n", intruder.ID)
+	}
 	for _, member := range desc.Departed {
 		until := "its departure is being recorded"
 		if member.Until != nil {

@@ -326,3 +326,23 @@ func TestStaticMembers(t *testing.T) {
 		t.Error("a record without grace is listed")
 	}
 }
+
+// TestRenderIntruders: an instance registered in ZooKeeper while the
+// switch says kafka is named in the text and in the JSON.
+func TestRenderIntruders(t *testing.T) {
+	desc := &GroupDescription{Group: "g", Coordinator: CoordinatorKafka, State: StateStable,
+		Instances: []Instance{}, Partitions: []Partition{}, Intruders: []Instance{{ID: "old-1"}}}
+	for _, asJSON := range []bool{false, true} {
+		var out strings.Builder
+		if err := render(&out, desc, asJSON); err != nil {
+			t.Fatal(err)
+		}
+		want := "Intruder old-1"
+		if asJSON {
+			want = `"intruders":[{"id":"old-1"`
+		}
+		if !strings.Contains(strings.Join(strings.Fields(out.String()), ""), strings.ReplaceAll(want, " ", "")) {
+			t.Errorf("render (json %v) does not name the intruder (%q):\n%s", asJSON, want, out.String())
+		}
+	}
+}
