@@ -22,39 +22,70 @@ import (
 )
 
 // joinGroup is Join (waitClaims false) and JoinContext (true); hooks are
-// the tests' fault injection points, nil in normal use.
+// the tests' fault injection points, nil in normal use. Its steps: check
+// the arguments (joinArgs), build the consumer manager on copies of the
+// configuration (newConsumerManager), connect it (connect), start its
+// goroutines and, for JoinContext, wait for the first claims.
 func joinGroup(ctx context.Context, group string, subscription Subscription, zookeeper string, config *Config, waitClaims bool, hooks *testHooks) (Consumer, error) {
+	args, err := checkJoin(group, subscription, zookeeper, config)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := newConsumerManager(ctx, args, hooks)
+	if err != nil {
+		return nil, err
+	}
+	if err := cm.connect(ctx, args); err != nil {
+		cm.closeConnections()
+		return nil, err
+	}
+	cm.startLoops()
+	go cm.run()
+	if !waitClaims {
+		return cm, nil
+	}
+	if err := cm.waitStarted(ctx); err != nil {
+		cm.markShutdownCtxDone()
+		if closeErr := cm.Close(); closeErr != nil {
+			return nil, errors.Join(err, closeErr)
+		}
+		return nil, err
+	}
+	return cm, nil
+}
+
+// joinArgs are Join's arguments once checked: the ZooKeeper connection
+// string parsed (none with CoordinatorKafka), the configuration
+// validated (NewConfig's when nil), the subscription's JSON and the
+// instance's ID.
+type joinArgs struct {
+	group            string
+	subscription     Subscription
+	subscriptionJSON []byte
+	nodes            []string
+	chroot           string
+	config           *Config
+	kafkaCoordinated bool
+	id               string
+}
+
+// checkJoin checks Join's arguments: each error names what is wrong, and
+// nothing is started.
+func checkJoin(group string, subscription Subscription, zookeeper string, config *Config) (*joinArgs, error) {
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
-	if subscription == nil {
-		return nil, fmt.Errorf("%w: subscription is nil", ErrInvalidSubscription)
+	args := &joinArgs{group: group, subscription: subscription,
+		kafkaCoordinated: config != nil && config.Coordinator == CoordinatorKafka}
+	if err := checkSubscription(subscription, config); err != nil {
+		return nil, err
 	}
-	if v, ok := subscription.(interface{ validate() error }); ok {
-		if err := v.validate(); err != nil {
-			return nil, err
-		}
-	}
-	kafkaCoordinated := config != nil && config.Coordinator == CoordinatorKafka
-	if _, ok := subscription.(topicSelector); !ok && kafkaCoordinated {
-		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Coordinator CoordinatorZooKeeper only; with CoordinatorKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
-	}
-	if _, ok := subscription.(topicSelector); !ok && config != nil && config.Discovery == DiscoverFromKafka {
-		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
-	}
-	if _, ok := subscription.(topicSelector); !ok && config != nil && (config.ZookeeperTLS != nil || len(config.ZookeeperAuth) > 0) {
-		return nil, fmt.Errorf("%w: a custom Subscription (%T) reads its partitions through a kazoo-go connection of its own, which cannot use Config.ZookeeperTLS or Config.ZookeeperAuth; use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
-	}
-	var (
-		nodes  []string
-		chroot string
-		err    error
-	)
-	if kafkaCoordinated {
+	var err error
+	if args.kafkaCoordinated {
 		if zookeeper != "" {
 			return nil, fmt.Errorf("%w: Coordinator is CoordinatorKafka, which uses no ZooKeeper, but Join was given the ZooKeeper connection string %q; pass \"\"", ErrInvalidConfig, zookeeper)
 		}
-	} else if nodes, chroot, err = parseZookeeper(zookeeper); err != nil {
+	} else if args.nodes, args.chroot, err = parseZookeeper(zookeeper); err != nil {
 		return nil, err
 	}
 	if config == nil {
@@ -63,25 +94,56 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	if err := config.validateChroot(chroot); err != nil {
+	if err := config.validateChroot(args.chroot); err != nil {
 		return nil, err
 	}
-	subscriptionJSON, err := subscription.JSON()
-	if err != nil {
+	args.config = config
+	if args.subscriptionJSON, err = subscription.JSON(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSubscription, err)
 	}
-
-	id := config.InstanceID
-	if id == "" {
-		if id, err = newInstanceID(); err != nil {
+	if args.id = config.InstanceID; args.id == "" {
+		if args.id, err = newInstanceID(); err != nil {
 			return nil, err
 		}
 	}
-	logger := newLogger(config.Logger, group, id)
+	return args, nil
+}
 
-	// Work on copies: Join does not change the caller's configuration.
+// checkSubscription checks that subscription works with config: a
+// custom Subscription reads its partitions from ZooKeeper, through a
+// kazoo-go connection of its own.
+func checkSubscription(subscription Subscription, config *Config) error {
+	if subscription == nil {
+		return fmt.Errorf("%w: subscription is nil", ErrInvalidSubscription)
+	}
+	if v, ok := subscription.(interface{ validate() error }); ok {
+		if err := v.validate(); err != nil {
+			return err
+		}
+	}
+	if _, ok := subscription.(topicSelector); ok || config == nil {
+		return nil
+	}
+	switch {
+	case config.Coordinator == CoordinatorKafka:
+		return fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Coordinator CoordinatorZooKeeper only; with CoordinatorKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	case config.Discovery == DiscoverFromKafka:
+		return fmt.Errorf("%w: a custom Subscription (%T) reads its partitions from ZooKeeper: it works with Config.Discovery DiscoverFromZookeeper only; with DiscoverFromKafka use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	case config.ZookeeperTLS != nil || len(config.ZookeeperAuth) > 0:
+		return fmt.Errorf("%w: a custom Subscription (%T) reads its partitions through a kazoo-go connection of its own, which cannot use Config.ZookeeperTLS or Config.ZookeeperAuth; use TopicSubscription, StaticSubscription, WhitelistSubscription or BlacklistSubscription", ErrInvalidSubscription, subscription)
+	}
+	return nil
+}
+
+// newConsumerManager builds the consumer manager of args, on copies of
+// the configuration (Join does not change the caller's), and, unless
+// Kafka coordinates the group, opens its first ZooKeeper connection (a
+// probe that reports an unreachable ensemble within ctx).
+func newConsumerManager(ctx context.Context, args *joinArgs, hooks *testHooks) (*consumerManager, error) {
+	config := args.config
+	logger := newLogger(config.Logger, args.group, args.id)
 	kzConfig := *config.Zookeeper
-	kzConfig.Chroot = chroot
+	kzConfig.Chroot = args.chroot
 	if kzConfig.Logger == nil || kzConfig.Logger == (zookeeperLogger{}) {
 		kzConfig.Logger = slogZookeeperLogger{logger.With(attrComponent, "zookeeper")}
 	}
@@ -95,11 +157,12 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 
 	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
 	var probe *zk.Conn
-	if kafkaCoordinated {
+	if args.kafkaCoordinated {
 		cfg.Discovery = DiscoverFromKafka // the partitions from Kafka's metadata
 	} else {
 		security := zkSecurity{tls: config.ZookeeperTLS, auth: config.ZookeeperAuth}
-		if probe, err = probeZookeeper(ctx, nodes, &kzConfig, security, negotiated, zkConns, states); err != nil {
+		var err error
+		if probe, err = probeZookeeper(ctx, args.nodes, &kzConfig, security, negotiated, zkConns, states); err != nil {
 			return nil, err
 		}
 	}
@@ -109,8 +172,8 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 		dialer:          dialer,
 		log:             logger,
 		autoCommit:      config.Consumer.Offsets.AutoCommit.Enable,
-		group:           group,
-		subscription:    subscription,
+		group:           args.group,
+		subscription:    args.subscription,
 		hooks:           hooks,
 		zkProbe:         probe,
 		zkConns:         zkConns,
@@ -138,26 +201,32 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	if hooks != nil {
 		cm.watches.missingTopic = hooks.missingTopic
 	}
+	return cm, nil
+}
 
-	// ctx, while connect runs, also cuts the Kafka connections and ends
-	// the dials in flight: nothing else interrupts sarama's first
-	// connections, nor its requests to a broker that hangs. The
-	// function's goroutine is waited for when it ran.
-	kafkaCut := make(chan struct{})
+// connect connects cm to Kafka (and ZooKeeper, and registers it) through
+// its coordinator. ctx, while connect runs, also cuts the Kafka
+// connections and ends the dials in flight: nothing else interrupts
+// sarama's first connections, nor its requests to a broker that hangs.
+// On an error the caller closes what was opened (closeConnections).
+func (cm *consumerManager) connect(ctx context.Context, args *joinArgs) error {
+	kafkaCut := make(chan struct{}) // closed by the AfterFunc's goroutine, waited for when it ran
 	stopCut := context.AfterFunc(ctx, func() {
 		defer close(kafkaCut)
-		dialer.cut(fmt.Errorf("kafkaconsumer: join: %w", ctx.Err()))
+		cm.dialer.cut(fmt.Errorf("kafkaconsumer: join: %w", ctx.Err()))
 	})
-	if kafkaCoordinated {
+	var err error
+	if args.kafkaCoordinated {
 		k := newKafkaCoordinator(cm)
 		cm.coord = k
-		cm.kzGroup = kazooValues.Consumergroup(group)
-		cm.instance = cm.kzGroup.Instance(id)
+		cm.kzGroup = kazooValues.Consumergroup(args.group)
+		cm.instance = cm.kzGroup.Instance(args.id)
 		err = k.connectKafka(ctx)
 	} else {
 		m := newMigratingCoordinator(cm)
 		cm.coord = m
-		if err = cm.connectZookeeper(ctx, nodes, probe, id, markRegistration(subscriptionJSON)); err == nil {
+		probe := cm.zkProbe
+		if err = cm.connectZookeeper(ctx, args.nodes, probe, args.id, markRegistration(args.subscriptionJSON)); err == nil {
 			m.attach()
 		}
 	}
@@ -167,24 +236,7 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 			err = ctx.Err()
 		}
 	}
-	if err != nil {
-		cm.closeConnections()
-		return nil, err
-	}
-
-	cm.startLoops()
-	go cm.run()
-	if !waitClaims {
-		return cm, nil
-	}
-	if err := cm.waitStarted(ctx); err != nil {
-		cm.markShutdownCtxDone()
-		if closeErr := cm.Close(); closeErr != nil {
-			return nil, errors.Join(err, closeErr)
-		}
-		return nil, err
-	}
-	return cm, nil
+	return err
 }
 
 // waitStarted waits until the manager goroutine made its first
