@@ -74,140 +74,181 @@ func (cm *consumerManager) startKafkaGuard(k *kafkaCoordinator) {
 func (k *kafkaCoordinator) guard() {
 	cm := k.cm
 	defer close(cm.guardDone)
-	type result struct {
-		member groupMember
-		sent   time.Time
-		err    error
+	g := &kafkaGuard{
+		k:        k,
+		results:  make(chan heartbeatResult, 1),
+		next:     time.NewTimer(k.heartbeatInterval),
+		deadline: time.NewTimer(time.Hour),
 	}
-	var (
-		results     = make(chan result, 1)
-		inFlight    bool
-		next        = time.NewTimer(k.heartbeatInterval)
-		deadline    = time.NewTimer(time.Hour)
-		drained     bool      // what sat unread was taken back since the fence went up
-		out         bool      // lose ran for a member fenced out (instanceFenced)
-		stableSent  time.Time // the send of the last heartbeat (or join) answered without error
-		rebalancing bool      // a heartbeat was answered REBALANCE_IN_PROGRESS since
-	)
-	deadline.Stop()
-	// lose handles a removal from the group: the fence goes up, what sits
-	// unread is taken back, the partitions are lost, and the manager joins
-	// anew. It reports false when the guard is stopped meanwhile.
-	lose := func(generation int32, reason string) bool {
-		if out {
-			k.lost.Store(true) // lost already: tell the manager again
-			k.requestRejoin(generation)
-			return true
-		}
-		if cm.fence.raise() {
-			cm.logKafkaFence(stableSent)
-		}
-		if !cm.takeBackAll() {
-			return false
-		}
-		drained = true
-		if out = k.fencedOut.Load(); out {
-			cm.logf(slog.LevelWarn, "Fenced out of the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; consuming nothing until closed.", generation, reason)
-		} else {
-			cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
-		}
-		k.loseMembership()
-		k.lost.Store(true)
-		k.requestRejoin(generation)
-		return true
-	}
-	defer next.Stop()
-	defer deadline.Stop()
+	g.deadline.Stop()
+	defer g.next.Stop()
+	defer g.deadline.Stop()
 	for {
 		raised, _ := cm.fence.channels()
-		if drained {
+		if g.drained {
 			raised = nil
 		}
+		ok := true
 		select {
 		case <-cm.guardStop:
 			return
 		case sent := <-k.joined:
-			if k.fencedOut.Load() {
-				continue // final: the fence stays up
-			}
-			stableSent, rebalancing = sent, false
-			if cm.answeredBy(cm.notBefore(sent.Add(k.fenceAfter())), deadline) {
-				drained = false
-			}
-			if !inFlight {
-				next.Reset(k.nextHeartbeat())
-			}
-		case <-next.C:
-			m := k.current()
-			if m.generation < 0 || inFlight || k.fencedOut.Load() {
-				continue // joined tells when there is a generation
-			}
-			inFlight = true
-			k.calls.Add(1)
-			go func(m groupMember, sent time.Time) { // owned by close, which waits for calls
-				defer k.calls.Done()
-				results <- result{m, sent, k.heartbeat(m)}
-			}(m, time.Now())
-		case r := <-results:
-			inFlight = false
-			if errors.Is(r.err, sarama.ErrRebalanceInProgress) {
-				k.awaitingUntil.Store(0) // it came
-			}
-			next.Reset(k.nextHeartbeat())
-			if r.member != k.current() || k.fencedOut.Load() {
-				continue // a generation left behind, or fenced out for good
-			}
-			switch {
-			case r.err == nil:
-				stableSent, rebalancing = r.sent, false
-				if cm.answeredBy(r.sent.Add(k.fenceAfter()), deadline) {
-					drained = false
-				}
-			case errors.Is(r.err, sarama.ErrRebalanceInProgress):
-				if !rebalancing {
-					rebalancing = true
-					cm.logf(slog.LevelInfo, "The group rebalances (generation %d ends); joining again.", r.member.generation)
-				}
-				k.requestRejoin(r.member.generation)
-				by := r.sent.Add(k.fenceAfter())
-				if limit := stableSent.Add(time.Duration(float64(k.rebalanceTimeout) * kafkaFenceFraction)); limit.Before(by) {
-					by = limit
-				}
-				if cm.answeredBy(by, deadline) {
-					drained = false
-				}
-			case errors.Is(r.err, sarama.ErrFencedInstancedId):
-				k.instanceFenced(fmt.Errorf("heartbeat: %w", r.err)) // the removal case below loses the partitions
-			case removed(r.err):
-				if k.joining.Load() {
-					continue // the manager's JoinGroup finds out itself
-				}
-				if !lose(r.member.generation, r.err.Error()) {
-					return
-				}
-			default:
-				cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
-			}
+			g.joined(sent)
+		case <-g.next.C:
+			g.sendHeartbeat()
+		case r := <-g.results:
+			ok = g.answered(r)
 		case <-k.removal:
 			reason := "the group's coordinator answered the JoinGroup or SyncGroup so"
 			if k.fencedOut.Load() {
 				reason = "FENCED_INSTANCE_ID"
 			}
-			if !lose(k.current().generation, reason) {
-				return
-			}
-		case <-deadline.C:
+			ok = g.lose(k.current().generation, reason)
+		case <-g.deadline.C:
 			cm.fence.raise() // the case below takes back what sits unread
 		case <-raised:
 			if !k.fencedOut.Load() { // instanceFenced said why
-				cm.logKafkaFence(stableSent)
+				cm.logKafkaFence(g.stableSent)
 			}
-			if !cm.takeBackAll() {
-				return
-			}
-			drained = true
+			ok = cm.takeBackAll()
+			g.drained = ok
+		}
+		if !ok {
+			return // stopped while taking back
 		}
 	}
+}
+
+// kafkaGuard is the state of the Kafka guard's goroutine (guard), which
+// alone uses it.
+type kafkaGuard struct {
+	k        *kafkaCoordinator
+	results  chan heartbeatResult // the heartbeat in flight's answer (buffer 1)
+	inFlight bool                 // a heartbeat is in flight
+	next     *time.Timer          // the next heartbeat
+	deadline *time.Timer          // the fence's deadline
+	// drained: what sat unread was taken back since the fence went up.
+	drained bool
+	// out: lose ran for a member fenced out (instanceFenced).
+	out bool
+	// stableSent is the send of the last heartbeat (or SyncGroup)
+	// answered without error.
+	stableSent time.Time
+	// rebalancing: a heartbeat was answered REBALANCE_IN_PROGRESS since.
+	rebalancing bool
+}
+
+// heartbeatResult is the answer to the heartbeat of member sent at sent.
+type heartbeatResult struct {
+	member groupMember
+	sent   time.Time
+	err    error
+}
+
+// joined handles a generation synced, with the SyncGroup sent at sent:
+// an answer as a heartbeat's, which never moves the deadline backwards.
+func (g *kafkaGuard) joined(sent time.Time) {
+	k, cm := g.k, g.k.cm
+	if k.fencedOut.Load() {
+		return // final: the fence stays up
+	}
+	g.stableSent, g.rebalancing = sent, false
+	if cm.answeredBy(cm.notBefore(sent.Add(k.fenceAfter())), g.deadline) {
+		g.drained = false
+	}
+	if !g.inFlight {
+		g.next.Reset(k.nextHeartbeat())
+	}
+}
+
+// sendHeartbeat sends the member's heartbeat on a goroutine of its own,
+// unless one is in flight or the member is in no generation (joined
+// tells when there is one).
+func (g *kafkaGuard) sendHeartbeat() {
+	k := g.k
+	m := k.current()
+	if m.generation < 0 || g.inFlight || k.fencedOut.Load() {
+		return
+	}
+	g.inFlight = true
+	k.calls.Add(1)
+	go func(m groupMember, sent time.Time) { // owned by close, which waits for calls
+		defer k.calls.Done()
+		g.results <- heartbeatResult{m, sent, k.heartbeat(m)}
+	}(m, time.Now())
+}
+
+// answered handles the answer r to a heartbeat (see guard). It reports
+// false when the guard is stopped meanwhile.
+func (g *kafkaGuard) answered(r heartbeatResult) bool {
+	k, cm := g.k, g.k.cm
+	g.inFlight = false
+	if errors.Is(r.err, sarama.ErrRebalanceInProgress) {
+		k.awaitingUntil.Store(0) // it came
+	}
+	g.next.Reset(k.nextHeartbeat())
+	if r.member != k.current() || k.fencedOut.Load() {
+		return true // a generation left behind, or fenced out for good
+	}
+	switch {
+	case r.err == nil:
+		g.stableSent, g.rebalancing = r.sent, false
+		if cm.answeredBy(r.sent.Add(k.fenceAfter()), g.deadline) {
+			g.drained = false
+		}
+	case errors.Is(r.err, sarama.ErrRebalanceInProgress):
+		if !g.rebalancing {
+			g.rebalancing = true
+			cm.logf(slog.LevelInfo, "The group rebalances (generation %d ends); joining again.", r.member.generation)
+		}
+		k.requestRejoin(r.member.generation)
+		by := r.sent.Add(k.fenceAfter())
+		if limit := g.stableSent.Add(time.Duration(float64(k.rebalanceTimeout) * kafkaFenceFraction)); limit.Before(by) {
+			by = limit
+		}
+		if cm.answeredBy(by, g.deadline) {
+			g.drained = false
+		}
+	case errors.Is(r.err, sarama.ErrFencedInstancedId):
+		k.instanceFenced(fmt.Errorf("heartbeat: %w", r.err)) // its removal token makes guard lose the partitions
+	case removed(r.err):
+		if k.joining.Load() {
+			return true // the manager's JoinGroup finds out itself
+		}
+		return g.lose(r.member.generation, r.err.Error())
+	default:
+		cm.logf(slog.LevelWarn, "Heartbeat to the group's coordinator failed: %s.", r.err)
+	}
+	return true
+}
+
+// lose handles a removal from the group: the fence goes up, what sits
+// unread is taken back, the partitions are lost, and the manager joins
+// anew (or, fenced out, stays out). It reports false when the guard is
+// stopped meanwhile.
+func (g *kafkaGuard) lose(generation int32, reason string) bool {
+	k, cm := g.k, g.k.cm
+	if g.out {
+		k.lost.Store(true) // lost already: tell the manager again
+		k.requestRejoin(generation)
+		return true
+	}
+	if cm.fence.raise() {
+		cm.logKafkaFence(g.stableSent)
+	}
+	if !cm.takeBackAll() {
+		return false
+	}
+	g.drained = true
+	if g.out = k.fencedOut.Load(); g.out {
+		cm.logf(slog.LevelWarn, "Fenced out of the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; consuming nothing until closed.", generation, reason)
+	} else {
+		cm.logf(slog.LevelWarn, "Removed from the group's generation %d (%s): its partitions are lost, with what was acked since the last commit; joining anew.", generation, reason)
+	}
+	k.loseMembership()
+	k.lost.Store(true)
+	k.requestRejoin(generation)
+	return true
 }
 
 // notBefore returns by, or the fence's deadline when that is later: an
