@@ -388,10 +388,16 @@ func TestRecordsEndField(t *testing.T) {
 }
 
 // replicaClient is a leaderClient that also knows the broker of a
-// preferred read replica by its ID.
+// preferred read replica by its ID, and counts its metadata refreshes.
 type replicaClient struct {
 	leaderClient
-	replicas map[int32]*sarama.Broker
+	replicas  map[int32]*sarama.Broker
+	refreshes *int
+}
+
+func (c replicaClient) RefreshMetadata(...string) error {
+	*c.refreshes++
+	return nil
 }
 
 func (c replicaClient) Broker(id int32) (*sarama.Broker, error) {
@@ -411,7 +417,8 @@ func TestBatchFetcherPreferredReplica(t *testing.T) {
 	t.Parallel()
 	leader, replica := sarama.NewBroker("127.0.0.1:9001"), sarama.NewBroker("127.0.0.1:9002")
 	f := testFetcher(10)
-	f.hub.client = replicaClient{leaderClient{leader: leader}, map[int32]*sarama.Broker{2: replica}}
+	refreshes := 0
+	f.hub.client = replicaClient{leaderClient{leader: leader}, map[int32]*sarama.Broker{2: replica}, &refreshes}
 	f.failed = make(chan error, 1)
 	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*batchFetcher{f}}
 	f.loop.Store(l)
@@ -432,9 +439,10 @@ func TestBatchFetcherPreferredReplica(t *testing.T) {
 	if b, err := f.source(); err != nil || b != leader {
 		t.Errorf("after the lease, source() = %v, %v; want the leader", b, err)
 	}
-	f.preferReplica(7) // a replica the client does not know
-	if b, err := f.source(); err != nil || b != leader || f.preferred != -1 {
-		t.Errorf("with an unknown replica, source() = %v, %v (preferred %d); want the leader, and no preference", b, err, f.preferred)
+	f.preferReplica(7) // a replica the client does not know, even after a refresh
+	if b, err := f.source(); err != nil || b != leader || f.preferred != -1 || f.unknownReplica != 7 || refreshes != 1 {
+		t.Errorf("with an unknown replica, source() = %v, %v (preferred %d, unknown %d, %d refreshes); want the leader, no preference, unknown 7, 1 refresh",
+			b, err, f.preferred, f.unknownReplica, refreshes)
 	}
 }
 
