@@ -189,8 +189,9 @@ func (h *fetchHub) subscribe(f *batchFetcher, broker *sarama.Broker) bool {
 
 // brokerLoop fetches the partitions that broker leads, for the batch
 // fetchers subscribed to it, in one request at a time, and hands each its
-// messages. A partition is in a request only while it is not paused and
-// its partition manager took its last slab; an error of a partition
+// messages. A partition is in a request only while it is not sidelined
+// (paused, or waiting at MaxPendingAcks) and its partition manager took
+// its last slab; an error of a partition
 // (moved leader, offset out of range) or of the request unsubscribes the
 // partitions it concerns, which subscribe again after a backoff (see
 // batchFetcher.run).
@@ -243,7 +244,7 @@ func (l *brokerLoop) run() {
 			}
 			live = append(live, f)
 			switch {
-			case f.paused.Load():
+			case f.sidelined():
 			case len(f.slabs) == 0:
 				ready = append(ready, f)
 			default:
@@ -462,11 +463,15 @@ type batchFetcher struct {
 	errs   chan *sarama.ConsumerError // closed when run ends
 	failed chan error                 // the loop's drop; capacity 1
 	hwm    atomic.Int64
-	paused atomic.Bool
-	loop   atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
-	dying  chan struct{}              // closed by AsyncClose
-	once   sync.Once
-	done   chan struct{} // closed when run ends
+	// paused is set by Pause, until Resume; waiting while the partition
+	// waits at MaxPendingAcks (setWaiting). Either sidelines the
+	// partition: it is in no request after the one in flight, and its
+	// slabs are outside the budget.
+	paused, waiting atomic.Bool
+	loop            atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
+	dying           chan struct{}              // closed by AsyncClose
+	once            sync.Once
+	done            chan struct{} // closed when run ends
 	// legacy is set by run, before it ends, when the partition holds a
 	// legacy message set; outOfRange when the leader answered that the
 	// offset is out of range (the partition manager starts again at
@@ -780,7 +785,10 @@ func (f *batchFetcher) isDying() bool {
 }
 
 // deliver sends the slab of a response, counting its bytes in the
-// budget; the loop calls it only when slabs is empty, so it never blocks.
+// budget, unless the partition is sidelined (a request in flight when it
+// was, or when its wait began: leaveBudget, under the same lock, missed
+// the slab); the loop calls it only when slabs is empty, so it never
+// blocks.
 func (f *batchFetcher) deliver(s slab) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -788,9 +796,13 @@ func (f *batchFetcher) deliver(s slab) {
 		return
 	}
 	a := s.acct
-	f.buffered.Add(a.size)
-	f.hub.budget.buffered.Add(a.size)
-	a.from.held.Add(a.size)
+	if f.sidelined() {
+		a.released.Store(true) // never counted
+	} else {
+		f.buffered.Add(a.size)
+		f.hub.budget.buffered.Add(a.size)
+		a.from.held.Add(a.size)
+	}
 	select {
 	case f.slabs <- s:
 	default:
@@ -814,9 +826,10 @@ func (f *batchFetcher) taken(s slab) {
 // release gives the bytes of a slab back to the budget of the hub and of
 // the loop that fetched it: once the partition handed it out entirely,
 // when the partition stops handing out or the fetcher ended without
-// handing it out, or when the partition is paused (a paused partition's
-// slabs wait for Resume outside the budget, so that the others do not
-// wait for them). Counted once; nil is no slab.
+// handing it out, or when the partition is sidelined (a paused
+// partition's slabs, or those of one waiting at MaxPendingAcks, wait
+// outside the budget, so that the others do not wait for them). Counted
+// once; nil is no slab.
 func (f *batchFetcher) release(a *slabAccount) {
 	if a == nil || !a.released.CompareAndSwap(false, true) {
 		return
@@ -1033,10 +1046,41 @@ func (f *batchFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
 func (f *batchFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
 
 // Pause implements sarama.PartitionConsumer: the partition is in no
-// request after the one in flight, and a slab it was not given yet leaves
-// the budget.
+// request after the one in flight, and its slabs leave the budget
+// (leaveBudget).
 func (f *batchFetcher) Pause() {
 	f.paused.Store(true)
+	f.leaveBudget()
+}
+
+// setWaiting tells that the partition waits at MaxPendingAcks (on), or
+// hands out again (off). A waiting partition is sidelined, as a paused
+// one: the wait is its user's, and the other partitions of its broker
+// loop must not wait for it. Called by the partition's consume loop.
+func (f *batchFetcher) setWaiting(on bool) {
+	if f.waiting.Swap(on) == on {
+		return
+	}
+	if on {
+		f.leaveBudget()
+	}
+	if l := f.loop.Load(); l != nil {
+		l.notify() // it leaves the partition out of its requests, or takes it back
+	}
+}
+
+// sidelined reports whether the partition is paused or waits at
+// MaxPendingAcks: it is in no request, and its slabs are outside the
+// budget until it took them and handed them out.
+func (f *batchFetcher) sidelined() bool {
+	return f.paused.Load() || f.waiting.Load()
+}
+
+// leaveBudget releases the slab that the partition holds and the one
+// waiting for it in slabs, once the partition is sidelined: they wait
+// outside the budget, so that the other partitions do not wait for them.
+// A slab delivered later is not counted (deliver).
+func (f *batchFetcher) leaveBudget() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.release(f.inHand.Load())
