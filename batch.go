@@ -118,6 +118,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		h.slabs, h.fetcher = f.slabs, f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
 		defer f.handedOut() // what is left of the slab in hand is dropped
+		defer h.entered()   // a wait at MaxPendingAcks ends with the loop
 	}
 	var linger *time.Timer
 	if cm.config.BatchLinger > 0 {
@@ -146,6 +147,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 			}
 			continue
 		}
+		h.entered()
 		if !h.sendBatch(n, before) {
 			return h.end()
 		}

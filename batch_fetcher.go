@@ -91,11 +91,23 @@ func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budge
 }
 
 // fetchBudget is Config.MaxBufferedBytes, shared by the fetch hubs of a
-// consumer: the bytes of messages their fetchers hold in slabs that no
-// partition took yet. Its hubs are set before any loop runs.
+// consumer: the bytes of messages their fetchers hold in slabs that the
+// partitions did not hand out yet, and the bytes that the requests in
+// flight reserved (reserve). Its hubs are set before any loop runs.
+//
+// The bound it keeps: a request reserves only what is free, in one step,
+// so that no two loops count the same free bytes; only a loop that holds
+// nothing may reserve 1 byte of a spent budget. So the reservations and
+// slabs together stay within limit plus 1 byte per broker loop, as long
+// as each response stays within what its request reserved; what a
+// response brings beyond comes on top (Kafka answers with a first record
+// batch however large, and a slab counts the messages' own memory, which
+// the request's MaxBytes does not).
 type fetchBudget struct {
-	limit    int64 // 0: no bound
-	hubs     []*fetchHub
+	limit int64 // 0: no bound
+	hubs  []*fetchHub
+	// buffered is the slabs' bytes and the reservations, changed only by
+	// atomic adds, and by reserve's compare-and-swap.
 	buffered atomic.Int64
 	// starved counts the loops that wait for the budget to free: a
 	// release wakes every loop while it is not zero.
@@ -124,31 +136,51 @@ func (b *fetchBudget) release(l *brokerLoop, size int64) {
 	}
 }
 
-// reserve counts size bytes of a request in flight, and returns what it
-// counted (nothing without a limit), for release.
-func (b *fetchBudget) reserve(size int32) int64 {
-	if b.limit <= 0 {
-		return 0
-	}
-	b.buffered.Add(int64(size))
-	return int64(size)
-}
-
-// maxBytes returns the MaxBytes of the next request of loop l: the free
-// budget, within Consumer.Fetch.MaxBytes (limit), and false when none is
-// free while l holds slabs not taken yet. A loop that holds nothing may
-// always fetch (MaxBytes at least 1: Kafka answers with at least the
-// first record batch, however large), so that every partition makes
-// progress.
-func (b *fetchBudget) maxBytes(l *brokerLoop, limit int32) (int32, bool) {
+// reserve returns the MaxBytes of the next request of loop l, and
+// reserves it for the request, in one step (a compare-and-swap): the free
+// budget, within Consumer.Fetch.MaxBytes (limit). It reports false,
+// reserving nothing, when none is free while l holds slabs not taken yet.
+// A loop that holds nothing may always fetch (MaxBytes at least 1: Kafka
+// answers with at least the first record batch, however large), so that
+// every partition makes progress. The reservation holds until the loop
+// handled the response: the slabs it delivers take it over (count), and
+// settle gives back the rest. Without a limit it reserves nothing. Called
+// by l's goroutine only; safe beside the other loops'.
+func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 	if b.limit <= 0 {
 		return limit, true
 	}
-	free := b.limit - b.buffered.Load()
-	if free <= 0 && l.held.Load() > 0 {
-		return 0, false
+	for {
+		buffered := b.buffered.Load()
+		free := b.limit - buffered
+		if free <= 0 && l.held.Load() > 0 {
+			return 0, false
+		}
+		n := max(min(free, int64(limit)), 1)
+		if b.buffered.CompareAndSwap(buffered, buffered+n) {
+			l.reserved = n
+			return int32(n), true
+		}
 	}
-	return int32(max(min(free, int64(limit)), 1)), true
+}
+
+// count counts a slab of size bytes that loop l delivered: what the
+// reservation of l's request covers of it is counted already, the rest
+// is added. Called by l's goroutine only.
+func (b *fetchBudget) count(l *brokerLoop, size int64) {
+	covered := min(size, l.reserved)
+	l.reserved -= covered
+	b.buffered.Add(size - covered)
+	l.held.Add(size)
+}
+
+// settle gives back what is left of the reservation of l's request, once
+// its response is handled (or the request failed). Called by l's
+// goroutine only.
+func (b *fetchBudget) settle(l *brokerLoop) {
+	left := l.reserved
+	l.reserved = 0
+	b.release(nil, left)
 }
 
 // close stops the loops and waits for them (a fetch in flight completes
@@ -189,8 +221,9 @@ func (h *fetchHub) subscribe(f *batchFetcher, broker *sarama.Broker) bool {
 
 // brokerLoop fetches the partitions that broker leads, for the batch
 // fetchers subscribed to it, in one request at a time, and hands each its
-// messages. A partition is in a request only while it is not paused and
-// its partition manager took its last slab; an error of a partition
+// messages. A partition is in a request only while it is not sidelined
+// (paused, or waiting at MaxPendingAcks) and its partition manager took
+// its last slab; an error of a partition
 // (moved leader, offset out of range) or of the request unsubscribes the
 // partitions it concerns, which subscribe again after a backoff (see
 // batchFetcher.run).
@@ -203,6 +236,9 @@ type brokerLoop struct {
 	// held is the bytes of the slabs this loop delivered that their
 	// partitions did not take yet (counted in hub.buffered too).
 	held atomic.Int64
+	// reserved is what is left of the budget that the loop's request in
+	// flight reserved (fetchBudget.reserve): the loop goroutine's.
+	reserved int64
 }
 
 // notify wakes the loop.
@@ -243,7 +279,7 @@ func (l *brokerLoop) run() {
 			}
 			live = append(live, f)
 			switch {
-			case f.paused.Load():
+			case f.sidelined():
 			case len(f.slabs) == 0:
 				ready = append(ready, f)
 			default:
@@ -283,12 +319,15 @@ func (l *brokerLoop) run() {
 			}
 			continue
 		}
+		// The request's bytes are reserved while it is in flight, so that
+		// the other loops do not count the same free bytes; the slabs of
+		// the response take the reservation over.
 		budget, limit := l.hub.budget, l.hub.conf.Consumer.Fetch.MaxBytes
-		maxBytes, ok := budget.maxBytes(l, limit)
+		maxBytes, ok := budget.reserve(l, limit)
 		if !ok {
 			// The budget is spent: wait for a partition to take a slab.
 			budget.starved.Add(1)
-			maxBytes, ok = budget.maxBytes(l, limit) // a release may have come before the count
+			maxBytes, ok = budget.reserve(l, limit) // a release may have come before the count
 			if !ok {
 				select {
 				case <-l.wake:
@@ -304,15 +343,12 @@ func (l *brokerLoop) run() {
 		}
 		select {
 		case <-l.hub.stop:
+			budget.settle(l)
 			return
 		default:
 		}
-		// The request's bytes are reserved while it is in flight, so that
-		// the other loops do not count the same free bytes; the slabs of
-		// the response count once delivered.
-		reserved := budget.reserve(maxBytes)
 		l.fetch(ready, maxBytes)
-		budget.release(nil, reserved)
+		budget.settle(l)
 	}
 }
 
@@ -462,11 +498,15 @@ type batchFetcher struct {
 	errs   chan *sarama.ConsumerError // closed when run ends
 	failed chan error                 // the loop's drop; capacity 1
 	hwm    atomic.Int64
-	paused atomic.Bool
-	loop   atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
-	dying  chan struct{}              // closed by AsyncClose
-	once   sync.Once
-	done   chan struct{} // closed when run ends
+	// paused is set by Pause, until Resume; waiting while the partition
+	// waits at MaxPendingAcks (setWaiting). Either sidelines the
+	// partition: it is in no request after the one in flight, and its
+	// slabs are outside the budget.
+	paused, waiting atomic.Bool
+	loop            atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
+	dying           chan struct{}              // closed by AsyncClose
+	once            sync.Once
+	done            chan struct{} // closed when run ends
 	// legacy is set by run, before it ends, when the partition holds a
 	// legacy message set; outOfRange when the leader answered that the
 	// offset is out of range (the partition manager starts again at
@@ -780,7 +820,10 @@ func (f *batchFetcher) isDying() bool {
 }
 
 // deliver sends the slab of a response, counting its bytes in the
-// budget; the loop calls it only when slabs is empty, so it never blocks.
+// budget, unless the partition is sidelined (a request in flight when it
+// was, or when its wait began: leaveBudget, under the same lock, missed
+// the slab); the loop calls it only when slabs is empty, so it never
+// blocks.
 func (f *batchFetcher) deliver(s slab) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -788,9 +831,12 @@ func (f *batchFetcher) deliver(s slab) {
 		return
 	}
 	a := s.acct
-	f.buffered.Add(a.size)
-	f.hub.budget.buffered.Add(a.size)
-	a.from.held.Add(a.size)
+	if f.sidelined() {
+		a.released.Store(true) // never counted
+	} else {
+		f.buffered.Add(a.size)
+		f.hub.budget.count(a.from, a.size)
+	}
 	select {
 	case f.slabs <- s:
 	default:
@@ -814,9 +860,10 @@ func (f *batchFetcher) taken(s slab) {
 // release gives the bytes of a slab back to the budget of the hub and of
 // the loop that fetched it: once the partition handed it out entirely,
 // when the partition stops handing out or the fetcher ended without
-// handing it out, or when the partition is paused (a paused partition's
-// slabs wait for Resume outside the budget, so that the others do not
-// wait for them). Counted once; nil is no slab.
+// handing it out, or when the partition is sidelined (a paused
+// partition's slabs, or those of one waiting at MaxPendingAcks, wait
+// outside the budget, so that the others do not wait for them). Counted
+// once; nil is no slab.
 func (f *batchFetcher) release(a *slabAccount) {
 	if a == nil || !a.released.CompareAndSwap(false, true) {
 		return
@@ -1033,10 +1080,41 @@ func (f *batchFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
 func (f *batchFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
 
 // Pause implements sarama.PartitionConsumer: the partition is in no
-// request after the one in flight, and a slab it was not given yet leaves
-// the budget.
+// request after the one in flight, and its slabs leave the budget
+// (leaveBudget).
 func (f *batchFetcher) Pause() {
 	f.paused.Store(true)
+	f.leaveBudget()
+}
+
+// setWaiting tells that the partition waits at MaxPendingAcks (on), or
+// hands out again (off). A waiting partition is sidelined, as a paused
+// one: the wait is its user's, and the other partitions of its broker
+// loop must not wait for it. Called by the partition's consume loop.
+func (f *batchFetcher) setWaiting(on bool) {
+	if f.waiting.Swap(on) == on {
+		return
+	}
+	if on {
+		f.leaveBudget()
+	}
+	if l := f.loop.Load(); l != nil {
+		l.notify() // it leaves the partition out of its requests, or takes it back
+	}
+}
+
+// sidelined reports whether the partition is paused or waits at
+// MaxPendingAcks: it is in no request, and its slabs are outside the
+// budget until it took them and handed them out.
+func (f *batchFetcher) sidelined() bool {
+	return f.paused.Load() || f.waiting.Load()
+}
+
+// leaveBudget releases the slab that the partition holds and the one
+// waiting for it in slabs, once the partition is sidelined: they wait
+// outside the budget, so that the other partitions do not wait for them.
+// A slab delivered later is not counted (deliver).
+func (f *batchFetcher) leaveBudget() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.release(f.inHand.Load())

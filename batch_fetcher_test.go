@@ -3,7 +3,10 @@ package kafkaconsumer
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -499,36 +502,118 @@ func TestBatchFetcherReadCommitted(t *testing.T) {
 	}
 }
 
-// TestFetchBudget: a loop asks for what is free of the budget, within
-// Fetch.MaxBytes; with none free it waits while it holds slabs, and
-// fetches anyway (at least 1 byte) while it holds none; a release frees
-// the budget again. Without a limit it always asks Fetch.MaxBytes.
+// TestFetchBudget: a loop reserves what is free of the budget, within
+// Fetch.MaxBytes, until its response is handled: the slabs delivered take
+// the reservation over, and the rest goes back. With none free it waits
+// while it holds slabs, and fetches anyway (1 byte) while it holds none;
+// a release frees the budget again. Without a limit it always asks
+// Fetch.MaxBytes and reserves nothing.
 func TestFetchBudget(t *testing.T) {
 	t.Parallel()
 	b := &fetchBudget{limit: 1000}
-	busy, idle := &brokerLoop{}, &brokerLoop{}
-	if got, ok := b.maxBytes(idle, 600); !ok || got != 600 {
-		t.Errorf("empty budget: %d, %v; want Fetch.MaxBytes 600", got, ok)
+	first, second, idle := &brokerLoop{}, &brokerLoop{}, &brokerLoop{}
+	check := func(what string, got int32, ok bool, want int32, wantOK bool, buffered int64) {
+		t.Helper()
+		if got != want || ok != wantOK || b.buffered.Load() != buffered {
+			t.Errorf("%s: %d, %v, buffered %d; want %d, %v, buffered %d", what, got, ok, b.buffered.Load(), want, wantOK, buffered)
+		}
 	}
-	b.buffered.Add(700)
-	busy.held.Add(700)
-	if got, ok := b.maxBytes(busy, 600); !ok || got != 300 {
-		t.Errorf("300 free: %d, %v; want 300", got, ok)
+	got, ok := b.reserve(first, 600)
+	check("empty budget", got, ok, 600, true, 600)
+	got, ok = b.reserve(second, 600)
+	check("400 free beside a request in flight", got, ok, 400, true, 1000)
+	b.count(first, 500) // within its reservation
+	b.settle(first)
+	check("a response of 500 of the 600 reserved", got, ok, 400, true, 900)
+	b.count(second, 700) // a first record batch larger than MaxBytes
+	b.settle(second)
+	check("a response of 700 of the 400 reserved", got, ok, 400, true, 1200)
+	got, ok = b.reserve(first, 600)
+	check("a loop holding slabs, nothing free", got, ok, 0, false, 1200)
+	got, ok = b.reserve(idle, 600)
+	check("a loop holding nothing, nothing free", got, ok, 1, true, 1201)
+	b.settle(idle)
+	b.release(second, 700)
+	got, ok = b.reserve(first, 600)
+	check("after a release", got, ok, 500, true, 1000)
+	if first.held.Load() != 500 || second.held.Load() != 0 {
+		t.Errorf("held %d and %d; want 500 and 0", first.held.Load(), second.held.Load())
 	}
-	b.buffered.Add(300)
-	busy.held.Add(300)
-	if _, ok := b.maxBytes(busy, 600); ok {
-		t.Error("a loop holding slabs fetches with nothing free")
+	unbounded := &fetchBudget{}
+	got, ok = unbounded.reserve(first, 600)
+	if got != 600 || !ok || unbounded.buffered.Load() != 0 {
+		t.Errorf("no limit: %d, %v, buffered %d; want 600, true, 0", got, ok, unbounded.buffered.Load())
 	}
-	if got, ok := b.maxBytes(idle, 600); !ok || got != 1 {
-		t.Errorf("a loop holding nothing, nothing free: %d, %v; want 1", got, ok)
+}
+
+// TestFetchBudgetConcurrent: many loops that reserve, deliver, settle and
+// release at once never count the same free bytes twice. Each response
+// stays within its reservation, so the budget's bound holds exactly: the
+// reservations and slabs together never pass the limit by more than 1
+// byte per loop (a loop that holds nothing may reserve 1 byte of a spent
+// budget).
+func TestFetchBudgetConcurrent(t *testing.T) {
+	t.Parallel()
+	const (
+		loops    = 16
+		limit    = 10000
+		fetchMax = 4000 // Consumer.Fetch.MaxBytes
+		rounds   = 20000
+	)
+	b := &fetchBudget{limit: limit}
+	var peak atomic.Int64
+	observe := func() {
+		v := b.buffered.Load()
+		for {
+			p := peak.Load()
+			if v <= p || peak.CompareAndSwap(p, v) {
+				return
+			}
+		}
 	}
-	b.release(busy, 700)
-	if got, ok := b.maxBytes(busy, 600); !ok || got != 600 || busy.held.Load() != 300 {
-		t.Errorf("after a release: %d, %v, held %d; want 600, held 300", got, ok, busy.held.Load())
+	var wg sync.WaitGroup
+	for i := range loops {
+		l := &brokerLoop{}
+		wg.Add(1)
+		go func() { // owned by the test, which waits for it
+			defer wg.Done()
+			var slabs []int64 // delivered, not taken yet
+			// take stands in for a partition that takes the oldest slab
+			// and hands it out.
+			take := func() {
+				b.release(l, slabs[0])
+				slabs = slabs[1:]
+			}
+			for r := range rounds {
+				maxBytes, ok := b.reserve(l, fetchMax)
+				observe()
+				if !ok {
+					take() // stands in for the wait: it holds slabs
+					continue
+				}
+				runtime.Gosched() // the request in flight
+				if size := int64(maxBytes) * int64((i+r)%4) / 4; size > 0 {
+					b.count(l, size)
+					slabs = append(slabs, size)
+					observe()
+				}
+				b.settle(l)
+				if len(slabs) > 2 {
+					take()
+				}
+			}
+			for len(slabs) > 0 {
+				take()
+			}
+		}()
 	}
-	if got, ok := (&fetchBudget{}).maxBytes(busy, 600); !ok || got != 600 {
-		t.Errorf("no limit: %d, %v; want 600", got, ok)
+	wg.Wait()
+	t.Logf("%d loops, limit %d: peak of reservations and slabs %d", loops, limit, peak.Load())
+	if p := peak.Load(); p > limit+loops {
+		t.Errorf("reservations and slabs reached %d bytes; the bound is the limit %d + 1 byte per loop = %d", p, limit, limit+loops)
+	}
+	if left := b.buffered.Load(); left != 0 {
+		t.Errorf("%d bytes left counted once every slab was released", left)
 	}
 }
 

@@ -2,7 +2,9 @@ package kafkaconsumer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +93,108 @@ func TestMaxBufferedBytes(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Errorf("Close() = %v", err)
 		}
+	}
+}
+
+// TestMaxPendingAcksLeavesTheBudget: a partition that waits at
+// MaxPendingAcks (its user never acks it) leaves the fetch budget, as a
+// paused one does, and so does the slab its broker loop fetched for it
+// meanwhile. Partitions 0 and 1 wait so, on the two connections of the
+// consumer (fetcherOf: p and p+2 share one), under a budget smaller than
+// one of their responses; partitions 2 and 3, whose messages are acked,
+// keep receiving, in both modes.
+func TestMaxPendingAcksLeavesTheBudget(t *testing.T) {
+	for _, batchSize := range []int{0, 2} {
+		t.Run(fmt.Sprintf("BatchSize=%d", batchSize), func(t *testing.T) {
+			parallelClusterTest(t)
+			const (
+				recordBatches, each = 8, 20 // record batches of a stuck partition, messages in each
+				n                   = 60    // messages of a healthy partition
+			)
+			stuck, healthy := []int32{0, 1}, []int32{2, 3}
+			topic := newTopic(t, 4)
+			for _, p := range stuck {
+				for i := 0; i < recordBatches; i++ { // a record batch each
+					produceTo(t, topic, p, fmt.Sprintf("stuck%d", i), each)
+				}
+			}
+			config := testConfig()
+			config.MaxBufferedBytes = 1500 // less than a record batch of a stuck partition
+			config.MaxPendingAcks = 4
+			config.BatchSize = batchSize
+			c := joinWithCleanup(t, uniqueName("budget"), TopicSubscription(topic), config)
+
+			var (
+				mu  sync.Mutex
+				got = make(map[int32]int) // messages received, by partition
+			)
+			received := func(p int32) int {
+				mu.Lock()
+				defer mu.Unlock()
+				return got[p]
+			}
+			take := func(p int32, msgs []*sarama.ConsumerMessage) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				got[p] += len(msgs)
+				return !slices.Contains(stuck, p)
+			}
+			var ( // the channel of the mode; nil: the other's
+				messages <-chan *sarama.ConsumerMessage
+				batches  <-chan *Batch
+			)
+			if batchSize > 0 {
+				batches = c.Batches()
+			} else {
+				messages = c.Messages()
+			}
+			done := make(chan struct{})
+			ended := make(chan struct{})
+			go func() { // owned by the test: done stops it, ended tells it stopped
+				defer close(ended)
+				for {
+					select {
+					case msg := <-messages:
+						if take(msg.Partition, []*sarama.ConsumerMessage{msg}) {
+							c.Ack(msg)
+						}
+					case b := <-batches:
+						if take(b.Partition, b.Messages) {
+							c.AckBatch(b)
+						}
+					case <-c.Errors():
+					case <-done:
+						return
+					}
+				}
+			}()
+			defer func() { close(done); <-ended }()
+
+			waitFor(t, 30*time.Second, "the stuck partitions to wait at MaxPendingAcks", func() bool {
+				waiting := 0
+				for _, s := range c.Stats() {
+					if slices.Contains(stuck, s.Partition) && s.Paused {
+						waiting++
+					}
+				}
+				return waiting == len(stuck)
+			})
+			for _, p := range healthy {
+				produceTo(t, topic, p, "healthy", n)
+			}
+			if !poll(20*time.Second, func() bool { return received(healthy[0]) == n && received(healthy[1]) == n }) {
+				var buffered int64
+				for _, s := range c.Stats() {
+					buffered += s.BufferedBytes
+				}
+				t.Fatalf("the healthy partitions received %d and %d of %d messages in 20 s while the stuck ones wait at MaxPendingAcks (BufferedBytes %d)",
+					received(healthy[0]), received(healthy[1]), n, buffered)
+			}
+			for _, p := range stuck {
+				if got := received(p); got != config.MaxPendingAcks {
+					t.Errorf("stuck partition %d handed out %d messages; want MaxPendingAcks %d", p, got, config.MaxPendingAcks)
+				}
+			}
+		})
 	}
 }

@@ -250,15 +250,21 @@ type Config struct {
 
 	// MaxBufferedBytes bounds the memory of the messages that the instance
 	// has fetched and not handed out yet (their keys, values and headers,
-	// and the messages themselves), for all its partitions together: each fetch request asks for at most
-	// what is free of it (Kafka's fetch.max.bytes taken from one budget),
-	// and a broker whose fetched messages all went out may always fetch,
-	// so that every partition makes progress. Beyond it, each partition
-	// holds the messages of its batch in hand (up to 256, or BatchSize),
-	// and the partitions paused by Pause or at MaxPendingAcks their
-	// fetched messages; and, as with sarama's consumer, a message's key
-	// and value point into the fetch response it came in, which a message
-	// kept after its ack keeps alive. PartitionStats.BufferedBytes shows a
+	// and the messages themselves), for all its partitions together: each
+	// fetch request asks for at most what is free of it (Kafka's
+	// fetch.max.bytes taken from one budget) and holds that until its
+	// response is handled, so that no two requests count the same free
+	// bytes; a broker whose fetched messages all went out may always fetch
+	// (1 byte of a spent budget), so that every partition makes progress.
+	// Beyond it come what a response brings past its request's size
+	// (Kafka answers with at least one record batch, however large, and
+	// the size counts the records' bytes, not the messages' own memory);
+	// the messages of each partition's batch in hand (up to 256, or
+	// BatchSize); and the fetched messages of the partitions paused by
+	// Pause or waiting at MaxPendingAcks, which leave the budget so that
+	// the other partitions do not wait for them. As with sarama's
+	// consumer, a message's key and value point into the fetch response
+	// it came in, which a message kept after its ack keeps alive. PartitionStats.BufferedBytes shows a
 	// partition's share. 0 lifts the bound (Consumer.Fetch.MaxBytes per request
 	// still holds). Default 16 MiB (DefaultMaxBufferedBytes);
 	// BENCHMARKS.md has the memory and throughput it gives. Not used for

@@ -234,7 +234,9 @@ type PartitionStats struct {
 	// or -1 when either is unknown.
 	Lag int64
 	// BufferedBytes is the bytes of messages fetched for the partition
-	// and not handed out yet: its share of Config.MaxBufferedBytes.
+	// and not handed out yet: its share of Config.MaxBufferedBytes. A
+	// partition paused, or waiting at MaxPendingAcks, has none: what it
+	// fetched waits outside the budget.
 	BufferedBytes int64
 	// AwaitingReturn, when not empty, is the Config.InstanceID of the
 	// departed instance whose return the group waits for

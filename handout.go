@@ -66,6 +66,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		h.slabs, h.fetcher = f.slabs, f
 		receive = h.receiveSlab
 		defer f.handedOut() // what is left of the slab in hand is dropped
+		defer h.entered()   // a wait at MaxPendingAcks ends with the loop
 	}
 	for {
 		if !receive() {
@@ -82,6 +83,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 				}
 				continue
 			}
+			h.entered()
 			if !h.send(n, before) {
 				return h.end()
 			}
@@ -142,6 +144,7 @@ type handOut struct {
 	slabNext int64                     // the next offset to fetch after the last slab taken
 	fetcher  *batchFetcher             // of slabs: told when a slab is taken
 	batch    []*sarama.ConsumerMessage // received, not handed out yet
+	waited   bool                      // the fetcher was told that the partition waits (waitForRoom)
 	closed   bool                      // the partition consumer closed in
 	killed   bool                      // the tomb is dying
 	sending  bool                      // as pm.sending (enterSend, leaveSend)
@@ -350,12 +353,18 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 }
 
 // waitForRoom waits, while paused, for an ack that may have made room. It
-// reports false when killed. The slab in hand leaves the fetch budget
-// meanwhile: the partition's wait is the user's, and the other
-// partitions must not wait for it.
+// reports false when killed. The partition's fetcher is told that it
+// waits (setWaiting), until enter takes messages again (entered): its
+// slabs leave the fetch budget, and it is in no request meanwhile. The
+// partition's wait is the user's, and the other partitions must not wait
+// for it.
 func (h *handOut) waitForRoom() bool {
 	if h.fetcher != nil {
 		h.fetcher.handedOut()
+		if !h.waited {
+			h.waited = true
+			h.fetcher.setWaiting(true)
+		}
 	}
 	select {
 	case <-h.dying:
@@ -369,6 +378,15 @@ func (h *handOut) waitForRoom() bool {
 		h.forward(err, ok)
 	}
 	return true
+}
+
+// entered tells the partition's fetcher, after waitForRoom, that the
+// partition hands out again: it is in the requests again.
+func (h *handOut) entered() {
+	if h.waited {
+		h.waited = false
+		h.fetcher.setWaiting(false)
+	}
 }
 
 // forward passes an error of the partition consumer on; ok is false when
