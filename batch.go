@@ -114,7 +114,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		observer: cm.config.Observer,
 	}
 	receive, fill, topUp := h.receive, h.fill, h.topUp
-	if f, ok := pc.(*batchFetcher); ok {
+	if f, ok := pc.(*partitionFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
 		defer f.handedOut() // what is left of the slab in hand is dropped
@@ -155,7 +155,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 	}
 }
 
-// receiveSlab is receive for a batch fetcher: it fills the empty batch
+// receiveSlab is receive for a partition fetcher: it fills the empty batch
 // from the fetched slabs, waiting for one when none is left. It reports
 // false, with nothing in the batch, when killed, fenced, or when the
 // fetcher stopped.
@@ -232,7 +232,7 @@ func (h *handOut) takeSlab() {
 	}
 }
 
-// topUpSlabs is topUp for a batch fetcher.
+// topUpSlabs is topUp for a partition fetcher.
 func (h *handOut) topUpSlabs() {
 	for len(h.batch) < cap(h.batch) {
 		if len(h.slab) == 0 {
@@ -251,7 +251,7 @@ func (h *handOut) topUpSlabs() {
 	}
 }
 
-// fillSlabs is fill for a batch fetcher.
+// fillSlabs is fill for a partition fetcher.
 func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 	if timer == nil || h.closed || len(h.batch) == cap(h.batch) {
 		return true

@@ -61,7 +61,7 @@ func partitionBatches(t *testing.T, client sarama.Client, topic string) []*saram
 	}
 	conf := sarama.NewConfig()
 	conf.Version = testKafkaVersion()
-	version, _ := batchFetchVersion(conf) // Kafka refuses zstd batches to Fetch before v10
+	version, _ := fetchVersion(conf) // Kafka refuses zstd batches to Fetch before v10
 	req := &sarama.FetchRequest{MaxWaitTime: 100, MinBytes: 1, MaxBytes: 1 << 20, Version: version}
 	if version >= 7 {
 		req.SessionID, req.SessionEpoch = 0, -1 // no fetch session

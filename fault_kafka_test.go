@@ -396,7 +396,7 @@ func (c *child) logged(s string) int {
 // are spread over every broker: then the frozen broker (with
 // KAFKACONSUMER_LONG_FAULTS), resumed, answers some fetches as their
 // stale leader, which the fetch path must not take for the truth
-// (TestBatchFetcherOutOfRangeConfirmed).
+// (TestPartitionFetcherOutOfRangeConfirmed).
 func TestFaultKafkaCoordinator(t *testing.T) {
 	needFaults(t)
 	t.Parallel() // on a cluster of its own

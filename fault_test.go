@@ -85,7 +85,7 @@ func TestFaultKilledInstance(t *testing.T) {
 // TestFaultBrokerFailure kills the leader of a consumed partition, and
 // starts it again, while two instances consume: nothing is lost. The
 // instances read single messages, then (on the same cluster, a topic of
-// its own) batches: the batch fetchers follow the leaders that move.
+// its own) batches: the partition fetchers follow the leaders that move.
 func TestFaultBrokerFailure(t *testing.T) {
 	needFaults(t)
 	t.Parallel() // on a cluster of its own; TestMain checks for leaked goroutines

@@ -1,8 +1,10 @@
 package kafkaconsumer
 
-// The fetchers: the sarama consumers, each on a client of its own, that
-// the partition managers' partition consumers fetch through, and how they
-// are closed.
+// The fetchers: each a client of its own, with the fetch engine's hub on
+// it (fetch_hub.go), through which the partition managers fetch, and a
+// sarama consumer that serves only what the engine does not (a Kafka
+// older than 0.11, a partition that meets a legacy message set); and how
+// they are closed.
 
 import (
 	"hash/fnv"
@@ -27,20 +29,18 @@ func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
 	}()
 }
 
-// fetchConnections is how many sarama consumers, each on a client of its
-// own, share the partitions of an instance. Kafka answers the requests of
-// one connection one at a time, and sarama's ConsumePartition makes two
-// ListOffsets requests for every partition it starts: on one connection
-// the partitions of a large assignment start one after the other. With
-// two connections to each broker, they start two at a time and fetch on
-// two connections (BENCHMARKS.md, round 5).
+// fetchConnections is how many fetchers, each on a client of its own,
+// share the partitions of an instance. Kafka answers the requests of one
+// connection one at a time: with two connections to each broker, the
+// partitions of a large assignment start two at a time and fetch on two
+// connections (BENCHMARKS.md, round 5).
 const fetchConnections = 2
 
-// fetcher is a sarama consumer and its client.
+// fetcher is a client, its fetch engine's hub and its sarama consumer.
 type fetcher struct {
 	client   sarama.Client
 	consumer sarama.Consumer
-	hub      *fetchHub // the batch fetchers' (batch_fetcher.go); nil when they do not serve the configuration
+	hub      *fetchHub // the partition fetchers' (fetch_hub.go); nil when they do not serve the configuration (fetchVersion)
 }
 
 // fetcherOf returns the fetcher that consumes tp: always the same one for

@@ -574,7 +574,7 @@ func TestFaultZooKeeperCutOffManagerBusy(t *testing.T) {
 
 // TestFaultZooKeeperCutOffBatches is TestFaultZooKeeperCutOffHeld with
 // instances that read batches: the fence takes back the batches that sit
-// unread, whole, and the partitions' batch fetchers stop and start again.
+// unread, whole, and the partitions' partition fetchers stop and start again.
 func TestFaultZooKeeperCutOffBatches(t *testing.T) {
 	res := runZooKeeperCutOff(t, proxyCut(t, (*testcluster.Proxy).Hold), 15*time.Second, false, 20)
 	checkGray(t, res)

@@ -62,7 +62,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		observer: pm.parent.config.Observer,
 	}
 	receive := h.receive
-	if f, ok := pc.(*batchFetcher); ok {
+	if f, ok := pc.(*partitionFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive = h.receiveSlab
 		defer f.handedOut() // what is left of the slab in hand is dropped
@@ -137,12 +137,12 @@ type handOut struct {
 	observer Observer
 	// batches is the consumer's Batches channel (consumeBatches).
 	batches chan<- *Batch
-	// slabs are a batch fetcher's responses, instead of in; slab is
+	// slabs are a partition fetcher's responses, instead of in; slab is
 	// what is left of the last one (consumeBatches).
 	slabs    <-chan slab
 	slab     []*sarama.ConsumerMessage
 	slabNext int64                     // the next offset to fetch after the last slab taken
-	fetcher  *batchFetcher             // of slabs: told when a slab is taken
+	fetcher  *partitionFetcher         // of slabs: told when a slab is taken
 	batch    []*sarama.ConsumerMessage // received, not handed out yet
 	waited   bool                      // the fetcher was told that the partition waits (waitForRoom)
 	closed   bool                      // the partition consumer closed in

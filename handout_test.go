@@ -304,7 +304,7 @@ func TestKilledTakesNoMoreOfTheSlab(t *testing.T) {
 	for range 50 {
 		cm, pm := fakeManager(nil, nil)
 		manageOffsets(pm, -1)
-		f := &batchFetcher{slabs: make(chan slab, 1), errs: make(chan *sarama.ConsumerError)}
+		f := &partitionFetcher{slabs: make(chan slab, 1), errs: make(chan *sarama.ConsumerError)}
 		msgs := make([]*sarama.ConsumerMessage, 10)
 		for i := range msgs {
 			msgs[i] = &sarama.ConsumerMessage{Topic: "t", Offset: int64(i)}

@@ -20,7 +20,7 @@ func fetchingFrom(c Consumer) map[TopicPartition]int32 {
 		pc := pm.pc
 		pm.mu.Unlock()
 		result[tp] = -1
-		if f, ok := pc.(*batchFetcher); ok {
+		if f, ok := pc.(*partitionFetcher); ok {
 			if l := f.loop.Load(); l != nil {
 				result[tp] = l.broker.ID()
 			}

@@ -287,7 +287,7 @@ func (cm *consumerManager) notifyClaims() {
 func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) error {
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
-	// batch fetchers share one budget of Config.MaxBufferedBytes.
+	// partition fetchers share one budget of Config.MaxBufferedBytes.
 	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
@@ -309,7 +309,7 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 			return fmt.Errorf("start consumer: %w", err)
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
-		if version, ok := batchFetchVersion(cm.config.Config); ok {
+		if version, ok := fetchVersion(cm.config.Config); ok {
 			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
 		}
 	}
@@ -434,7 +434,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its batch fetchers ended with their partitions
+				f.hub.close() // its partition fetchers ended with their partitions
 			}
 		}
 		if cm.commitStop != nil {

@@ -41,11 +41,11 @@ type partitionManager struct {
 	parent *consumerManager
 	tp     TopicPartition
 	log    *slog.Logger // the consumer's, with the partition's attributes
-	// legacyRecords is set by run when its batch fetcher met a message
+	// legacyRecords is set by run when its partition fetcher met a message
 	// set older than record batches: its partition consumers are
-	// sarama's from then on (see batchFetcher).
+	// sarama's from then on (see partitionFetcher).
 	legacyRecords bool
-	// outOfRange is set by run when its batch fetcher ended because the
+	// outOfRange is set by run when its partition fetcher ended because the
 	// offset it fetched is out of range: the next start is at
 	// Offsets.Initial (startAtInitial).
 	outOfRange bool
@@ -165,7 +165,7 @@ func (pm *partitionManager) stats() PartitionStats {
 	}
 	if pm.pc != nil {
 		s.HighWaterMark = pm.pc.HighWaterMarkOffset()
-		if f, ok := pm.pc.(*batchFetcher); ok {
+		if f, ok := pm.pc.(*partitionFetcher); ok {
 			s.BufferedBytes = f.buffered.Load()
 		}
 	}

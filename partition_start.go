@@ -85,7 +85,7 @@ func (pm *partitionManager) consumeUntilKilled() {
 		pm.mu.Lock()
 		pm.pc = nil
 		pm.mu.Unlock()
-		if f, ok := pc.(*batchFetcher); ok && end == consumeClosed {
+		if f, ok := pc.(*partitionFetcher); ok && end == consumeClosed {
 			<-f.done
 			pm.outOfRange = f.outOfRange
 			if f.legacy {
@@ -187,7 +187,7 @@ func (pm *partitionManager) tryStartConsumer() (int64, sarama.PartitionConsumer,
 			return offset, pc, err
 		}
 	}
-	if pm.outOfRange { // the last batch fetcher's leader said so
+	if pm.outOfRange { // the last partition fetcher's leader said so
 		pm.outOfRange = false
 		pc, err := pm.startAtInitial(offset)
 		if err == nil {
@@ -332,7 +332,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		var pc sarama.PartitionConsumer
 		var err error
 		if batchFetch {
-			pc = startBatchFetcher(hub, pm.tp, offset)
+			pc = startPartitionFetcher(hub, pm.tp, offset)
 		} else {
 			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.Topic, pm.tp.Partition, offset)
 		}

@@ -22,10 +22,10 @@ func recordBatch(first int64, n int) *sarama.Records {
 	return &sarama.Records{RecordBatch: rb}
 }
 
-func testFetcher(offset int64) *batchFetcher {
+func testFetcher(offset int64) *partitionFetcher {
 	conf := sarama.NewConfig()
 	hub := &fetchHub{conf: conf, budget: &fetchBudget{}}
-	return &batchFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
+	return &partitionFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
 }
 
 func offsets(msgs []*sarama.ConsumerMessage) []int64 {
@@ -36,10 +36,10 @@ func offsets(msgs []*sarama.ConsumerMessage) []int64 {
 	return out
 }
 
-// TestBatchFetcherParse: the messages of a response from the fetch offset
+// TestPartitionFetcherParse: the messages of a response from the fetch offset
 // on, in order, with their partition and timestamps; a control batch and
 // a batch that compaction emptied are skipped but moved past.
-func TestBatchFetcherParse(t *testing.T) {
+func TestPartitionFetcherParse(t *testing.T) {
 	f := testFetcher(12)
 	control := recordBatch(15, 1)
 	control.RecordBatch.Control = true
@@ -68,10 +68,10 @@ func TestBatchFetcherParse(t *testing.T) {
 	}
 }
 
-// TestBatchFetcherPartial: a response with only part of a batch asks for
+// TestPartitionFetcherPartial: a response with only part of a batch asks for
 // a larger fetch, up to Fetch.Max; there a message is skipped with
 // ErrMessageTooLarge, as sarama's consumer does.
-func TestBatchFetcherPartial(t *testing.T) {
+func TestPartitionFetcherPartial(t *testing.T) {
 	f := testFetcher(5)
 	partial := recordBatch(5, 1)
 	partial.RecordBatch.PartialTrailingRecord = true
@@ -88,9 +88,9 @@ func TestBatchFetcherPartial(t *testing.T) {
 	}
 }
 
-// TestBatchFetcherLegacy: a legacy message set ends the fetcher, so that
+// TestPartitionFetcherLegacy: a legacy message set ends the fetcher, so that
 // the partition goes back to sarama's consumer.
-func TestBatchFetcherLegacy(t *testing.T) {
+func TestPartitionFetcherLegacy(t *testing.T) {
 	f := testFetcher(0)
 	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{{MsgSet: &sarama.MessageSet{}}}}
 	if _, _, _, err := f.parse(block); !errors.Is(err, errLegacyRecords) {
@@ -98,21 +98,21 @@ func TestBatchFetcherLegacy(t *testing.T) {
 	}
 }
 
-// TestBatchFetchVersion: batch fetchers serve Kafka 0.11 and later, in
+// TestFetchVersion: partition fetchers serve Kafka 0.11 and later, in
 // both isolation levels.
-func TestBatchFetchVersion(t *testing.T) {
+func TestFetchVersion(t *testing.T) {
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V0_10_2_0
-	if _, ok := batchFetchVersion(conf); ok {
-		t.Error("batch fetcher for Kafka 0.10")
+	if _, ok := fetchVersion(conf); ok {
+		t.Error("partition fetcher for Kafka 0.10")
 	}
 	conf.Version = sarama.V2_8_0_0
-	if v, ok := batchFetchVersion(conf); !ok || v != 12 {
+	if v, ok := fetchVersion(conf); !ok || v != 12 {
 		t.Errorf("Kafka 2.8: version %d, %v; want 12", v, ok)
 	}
 	conf.Consumer.IsolationLevel = sarama.ReadCommitted
-	if _, ok := batchFetchVersion(conf); !ok {
-		t.Error("no batch fetcher for read committed")
+	if _, ok := fetchVersion(conf); !ok {
+		t.Error("no partition fetcher for read committed")
 	}
 }
 
@@ -124,7 +124,7 @@ func TestBatchFetchVersion(t *testing.T) {
 func TestBrokerLoopDropAll(t *testing.T) {
 	t.Parallel()
 	l := &brokerLoop{}
-	var fetchers []*batchFetcher
+	var fetchers []*partitionFetcher
 	for i := range 4 {
 		f := testFetcher(int64(i))
 		f.failed = make(chan error, 1)
@@ -163,7 +163,7 @@ func TestBrokerLoopThrottled(t *testing.T) {
 	f := testFetcher(0)
 	f.failed = make(chan error, 1)
 	f.loop.Store(l)
-	l.subs = []*batchFetcher{f}
+	l.subs = []*partitionFetcher{f}
 	if wait := l.handle(l.subs, &sarama.FetchResponse{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
 		t.Errorf("handle = %s, want the throttle time, 250ms", wait)
 	}
@@ -208,7 +208,7 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 			f.hub.client = leaderClient{leader: tc.leader}
 			f.slabs = make(chan slab, 1)
 			f.failed = make(chan error, 1)
-			l := &brokerLoop{hub: f.hub, broker: former, subs: []*batchFetcher{f}}
+			l := &brokerLoop{hub: f.hub, broker: former, subs: []*partitionFetcher{f}}
 			f.loop.Store(l)
 			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
 			resp := &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}}
@@ -240,14 +240,14 @@ func epochMetadata(broker *sarama.MockBroker, epoch int32) *sarama.MetadataRespo
 	return md
 }
 
-// TestBatchFetcherLeaderEpochErrors: a partition's FENCED_LEADER_EPOCH
+// TestPartitionFetcherLeaderEpochErrors: a partition's FENCED_LEADER_EPOCH
 // (the broker knows a newer epoch than the fetcher sent) or
 // UNKNOWN_LEADER_EPOCH (an older one) in a fetch response, through
 // sarama's decoder from a mock broker, is no error on Errors: the fetcher
 // refreshes the metadata, subscribes again with the epoch it names now,
 // and receives the partition's records. With either error left out of
 // leadershipError, the fetcher reports it on Errors.
-func TestBatchFetcherLeaderEpochErrors(t *testing.T) {
+func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 	t.Parallel()
 	for _, kerr := range []sarama.KError{sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch} {
 		t.Run(kerr.Error(), func(t *testing.T) {
@@ -321,11 +321,11 @@ func (c *countingInterceptor) OnConsume(msg *sarama.ConsumerMessage) {
 	msg.Headers = append(msg.Headers, &sarama.RecordHeader{Key: []byte("seen")})
 }
 
-// TestBatchFetcherInterceptors: in batch mode each message passes
+// TestPartitionFetcherInterceptors: in batch mode each message passes
 // Consumer.Interceptors before it is handed out, as with sarama's
 // partition consumer; an interceptor's panic is recovered and logged. Batch
 // mode skipped them.
-func TestBatchFetcherInterceptors(t *testing.T) {
+func TestPartitionFetcherInterceptors(t *testing.T) {
 	t.Parallel()
 	first, second := &countingInterceptor{panicAt: 11}, &countingInterceptor{panicAt: -1}
 	f := testFetcher(10)
@@ -333,7 +333,7 @@ func TestBatchFetcherInterceptors(t *testing.T) {
 	f.hub.log = newLogger(nil, "g", "me")
 	f.slabs = make(chan slab, 1)
 	f.failed = make(chan error, 1)
-	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*batchFetcher{f}}
+	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*partitionFetcher{f}}
 	f.hub.client = leaderClient{leader: l.broker}
 	f.retries.Store(5)
 	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
@@ -356,11 +356,11 @@ func TestBatchFetcherInterceptors(t *testing.T) {
 	}
 }
 
-// TestBatchFetcherBackoff: between subscriptions a batch fetcher waits
+// TestPartitionFetcherBackoff: between subscriptions a partition fetcher waits
 // Consumer.Retry.BackoffFunc of the failures in a row when it is set (a
 // response resets the count), else Consumer.Retry.Backoff. Batch mode
 // always waited Retry.Backoff.
-func TestBatchFetcherBackoff(t *testing.T) {
+func TestPartitionFetcherBackoff(t *testing.T) {
 	t.Parallel()
 	f := testFetcher(0)
 	if got := f.backoff(); got != f.hub.conf.Consumer.Retry.Backoff {
@@ -410,20 +410,20 @@ func (c replicaClient) Broker(id int32) (*sarama.Broker, error) {
 	return nil, sarama.ErrBrokerNotFound
 }
 
-// TestBatchFetcherPreferredReplica: a leader that names a preferred read
+// TestPartitionFetcherPreferredReplica: a leader that names a preferred read
 // replica (KIP-392) sends the fetcher there, for the lease of
 // Metadata.RefreshFrequency; after it, or when the client does not know
 // the replica, the fetcher goes back to the leader. The fetcher ignored
 // the name and fetched from the leader for good, which answers such a
 // fetcher with no record.
-func TestBatchFetcherPreferredReplica(t *testing.T) {
+func TestPartitionFetcherPreferredReplica(t *testing.T) {
 	t.Parallel()
 	leader, replica := sarama.NewBroker("127.0.0.1:9001"), sarama.NewBroker("127.0.0.1:9002")
 	f := testFetcher(10)
 	refreshes := 0
 	f.hub.client = replicaClient{leaderClient{leader: leader}, map[int32]*sarama.Broker{2: replica}, &refreshes}
 	f.failed = make(chan error, 1)
-	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*batchFetcher{f}}
+	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*partitionFetcher{f}}
 	f.loop.Store(l)
 	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 20, PreferredReadReplica: 2}
 	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
@@ -471,13 +471,13 @@ func transactionBlock() *sarama.FetchResponseBlock {
 	return block
 }
 
-// TestBatchFetcherReadCommitted: reading committed, the batches of aborted
+// TestPartitionFetcherReadCommitted: reading committed, the batches of aborted
 // transactions are skipped up to their producer's ABORT marker (the
 // block's aborted transactions come in any order), the records of a
 // committed transaction after an aborted one are kept, and the fetch
 // moves past the trailing marker. Reading uncommitted keeps them all.
 // Batch mode fell back to sarama's consumer to read committed.
-func TestBatchFetcherReadCommitted(t *testing.T) {
+func TestPartitionFetcherReadCommitted(t *testing.T) {
 	t.Parallel()
 	f := testFetcher(0)
 	f.hub.conf.Consumer.IsolationLevel = sarama.ReadCommitted
@@ -617,13 +617,13 @@ func TestFetchBudgetConcurrent(t *testing.T) {
 	}
 }
 
-// TestBatchFetcherOutOfRangeConfirmed: an OFFSET_OUT_OF_RANGE from the
+// TestPartitionFetcherOutOfRangeConfirmed: an OFFSET_OUT_OF_RANGE from the
 // broker a fetcher fetches from ends it (the partition starts again at
 // Offsets.Initial) only when it comes twice in a row and the leader's
 // oldest and newest offsets (ListOffsets after a refresh of the metadata)
 // confirm it; a stale broker's answer alone (a former leader resumed
 // after a freeze) leaves the fetcher fetching.
-func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
+func TestPartitionFetcherOutOfRangeConfirmed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name           string
@@ -674,12 +674,12 @@ func TestBatchFetcherOutOfRangeConfirmed(t *testing.T) {
 	}
 }
 
-// startMockFetcher starts a batch fetcher of t/3 at offset 10 on a client
+// startMockFetcher starts a partition fetcher of t/3 at offset 10 on a client
 // of broker, a sarama mock that answers what it is told (no ApiVersions
 // request; Fetch v10, which carries the leader epoch), with a retry
 // backoff of 10 ms. The fetcher, its hub and the client stop at the end
 // of the test.
-func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *batchFetcher {
+func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *partitionFetcher {
 	t.Helper()
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V2_1_0_0
@@ -690,10 +690,10 @@ func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *batchFetcher {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	version, _ := batchFetchVersion(conf)
+	version, _ := fetchVersion(conf)
 	hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
 	t.Cleanup(hub.close)
-	f := startBatchFetcher(hub, TopicPartition{"t", 3}, 10)
+	f := startPartitionFetcher(hub, TopicPartition{"t", 3}, 10)
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }

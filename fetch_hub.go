@@ -1,0 +1,127 @@
+package kafkaconsumer
+
+// The fetch engine: the partitions fetch their records themselves, and
+// each partition manager receives the messages of a fetch response as one
+// slab, in both modes (single messages are handed out one by one from it),
+// instead of one message at a time from sarama's partition consumer, whose
+// goroutine sends every message on a channel of its own. As sarama's
+// consumer does, one loop per broker fetches all its partitions in one
+// request (fetchHub, brokerLoop): Kafka answers the requests of a
+// connection one at a time, and a request of a partition with nothing new
+// would hold the others up to Consumer.MaxWaitTime. It serves record
+// batches (Kafka 0.11's message format v2), read uncommitted or committed;
+// a partition that meets an older message set goes back to sarama's
+// partition consumer, which decodes it.
+
+//
+// The engine's files: fetch_hub.go (the hub: the loops of an instance's
+// client and the partitions' subscriptions), fetch_loop.go (a broker's
+// loop: its requests and their responses), fetch_partition.go (a
+// partition's fetcher: where it fetches from, its errors and its slabs),
+// fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a response's
+// records: parsing, aborted transactions, compaction's holes).
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/IBM/sarama"
+)
+
+// errLeaderMoved drops a partition fetcher from the loop of a broker that
+// answered for a partition it no longer leads (a follower serves fetches
+// from Fetch v11 on): the fetcher subscribes to the leader at once.
+var errLeaderMoved = errors.New("kafkaconsumer: the partition's leader moved")
+
+// errPreferredReplica drops a partition fetcher from its loop when the leader
+// named another replica to fetch from (KIP-392: a rack-aware replica
+// selector and Config.RackID): the fetcher subscribes to that replica's
+// loop at once.
+var errPreferredReplica = errors.New("kafkaconsumer: the leader named a preferred read replica")
+
+// errLegacyRecords ends a partition fetcher that met a message set older than
+// record batches.
+var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming with sarama's partition consumer")
+
+// fetchVersion returns the Fetch request version that partition fetchers
+// send (the highest that conf.Version allows, as sarama's consumer picks
+// it), and whether partition fetchers serve conf at all: record batches need
+// version 4 (Kafka 0.11).
+func fetchVersion(conf *sarama.Config) (int16, bool) {
+	switch v := conf.Version; {
+	case v.IsAtLeast(sarama.V2_7_0_0):
+		return 12, true
+	case v.IsAtLeast(sarama.V2_3_0_0):
+		return 11, true
+	case v.IsAtLeast(sarama.V2_1_0_0):
+		return 10, true
+	case v.IsAtLeast(sarama.V2_0_0_0):
+		return 8, true
+	case v.IsAtLeast(sarama.V1_1_0_0):
+		return 7, true
+	case v.IsAtLeast(sarama.V1_0_0_0):
+		return 6, true
+	case v.IsAtLeast(sarama.V0_11_0_0):
+		return 5, true
+	}
+	return 0, false
+}
+
+// fetchHub runs the broker loops of one sarama client: a loop per broker
+// that leads a partition of a partition fetcher. Owned by the consumer
+// manager: closeKafka stops it after the partition fetchers ended.
+type fetchHub struct {
+	client  sarama.Client
+	conf    *sarama.Config
+	version int16
+	log     *slog.Logger
+	budget  *fetchBudget // shared by the hubs of a consumer
+
+	mu    sync.Mutex
+	loops map[int32]*brokerLoop // by broker ID; a loop removes itself when it has no partition left
+	stop  chan struct{}         // closed by close
+	wg    sync.WaitGroup        // the loops
+}
+
+func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budget *fetchBudget, log *slog.Logger) *fetchHub {
+	h := &fetchHub{client: client, conf: conf, version: version, budget: budget, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
+	budget.hubs = append(budget.hubs, h)
+	return h
+}
+
+// close stops the loops and waits for them (a fetch in flight completes
+// first, or fails when closeKafka cuts the connections).
+func (h *fetchHub) close() {
+	h.mu.Lock()
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// subscribe adds f to the loop of broker, starting the loop if none runs.
+// It reports false when the hub is closed.
+func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.stop:
+		return false
+	default:
+	}
+	l := h.loops[broker.ID()]
+	if l == nil {
+		l = &brokerLoop{hub: h, broker: broker, wake: make(chan struct{}, 1)}
+		h.loops[broker.ID()] = l
+		h.wg.Add(1)
+		go l.run() // owned by the hub: close stops it and waits
+	}
+	l.added = append(l.added, f)
+	f.loop.Store(l)
+	l.notify()
+	return true
+}

@@ -1,0 +1,525 @@
+package kafkaconsumer
+
+// A partition's fetcher in the fetch engine (fetch_hub.go): where it
+// fetches from (the leader, or the preferred read replica), what it does
+// with errors, and how its slabs reach the partition manager, which uses
+// it as a sarama.PartitionConsumer.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// fail tells f's goroutine that its loop dropped it for err.
+func (f *partitionFetcher) fail(err error) {
+	f.loop.Store(nil)
+	select {
+	case f.failed <- err:
+	default: // f is failing already
+	}
+}
+
+// partitionFetcher is one partition of a fetchHub. Its goroutine (run)
+// subscribes it to the loop of the partition's leader, and again after an
+// error; the loop sends the messages of each response on slabs. It
+// implements sarama.PartitionConsumer, so that the partition manager runs
+// it as it runs sarama's: AsyncClose stops it, its Errors channel is
+// closed when run ends, HighWaterMarkOffset, Pause and Resume. Its
+// Messages channel is nil: consumeBatches reads slabs, and calls taken
+// after each.
+type partitionFetcher struct {
+	hub *fetchHub
+	tp  TopicPartition
+
+	// slabs carries each response's messages, in offset order; the
+	// loop sends only when it is empty (capacity 1). Closed by run when
+	// it ends, under mu, after which deliver sends nothing.
+	slabs  chan slab
+	mu     sync.Mutex
+	ended  bool
+	errs   chan *sarama.ConsumerError // closed when run ends
+	failed chan error                 // the loop's drop; capacity 1
+	hwm    atomic.Int64
+	// paused is set by Pause, until Resume; waiting while the partition
+	// waits at MaxPendingAcks (setWaiting). Either sidelines the
+	// partition: it is in no request after the one in flight, and its
+	// slabs are outside the budget.
+	paused, waiting atomic.Bool
+	loop            atomic.Pointer[brokerLoop] // the loop it is subscribed to, or nil
+	dying           chan struct{}              // closed by AsyncClose
+	once            sync.Once
+	done            chan struct{} // closed when run ends
+	// legacy is set by run, before it ends, when the partition holds a
+	// legacy message set; outOfRange when the leader answered that the
+	// offset is out of range (the partition manager starts again at
+	// Offsets.Initial). Read after done.
+	legacy, outOfRange bool
+	// outOfRangeOnce is set by run when a fetch got OFFSET_OUT_OF_RANGE
+	// and it was not confirmed yet (confirmOutOfRange).
+	outOfRangeOnce bool
+	// buffered is the bytes of the slabs delivered and not handed out
+	// entirely yet, the one in the channel and the one the partition is
+	// handing out (PartitionStats.BufferedBytes); inHand is the account
+	// of the latter.
+	buffered atomic.Int64
+	inHand   atomic.Pointer[slabAccount]
+
+	// offset is the next offset to fetch, and fetchSize the size asked
+	// for; the loop's while subscribed, run's otherwise.
+	offset    int64
+	fetchSize int32
+	// retries counts the failures since the last response that held the
+	// partition (run's backoff; the loop resets it).
+	retries atomic.Int32
+	// preferred is the ID of the read replica the leader named (-1:
+	// none: fetch from the leader), until preferredUntil; the loop's
+	// while subscribed, run's otherwise, as offset.
+	preferred      int32
+	preferredUntil time.Time
+	// unknownReplica is the ID of the last preferred read replica that
+	// the client did not know even after a refresh of the metadata (-1:
+	// none): when the leader names it again, run waits the backoff
+	// before it asks again. run's.
+	unknownReplica int32
+	// epoch is the leader epoch the metadata gave with the leader (-1:
+	// unknown), sent with each fetch (KIP-320): a broker that is no longer
+	// the leader, or not yet, answers FENCED_LEADER_EPOCH or
+	// UNKNOWN_LEADER_EPOCH. Written by run only.
+	epoch int32
+}
+
+// slab is what one response brought a partition: its messages, in offset
+// order, and next, the offset to fetch next. Offsets below next without a
+// message in msgs hold nothing to hand out (control batches, aborted
+// transactions, batches compaction emptied). size is the bytes of msgs
+// counted against the hub's budget until the partition takes the slab.
+type slab struct {
+	msgs []*sarama.ConsumerMessage
+	next int64
+	acct *slabAccount
+}
+
+// slabAccount is the count of a slab's bytes in the budget, from its
+// delivery until the partition handed it out entirely (or dropped it, or
+// was paused): release gives them back once.
+type slabAccount struct {
+	size     int64
+	from     *brokerLoop // the loop that fetched it, whose held counts size
+	released atomic.Bool
+}
+
+// startPartitionFetcher starts a partition fetcher of tp at offset on hub. It
+// sends no request itself: an offset outside the partition's log ends the
+// fetcher at its first response, with outOfRange set (sarama's
+// ConsumePartition asks for the oldest and newest offsets first, two
+// requests per partition).
+func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *partitionFetcher {
+	f := &partitionFetcher{
+		hub:            hub,
+		tp:             tp,
+		slabs:          make(chan slab, 1),
+		errs:           make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
+		failed:         make(chan error, 1),
+		dying:          make(chan struct{}),
+		done:           make(chan struct{}),
+		offset:         offset,
+		fetchSize:      hub.conf.Consumer.Fetch.Default,
+		preferred:      -1,
+		unknownReplica: -1,
+		epoch:          -1,
+	}
+	f.hwm.Store(-1)
+	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
+	return f
+}
+
+// run subscribes the fetcher to its leader's loop, and again after each
+// error the loop reports, after Consumer.Retry.Backoff and a refresh of
+// the partition's metadata, until AsyncClose, an offset out of range (the
+// partition manager starts again at Offsets.Initial), or a legacy message
+// set.
+func (f *partitionFetcher) run() {
+	defer close(f.done)
+	defer close(f.errs)
+	defer func() {
+		f.mu.Lock()
+		f.ended = true
+		close(f.slabs)
+		if s, ok := <-f.slabs; ok { // not taken: give its bytes back
+			f.release(s.acct)
+		}
+		f.mu.Unlock()
+	}()
+	for {
+		broker, err := f.source()
+		if err == nil {
+			if !f.hub.subscribe(f, broker) {
+				return
+			}
+			select {
+			case err = <-f.failed:
+			case <-f.dying:
+				if l := f.loop.Load(); l != nil {
+					l.notify() // it drops dying fetchers
+				}
+				return
+			}
+		}
+		if errors.Is(err, errPreferredReplica) && f.preferred == f.unknownReplica {
+			// The leader names again a replica that the refreshed
+			// metadata did not know: ask again after the backoff, when
+			// source refreshes the metadata again, not in a loop of
+			// fetches that hand out nothing.
+			if !f.pause(f.backoff()) {
+				return
+			}
+			continue
+		}
+		if errors.Is(err, errLeaderMoved) || errors.Is(err, errPreferredReplica) {
+			continue // the metadata names the leader already, or the leader the replica
+		}
+		// The client closed the broker under the loop (sarama closes a
+		// broker whose metadata request failed, for every user of the
+		// client): fetch again at once, from the leader that source opens
+		// again; a second in a row waits the backoff. Neither is
+		// reported: a broker that cannot be reached fails the dial, with
+		// an error of its own.
+		notConnected := errors.Is(err, sarama.ErrNotConnected)
+		if notConnected && f.retries.Add(1) == 1 {
+			continue
+		}
+		fromReplica := f.preferred >= 0
+		f.preferred = -1 // any other error: back to the leader
+		switch {
+		case errors.Is(err, errLegacyRecords):
+			f.legacy = true
+			return
+		case errors.Is(err, sarama.ErrOffsetOutOfRange) && fromReplica:
+			// A follower may lag behind an offset the leader served: ask
+			// the leader, which answers out of range itself if it is.
+		case errors.Is(err, sarama.ErrOffsetOutOfRange) && f.confirmOutOfRange():
+			f.outOfRange = true
+			return
+		case errors.Is(err, sarama.ErrOffsetOutOfRange):
+			// Not confirmed (yet): fetch again, after a refresh of the
+			// metadata and the backoff, without a report.
+		case notConnected:
+			// Closed under the loop again: after the backoff, unreported.
+		case leadershipError(err):
+			// The partition moved, or the metadata is behind: fetch from
+			// the leader the refreshed metadata names, as sarama does,
+			// without a report.
+		case !f.report(err):
+			return
+		}
+		if f.isDying() {
+			return
+		}
+		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
+		if !f.pause(f.backoff()) {
+			return
+		}
+	}
+}
+
+// pause waits for d, or until the fetcher is closed: then it reports
+// false. Written for run's goroutine.
+func (f *partitionFetcher) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-f.dying:
+		return false
+	}
+}
+
+// confirmOutOfRange reports whether an OFFSET_OUT_OF_RANGE that a fetch
+// got holds: only when it is the second in a row (no response of the
+// partition between them), and the leader that the refreshed metadata
+// names says that the offset is below its oldest or past its newest
+// (ListOffsets). A former leader resumed after a freeze, which takes
+// itself for the leader until the controller tells it otherwise, answers
+// so for an offset past the end of its own log; trusting it would start
+// the partition again at Offsets.Initial, its committed offset with it.
+// Written for run's goroutine.
+func (f *partitionFetcher) confirmOutOfRange() bool {
+	if !f.outOfRangeOnce || f.retries.Load() == 0 {
+		f.outOfRangeOnce = true // the first, or the first since a response
+		return false
+	}
+	f.outOfRangeOnce = false
+	client := f.hub.client
+	if err := client.RefreshMetadata(f.tp.Topic); err != nil {
+		return false
+	}
+	oldest, err := client.GetOffset(f.tp.Topic, f.tp.Partition, sarama.OffsetOldest)
+	if err != nil {
+		return false
+	}
+	newest, err := client.GetOffset(f.tp.Topic, f.tp.Partition, sarama.OffsetNewest)
+	if err != nil {
+		return false
+	}
+	return f.offset < oldest || f.offset > newest
+}
+
+// leadershipError reports whether err, a partition's error in a fetch
+// response, says that the broker does not lead it (any more, or yet), or
+// knows another leader epoch: sarama's consumer fetches again from the
+// leader that the refreshed metadata names, and tells the user nothing.
+func leadershipError(err error) bool {
+	for _, e := range []error{sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrReplicaNotAvailable,
+		sarama.ErrUnknownTopicOrPartition, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// source returns the broker to fetch from: the preferred read replica the
+// leader named, while its lease runs and the client knows it, else the
+// leader. A replica the client does not know (one started again since
+// the last refresh, in a rolling restart) refreshes the topic's metadata
+// once, as sarama's consumer does; one that the refreshed metadata does
+// not know either is left in unknownReplica, and the leader is asked. It
+// keeps the leader's epoch in epoch.
+func (f *partitionFetcher) source() (*sarama.Broker, error) {
+	if f.preferred >= 0 && time.Now().Before(f.preferredUntil) {
+		broker, err := f.hub.client.Broker(f.preferred)
+		if err != nil && f.hub.client.RefreshMetadata(f.tp.Topic) == nil {
+			broker, err = f.hub.client.Broker(f.preferred)
+		}
+		if err == nil {
+			f.unknownReplica = -1
+			return broker, nil
+		}
+		f.unknownReplica = f.preferred
+	}
+	f.preferred = -1
+	leader, epoch, err := f.hub.client.LeaderAndEpoch(f.tp.Topic, f.tp.Partition)
+	if err == nil {
+		f.epoch = epoch
+	}
+	return leader, err
+}
+
+// preferReplica makes the fetcher fetch from the replica of broker ID id
+// until Metadata.RefreshFrequency (10 min when 0) has passed or an error
+// comes, as sarama's consumer does: then it asks the leader again, which
+// may name another.
+func (f *partitionFetcher) preferReplica(id int32) {
+	lease := f.hub.conf.Metadata.RefreshFrequency
+	if lease <= 0 {
+		lease = 10 * time.Minute
+	}
+	f.preferred, f.preferredUntil = id, time.Now().Add(lease)
+}
+
+// backoff counts a failure in a row and returns how long to wait before
+// subscribing again: Consumer.Retry.BackoffFunc of the failures since the
+// last response when it is set, else Consumer.Retry.Backoff.
+func (f *partitionFetcher) backoff() time.Duration {
+	retries := f.retries.Add(1)
+	if fn := f.hub.conf.Consumer.Retry.BackoffFunc; fn != nil {
+		return fn(int(retries))
+	}
+	return f.hub.conf.Consumer.Retry.Backoff
+}
+
+// intercept passes each of msgs to the Consumer.Interceptors, in order, as
+// sarama's partition consumer does. An interceptor that panics is logged,
+// and the message goes on unchanged by it.
+func (f *partitionFetcher) intercept(msgs []*sarama.ConsumerMessage) {
+	for _, interceptor := range f.hub.conf.Consumer.Interceptors {
+		for _, msg := range msgs {
+			f.applyInterceptor(interceptor, msg)
+		}
+	}
+}
+
+// applyInterceptor runs interceptor on msg, recovering a panic of it.
+func (f *partitionFetcher) applyInterceptor(interceptor sarama.ConsumerInterceptor, msg *sarama.ConsumerMessage) {
+	defer func() {
+		if r := recover(); r != nil && f.hub.log != nil {
+			f.hub.log.Error("A consumer interceptor panicked; the message goes on.", "interceptor", fmt.Sprintf("%T", interceptor), "panic", fmt.Sprint(r),
+				"topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset)
+		}
+	}()
+	interceptor.OnConsume(msg)
+}
+
+// isDying reports whether AsyncClose was called.
+func (f *partitionFetcher) isDying() bool {
+	select {
+	case <-f.dying:
+		return true
+	default:
+		return false
+	}
+}
+
+// deliver sends the slab of a response, counting its bytes in the
+// budget, unless the partition is sidelined (a request in flight when it
+// was, or when its wait began: leaveBudget, under the same lock, missed
+// the slab); the loop calls it only when slabs is empty, so it never
+// blocks.
+func (f *partitionFetcher) deliver(s slab) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
+	}
+	a := s.acct
+	if f.sidelined() {
+		a.released.Store(true) // never counted
+	} else {
+		f.buffered.Add(a.size)
+		f.hub.budget.count(a.from, a.size)
+	}
+	select {
+	case f.slabs <- s:
+	default:
+		f.release(a) // not reached: the loop delivers only when slabs is empty
+	}
+}
+
+// taken tells the loop that the partition manager took slab s, and
+// released the one it handed out before: the partition is ready for the
+// next request. s counts in the budget until the partition handed it
+// out entirely (release).
+func (f *partitionFetcher) taken(s slab) {
+	if prev := f.inHand.Swap(s.acct); prev != nil {
+		f.release(prev)
+	}
+	if l := f.loop.Load(); l != nil {
+		l.notify()
+	}
+}
+
+// release gives the bytes of a slab back to the budget of the hub and of
+// the loop that fetched it: once the partition handed it out entirely,
+// when the partition stops handing out or the fetcher ended without
+// handing it out, or when the partition is sidelined (a paused
+// partition's slabs, or those of one waiting at MaxPendingAcks, wait
+// outside the budget, so that the others do not wait for them). Counted
+// once; nil is no slab.
+func (f *partitionFetcher) release(a *slabAccount) {
+	if a == nil || !a.released.CompareAndSwap(false, true) {
+		return
+	}
+	f.buffered.Add(-a.size)
+	if a.size != 0 {
+		f.hub.budget.release(a.from, a.size)
+	}
+}
+
+// handedOut tells that the partition handed out everything it took, or
+// stopped handing out: the slab in hand leaves the budget.
+func (f *partitionFetcher) handedOut() {
+	f.release(f.inHand.Swap(nil))
+}
+
+// report sends err on errs, without blocking the loop: it is dropped when
+// errs is full. It reports false when closed.
+func (f *partitionFetcher) report(err error) bool {
+	if f.isDying() {
+		return false
+	}
+	select {
+	case f.errs <- &sarama.ConsumerError{Topic: f.tp.Topic, Partition: f.tp.Partition, Err: err}:
+	default:
+		logf(f.hub.log, slog.LevelWarn, "Error of %s/%d dropped (its channel is full): %s.", f.tp.Topic, f.tp.Partition, err)
+	}
+	return true
+}
+
+// AsyncClose implements sarama.PartitionConsumer: it stops run.
+func (f *partitionFetcher) AsyncClose() { f.once.Do(func() { close(f.dying) }) }
+
+// Close implements sarama.PartitionConsumer: it stops run and waits for
+// it, draining its errors.
+func (f *partitionFetcher) Close() error {
+	f.AsyncClose()
+	for range f.errs {
+	}
+	<-f.done
+	return nil
+}
+
+// Messages implements sarama.PartitionConsumer: nil, see slabs.
+func (f *partitionFetcher) Messages() <-chan *sarama.ConsumerMessage { return nil }
+
+// Errors implements sarama.PartitionConsumer.
+func (f *partitionFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
+
+// HighWaterMarkOffset implements sarama.PartitionConsumer.
+func (f *partitionFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
+
+// Pause implements sarama.PartitionConsumer: the partition is in no
+// request after the one in flight, and its slabs leave the budget
+// (leaveBudget).
+func (f *partitionFetcher) Pause() {
+	f.paused.Store(true)
+	f.leaveBudget()
+}
+
+// setWaiting tells that the partition waits at MaxPendingAcks (on), or
+// hands out again (off). A waiting partition is sidelined, as a paused
+// one: the wait is its user's, and the other partitions of its broker
+// loop must not wait for it. Called by the partition's consume loop.
+func (f *partitionFetcher) setWaiting(on bool) {
+	if f.waiting.Swap(on) == on {
+		return
+	}
+	if on {
+		f.leaveBudget()
+	}
+	if l := f.loop.Load(); l != nil {
+		l.notify() // it leaves the partition out of its requests, or takes it back
+	}
+}
+
+// sidelined reports whether the partition is paused or waits at
+// MaxPendingAcks: it is in no request, and its slabs are outside the
+// budget until it took them and handed them out.
+func (f *partitionFetcher) sidelined() bool {
+	return f.paused.Load() || f.waiting.Load()
+}
+
+// leaveBudget releases the slab that the partition holds and the one
+// waiting for it in slabs, once the partition is sidelined: they wait
+// outside the budget, so that the other partitions do not wait for them.
+// A slab delivered later is not counted (deliver).
+func (f *partitionFetcher) leaveBudget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.release(f.inHand.Load())
+	select {
+	case s, ok := <-f.slabs:
+		if ok {
+			f.release(s.acct)
+			f.slabs <- s // back: capacity 1, and only the loop sends, under mu
+		}
+	default:
+	}
+}
+
+// Resume implements sarama.PartitionConsumer.
+func (f *partitionFetcher) Resume() {
+	f.paused.Store(false)
+	if l := f.loop.Load(); l != nil {
+		l.notify()
+	}
+}
+
+// IsPaused implements sarama.PartitionConsumer.
+func (f *partitionFetcher) IsPaused() bool { return f.paused.Load() }
