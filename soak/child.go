@@ -32,8 +32,9 @@ import (
 
 // childEnv names the child's settings: instance name, ZooKeeper connection
 // string, event file, seed, the routes to the brokers ("broker=proxy,..."),
-// and the coordinator (coordinatorZookeeper or coordinatorKafka), separated
-// by spaces.
+// and the instance's setting (coordinatorZookeeper, coordinatorKafka or
+// coordinatorMigrate: CoordinatorZooKeeper, following the group's switch),
+// separated by spaces.
 const childEnv = "KAFKACONSUMER_SOAK_CHILD"
 
 // The signals that stall a child and resume it (the nemesis's stall).
@@ -105,16 +106,20 @@ func childMain(settings string) int {
 	config.MaxProcessingTime = maxProcessingTime
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.DiscoveryInterval = time.Second
-	if coordinator == coordinatorKafka {
-		// Kafka's group coordinator keeps the group; no ZooKeeper. The
-		// brokers are dialed through this instance's proxies (the
-		// dialer), the client ID names the instance for the driver's
-		// check (stableKafka), and the group's session is the soak's.
-		config.Coordinator = kafkaconsumer.CoordinatorKafka
-		config.Brokers = dialer.brokers
+	if coordinator == coordinatorKafka || coordinator == coordinatorMigrate {
+		// Kafka's group coordinator keeps the group, always or after the
+		// group's switch says kafka. The brokers are dialed through this
+		// instance's proxies (the dialer), the client ID names the
+		// instance for the driver's check (stableKafka), and the group's
+		// session is the soak's.
 		config.ClientID = childClientID(inst, os.Getpid())
 		config.Consumer.Group.Session.Timeout = sessionTimeout
 		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	}
+	if coordinator == coordinatorKafka {
+		// No ZooKeeper.
+		config.Coordinator = kafkaconsumer.CoordinatorKafka
+		config.Brokers = dialer.brokers
 		zookeeper = ""
 	}
 	// The partitions held: from the first of OnRebalance's assignment and
