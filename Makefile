@@ -41,7 +41,9 @@
 #                      instances of the other setting joining;
 #                      SOAK_NONFOLLOWERS=1 adds a CoordinatorKafka instance
 #                      while the switch says zookeeper, which the library
-#                      does not keep apart (the run fails); default
+#                      does not keep apart (the run fails); SOAK_ORIGINAL=1
+#                      an instance registering as the original does while
+#                      it says kafka (issue 41, finding 3); default
 #                      zookeeper
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
@@ -167,15 +169,16 @@ bench:
 # ZooKeeper connections, which they do not have, are left out.
 # SOAK_COORDINATOR=migrate: the consumers follow the group's coordinator
 # switch, which the groups tool built here flips (docs/soak.md);
-# SOAK_NONFOLLOWERS=1 adds the instances that do not follow it.
+# SOAK_NONFOLLOWERS=1 and SOAK_ORIGINAL=1 add instances that do not follow it.
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
 SOAK_COORDINATOR ?= zookeeper
 SOAK_NONFOLLOWERS ?= 0
+SOAK_ORIGINAL ?= 0
 soak:
 	$(GO) build -o .soak/kafkaconsumer-groups ./cmd/kafkaconsumer-groups
 	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) \
-		SOAK_NONFOLLOWERS=$(SOAK_NONFOLLOWERS) SOAK_GROUPS_TOOL=../.soak/kafkaconsumer-groups $(GO) run . -out ../.soak
+		SOAK_NONFOLLOWERS=$(SOAK_NONFOLLOWERS) SOAK_ORIGINAL=$(SOAK_ORIGINAL) SOAK_GROUPS_TOOL=../.soak/kafkaconsumer-groups $(GO) run . -out ../.soak
 
 demo:
 	@if [ -f examples/Makefile ]; then $(MAKE) -C examples demo; \

@@ -33,7 +33,8 @@ import (
 // childEnv names the child's settings: instance name, ZooKeeper connection
 // string, event file, seed, the routes to the brokers ("broker=proxy,..."),
 // and the instance's setting (coordinatorZookeeper, coordinatorKafka or
-// coordinatorMigrate: CoordinatorZooKeeper, following the group's switch),
+// coordinatorMigrate: CoordinatorZooKeeper, following the group's switch;
+// coordinatorOriginal: the original-like instance, original.go),
 // separated by spaces.
 const childEnv = "KAFKACONSUMER_SOAK_CHILD"
 
@@ -79,6 +80,9 @@ func childMain(settings string) int {
 	if _, err := fmt.Sscan(settings, &inst, &zookeeper, &path, &seed, &routes, &coordinator); err != nil {
 		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
 		return 2
+	}
+	if coordinator == coordinatorOriginal {
+		return originalMain(inst, zookeeper, path, routes)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

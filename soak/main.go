@@ -23,6 +23,9 @@
 // SOAK_NONFOLLOWERS=1 (-nonfollowers) adds the instances that do not
 // follow the switch, which the library does not keep apart: a
 // CoordinatorKafka instance while the switch says zookeeper.
+// SOAK_ORIGINAL=1 (-original) adds an instance that registers and claims
+// as the original wvanbergen/kafka does, started while the switch says
+// kafka (issue 41's finding 3 until the library keeps it apart).
 package main
 
 import (
@@ -41,6 +44,9 @@ const (
 	// coordinatorMigrate: CoordinatorZooKeeper, with the group's
 	// coordinator switch flipped by the nemesis.
 	coordinatorMigrate = "migrate"
+	// coordinatorOriginal is the setting of the original-like instance
+	// (original.go), not a value of -coordinator.
+	coordinatorOriginal = "original"
 )
 
 const (
@@ -64,6 +70,7 @@ func main() {
 	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper, kafka, or migrate (zookeeper, switched to Kafka and back) (SOAK_COORDINATOR)")
 	groupsTool := flag.String("groups-tool", envString("SOAK_GROUPS_TOOL", ""), "the kafkaconsumer-groups binary that switches the group, with -coordinator migrate (SOAK_GROUPS_TOOL)")
 	nonFollowers := flag.Bool("nonfollowers", envInt("SOAK_NONFOLLOWERS", 0) != 0, "with -coordinator migrate, add instances that do not follow the group's switch (SOAK_NONFOLLOWERS=1)")
+	original := flag.Bool("original", envInt("SOAK_ORIGINAL", 0) != 0, "with -coordinator migrate, add an instance that registers as the original does after the switch to Kafka (SOAK_ORIGINAL=1)")
 	flag.Parse()
 	switch *coordinator {
 	case coordinatorZookeeper, coordinatorKafka:
@@ -93,7 +100,7 @@ func main() {
 		}
 	}
 	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator,
-		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate})
+		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)

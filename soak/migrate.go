@@ -31,6 +31,7 @@ const (
 const (
 	extraKafka     = "k0" // CoordinatorKafka
 	extraZookeeper = "z0" // CoordinatorZooKeeper, following the switch
+	extraOriginal  = "o0" // registers and claims as the original does (original.go)
 )
 
 // The kinds of the faults that flip the switch themselves: no switch is
@@ -39,6 +40,7 @@ const (
 	kindSwitch           = "group switched to Kafka or back (kafkaconsumer-groups migrate)"
 	kindKafkaInstance    = "instance with CoordinatorKafka joins the migrated group, leaves; the switch back is refused meanwhile"
 	kindKafkaUnderSwitch = "instance with CoordinatorKafka started while the switch says zookeeper, stopped (SOAK_NONFOLLOWERS)"
+	kindOriginal         = "instance registering as the original does while the switch says kafka, stopped (SOAK_ORIGINAL)"
 )
 
 // switchUnder is the chance, out of switchUnderOf, that the nemesis flips
@@ -88,14 +90,14 @@ func (so *soak) migrate(to string, wait time.Duration) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	out := strings.TrimSpace(stdout.String() + " " + stderr.String())
+	out := strings.Join(strings.Fields(stdout.String()+" "+stderr.String()), " ")
 	switch {
 	case err == nil:
 		so.mu.Lock()
 		so.switches.count(to)
 		so.mu.Unlock()
 		return out, nil
-	case strings.Contains(stderr.String(), "refused"):
+	case strings.Contains(stderr.String(), "migrate: refused: "): // the tool's ErrRefused; not "connection refused"
 		return out, fmt.Errorf("%w: %s", errRefused, out)
 	}
 	return out, fmt.Errorf("kafkaconsumer-groups migrate --to %s: %w: %s", to, err, out)
@@ -293,4 +295,23 @@ var nonFollowerFaults = []fault{
 
 // noSwitchUnder are the kinds under which the nemesis flips no switch:
 // they set it themselves.
-var noSwitchUnder = map[string]bool{kindSwitch: true, kindKafkaInstance: true, kindKafkaUnderSwitch: true}
+var noSwitchUnder = map[string]bool{kindSwitch: true, kindKafkaInstance: true, kindKafkaUnderSwitch: true, kindOriginal: true}
+
+// originalFaults is the kind of fault of an instance that registers and
+// claims as the original wvanbergen/kafka does, started while the switch
+// says kafka (SOAK_ORIGINAL=1): issue 41 asks that it never consume a
+// partition a Kafka member holds (finding 3), and that the tool and
+// Errors() name it. It holds 10 s, then leaves (its session closed).
+var originalFaults = []fault{
+	{kindOriginal, func(so *soak) (string, func() error, error) {
+		if err := so.switchTo(switchKafka); err != nil {
+			return "", nil, err
+		}
+		in := so.extra(extraOriginal)
+		if err := so.start(in); err != nil {
+			return in.name, nil, err
+		}
+		so.hold(10 * time.Second)
+		return in.name, func() error { return so.leave(in) }, nil
+	}},
+}

@@ -254,7 +254,8 @@ var kafkaFaults = []fault{
 // faultsFor returns the kinds of fault of a run: every kind of faults with
 // ZooKeeper; with Kafka, those that are not zookeeperOnly, then
 // kafkaFaults; with the migration, every kind of faults, kafkaFaults and
-// migrateFaults (and nonFollowerFaults with s.nonFollowers).
+// migrateFaults (and nonFollowerFaults with s.nonFollowers, originalFaults
+// with s.original).
 func faultsFor(s settings) []fault {
 	switch s.coordinator {
 	case coordinatorZookeeper:
@@ -263,6 +264,9 @@ func faultsFor(s settings) []fault {
 		kinds := append(append(append([]fault(nil), faults...), kafkaFaults...), migrateFaults...)
 		if s.nonFollowers {
 			kinds = append(kinds, nonFollowerFaults...)
+		}
+		if s.original {
+			kinds = append(kinds, originalFaults...)
 		}
 		return kinds
 	}

@@ -104,7 +104,10 @@ func (so *soak) writeReport(events []soakcheck.Event, r *soakcheck.Report, caugh
 	case so.s.migrating():
 		b.WriteString("\nThe instances run with Config.Coordinator CoordinatorZooKeeper and follow the group's coordinator switch, which `kafkaconsumer-groups migrate` flips to Kafka and back, alone and under the other faults; extra instances join with the other setting.")
 		if so.s.nonFollowers {
-			b.WriteString(" SOAK_NONFOLLOWERS=1: instances that do not follow the switch join too.")
+			b.WriteString(" SOAK_NONFOLLOWERS=1: a CoordinatorKafka instance joins while the switch says zookeeper.")
+		}
+		if so.s.original {
+			b.WriteString(" SOAK_ORIGINAL=1: an instance registers as the original does while the switch says kafka.")
 		}
 		b.WriteString("\n")
 	}

@@ -31,9 +31,12 @@ type settings struct {
 	coordinator string
 	// groupsTool is the kafkaconsumer-groups binary (coordinatorMigrate).
 	groupsTool string
-	// nonFollowers adds the faults of instances that do not follow the
-	// group's switch (coordinatorMigrate).
+	// nonFollowers adds the faults of CoordinatorKafka instances while
+	// the group's switch says zookeeper (coordinatorMigrate).
 	nonFollowers bool
+	// original adds the fault of an original-like instance registering
+	// while the switch says kafka (coordinatorMigrate).
+	original bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
@@ -184,8 +187,9 @@ func run(s settings) (bool, error) {
 	if s.migrating() {
 		// The instances with the other setting, which their faults start:
 		// k0 with CoordinatorKafka, z0 with CoordinatorZooKeeper (it
-		// follows the switch, as the group's instances do).
-		for i, extra := range []struct{ name, coordinator string }{{extraKafka, coordinatorKafka}, {extraZookeeper, coordinatorMigrate}} {
+		// follows the switch, as the group's instances do), o0 the
+		// original-like instance.
+		for i, extra := range []struct{ name, coordinator string }{{extraKafka, coordinatorKafka}, {extraZookeeper, coordinatorMigrate}, {extraOriginal, coordinatorOriginal}} {
 			in, err := newInstance(extra.name, extra.coordinator, s.seed+int64(s.instances+i))
 			if err != nil {
 				return false, err
