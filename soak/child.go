@@ -99,8 +99,9 @@ func childMain(settings string) int {
 		return 2
 	}
 	// The instance's ID, for the driver's check that the group is stable
-	// (see soak.stable): the consumer's logger carries it.
-	config.Logger = slog.New(idHandler{found: func(id string) {
+	// (see soak.stable): the consumer's logger carries it. The log goes
+	// to stderr (Info and above).
+	config.Logger = slog.New(idHandler{next: slog.NewTextHandler(os.Stderr, nil), found: func(id string) {
 		_ = os.WriteFile(idPath(path), []byte(id), 0o644)
 	}})
 	config.Version = sarama.V2_8_0_0
@@ -280,18 +281,27 @@ func childClientID(inst string, pid int) string { return fmt.Sprintf("soak-%s-%d
 // idPath is where an instance whose event log is at path writes its ID.
 func idPath(path string) string { return strings.TrimSuffix(path, ".log.jsonl") + ".id" }
 
-// idHandler is a slog handler that writes nothing: it finds the instance
-// attribute that the consumer gives its logger, which is its ID.
-type idHandler struct{ found func(string) }
+// idHandler is a slog handler that writes the library's log (next, its
+// process's stderr, which the driver keeps as <instance>.stderr) and finds
+// the instance attribute that the consumer gives its logger, which is its
+// ID.
+type idHandler struct {
+	next  slog.Handler
+	found func(string)
+}
 
-func (idHandler) Enabled(context.Context, slog.Level) bool  { return false }
-func (idHandler) Handle(context.Context, slog.Record) error { return nil }
-func (h idHandler) WithGroup(string) slog.Handler           { return h }
+func (h idHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+func (h idHandler) Handle(ctx context.Context, r slog.Record) error { return h.next.Handle(ctx, r) }
+func (h idHandler) WithGroup(name string) slog.Handler {
+	return idHandler{next: h.next.WithGroup(name), found: h.found}
+}
 func (h idHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	for _, a := range attrs {
 		if a.Key == "instance" {
 			h.found(a.Value.String())
 		}
 	}
-	return h
+	return idHandler{next: h.next.WithAttrs(attrs), found: h.found}
 }

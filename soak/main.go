@@ -26,6 +26,9 @@
 // SOAK_ORIGINAL=1 (-original) adds an instance that registers and claims
 // as the original wvanbergen/kafka does, started while the switch says
 // kafka (issue 41's finding 3 until the library keeps it apart).
+// SOAK_SWITCH_CUT_FROM_BROKERS=1 (-switch-cut-from-brokers) flips the
+// switch under the cuts of an instance from every broker too, which the
+// library does not survive yet (cutFromBrokers).
 package main
 
 import (
@@ -71,6 +74,7 @@ func main() {
 	groupsTool := flag.String("groups-tool", envString("SOAK_GROUPS_TOOL", ""), "the kafkaconsumer-groups binary that switches the group, with -coordinator migrate (SOAK_GROUPS_TOOL)")
 	nonFollowers := flag.Bool("nonfollowers", envInt("SOAK_NONFOLLOWERS", 0) != 0, "with -coordinator migrate, add instances that do not follow the group's switch (SOAK_NONFOLLOWERS=1)")
 	original := flag.Bool("original", envInt("SOAK_ORIGINAL", 0) != 0, "with -coordinator migrate, add an instance that registers as the original does after the switch to Kafka (SOAK_ORIGINAL=1)")
+	switchCutFromBrokers := flag.Bool("switch-cut-from-brokers", envInt("SOAK_SWITCH_CUT_FROM_BROKERS", 0) != 0, "with -coordinator migrate, flip the switch under the cuts of an instance from every broker too (SOAK_SWITCH_CUT_FROM_BROKERS=1)")
 	flag.Parse()
 	switch *coordinator {
 	case coordinatorZookeeper, coordinatorKafka:
@@ -100,7 +104,8 @@ func main() {
 		}
 	}
 	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator,
-		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate})
+		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate,
+		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)

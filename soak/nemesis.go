@@ -378,7 +378,8 @@ func (so *soak) hold(d time.Duration) { time.Sleep(d) }
 // round, in a random order; after each heal it waits for the group to be
 // stable again (at most a minute) and records how long that took, then
 // pauses 1-3 s. With the migration, it flips the group's switch under
-// half the faults (those not of noSwitchUnder), at a random moment from
+// half the faults (those not of noSwitchUnder, nor of cutFromBrokers
+// without its knob), at a random moment from
 // the injection to switchUnderWithin later, and waits for the flip after
 // the heal.
 func (so *soak) nemesis(end time.Time) {
@@ -392,6 +393,9 @@ func (so *soak) nemesis(end time.Time) {
 		flipAfter := time.Duration(-1)
 		if so.s.migrating() && !noSwitchUnder[f.kind] && so.rng.Intn(switchUnderOf) < switchUnder {
 			flipAfter = so.pickDuration(0, switchUnderWithin)
+			if cutFromBrokers[f.kind] && !so.s.switchCutFromBrokers {
+				flipAfter = -1 // drawn all the same: the knob changes no other draw
+			}
 		}
 		so.log.write(soakcheck.Fault, "", 0, 0, f.kind)
 		var flipped func() string

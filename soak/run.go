@@ -37,6 +37,9 @@ type settings struct {
 	// original adds the fault of an original-like instance registering
 	// while the switch says kafka (coordinatorMigrate).
 	original bool
+	// switchCutFromBrokers lets the nemesis flip the switch under the
+	// kinds of cutFromBrokers (coordinatorMigrate).
+	switchCutFromBrokers bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
