@@ -37,7 +37,20 @@
 #                      .soak/): see the target below. SOAK_COORDINATOR=kafka
 #                      runs its consumers with CoordinatorKafka (no
 #                      ZooKeeper), under the faults that apply to them
-#                      (docs/soak.md); default zookeeper
+#                      (docs/soak.md); SOAK_COORDINATOR=migrate runs them
+#                      with CoordinatorZooKeeper and switches the group to
+#                      Kafka and back (kafkaconsumer-groups migrate, built
+#                      into .soak/) alone and under every other fault, with
+#                      instances of the other setting joining;
+#                      SOAK_NONFOLLOWERS=1 adds a CoordinatorKafka instance
+#                      while the switch says zookeeper, which the library
+#                      does not keep apart (the run fails); SOAK_ORIGINAL=1
+#                      an instance registering as the original does while
+#                      it says kafka (issue 41, finding 3);
+#                      SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the
+#                      cuts of an instance from every broker too (the
+#                      instance never joins: docs/soak.md); default
+#                      zookeeper
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
 #                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)
@@ -162,11 +175,21 @@ bench:
 # SOAK_COORDINATOR=kafka: the consumers are coordinated by Kafka's group
 # coordinator (Config.Coordinator CoordinatorKafka), and the faults on their
 # ZooKeeper connections, which they do not have, are left out.
+# SOAK_COORDINATOR=migrate: the consumers follow the group's coordinator
+# switch, which the groups tool built here flips (docs/soak.md);
+# SOAK_NONFOLLOWERS=1 and SOAK_ORIGINAL=1 add instances that do not follow
+# it; SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the cuts from every broker.
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
 SOAK_COORDINATOR ?= zookeeper
+SOAK_NONFOLLOWERS ?= 0
+SOAK_ORIGINAL ?= 0
+SOAK_SWITCH_CUT_FROM_BROKERS ?= 0
 soak:
-	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) $(GO) run . -out ../.soak
+	$(GO) build -o .soak/kafkaconsumer-groups ./cmd/kafkaconsumer-groups
+	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) \
+		SOAK_NONFOLLOWERS=$(SOAK_NONFOLLOWERS) SOAK_ORIGINAL=$(SOAK_ORIGINAL) \
+		SOAK_SWITCH_CUT_FROM_BROKERS=$(SOAK_SWITCH_CUT_FROM_BROKERS) SOAK_GROUPS_TOOL=../.soak/kafkaconsumer-groups $(GO) run . -out ../.soak
 
 demo:
 	@if [ -f examples/Makefile ]; then $(MAKE) -C examples demo; \

@@ -32,8 +32,10 @@ import (
 
 // childEnv names the child's settings: instance name, ZooKeeper connection
 // string, event file, seed, the routes to the brokers ("broker=proxy,..."),
-// and the coordinator (coordinatorZookeeper or coordinatorKafka), separated
-// by spaces.
+// and the instance's setting (coordinatorZookeeper, coordinatorKafka or
+// coordinatorMigrate: CoordinatorZooKeeper, following the group's switch;
+// coordinatorOriginal: the original-like instance, original.go),
+// separated by spaces.
 const childEnv = "KAFKACONSUMER_SOAK_CHILD"
 
 // The signals that stall a child and resume it (the nemesis's stall).
@@ -79,6 +81,9 @@ func childMain(settings string) int {
 		fmt.Fprintf(os.Stderr, "soak child: bad settings %q: %s\n", settings, err)
 		return 2
 	}
+	if coordinator == coordinatorOriginal {
+		return originalMain(inst, zookeeper, path, routes)
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak child:", err)
@@ -94,8 +99,9 @@ func childMain(settings string) int {
 		return 2
 	}
 	// The instance's ID, for the driver's check that the group is stable
-	// (see soak.stable): the consumer's logger carries it.
-	config.Logger = slog.New(idHandler{found: func(id string) {
+	// (see soak.stable): the consumer's logger carries it. The log goes
+	// to stderr (Info and above).
+	config.Logger = slog.New(idHandler{next: slog.NewTextHandler(os.Stderr, nil), found: func(id string) {
 		_ = os.WriteFile(idPath(path), []byte(id), 0o644)
 	}})
 	config.Version = sarama.V2_8_0_0
@@ -105,16 +111,20 @@ func childMain(settings string) int {
 	config.MaxProcessingTime = maxProcessingTime
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.DiscoveryInterval = time.Second
-	if coordinator == coordinatorKafka {
-		// Kafka's group coordinator keeps the group; no ZooKeeper. The
-		// brokers are dialed through this instance's proxies (the
-		// dialer), the client ID names the instance for the driver's
-		// check (stableKafka), and the group's session is the soak's.
-		config.Coordinator = kafkaconsumer.CoordinatorKafka
-		config.Brokers = dialer.brokers
+	if coordinator == coordinatorKafka || coordinator == coordinatorMigrate {
+		// Kafka's group coordinator keeps the group, always or after the
+		// group's switch says kafka. The brokers are dialed through this
+		// instance's proxies (the dialer), the client ID names the
+		// instance for the driver's check (stableKafka), and the group's
+		// session is the soak's.
 		config.ClientID = childClientID(inst, os.Getpid())
 		config.Consumer.Group.Session.Timeout = sessionTimeout
 		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	}
+	if coordinator == coordinatorKafka {
+		// No ZooKeeper.
+		config.Coordinator = kafkaconsumer.CoordinatorKafka
+		config.Brokers = dialer.brokers
 		zookeeper = ""
 	}
 	// The partitions held: from the first of OnRebalance's assignment and
@@ -271,18 +281,27 @@ func childClientID(inst string, pid int) string { return fmt.Sprintf("soak-%s-%d
 // idPath is where an instance whose event log is at path writes its ID.
 func idPath(path string) string { return strings.TrimSuffix(path, ".log.jsonl") + ".id" }
 
-// idHandler is a slog handler that writes nothing: it finds the instance
-// attribute that the consumer gives its logger, which is its ID.
-type idHandler struct{ found func(string) }
+// idHandler is a slog handler that writes the library's log (next, its
+// process's stderr, which the driver keeps as <instance>.stderr) and finds
+// the instance attribute that the consumer gives its logger, which is its
+// ID.
+type idHandler struct {
+	next  slog.Handler
+	found func(string)
+}
 
-func (idHandler) Enabled(context.Context, slog.Level) bool  { return false }
-func (idHandler) Handle(context.Context, slog.Record) error { return nil }
-func (h idHandler) WithGroup(string) slog.Handler           { return h }
+func (h idHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+func (h idHandler) Handle(ctx context.Context, r slog.Record) error { return h.next.Handle(ctx, r) }
+func (h idHandler) WithGroup(name string) slog.Handler {
+	return idHandler{next: h.next.WithGroup(name), found: h.found}
+}
 func (h idHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	for _, a := range attrs {
 		if a.Key == "instance" {
 			h.found(a.Value.String())
 		}
 	}
-	return h
+	return idHandler{next: h.next.WithAttrs(attrs), found: h.found}
 }

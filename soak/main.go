@@ -11,6 +11,24 @@
 // Config.Coordinator CoordinatorKafka: Kafka's group coordinator keeps the
 // group, the instances have no ZooKeeper connection, and the faults on
 // that connection are left out (see faults).
+//
+// SOAK_COORDINATOR=migrate (-coordinator migrate) runs the consumers with
+// CoordinatorZooKeeper, so that they follow the group's coordinator
+// switch, and adds the migration as a fault: the groups tool
+// (-groups-tool, SOAK_GROUPS_TOOL; make soak builds it) switches the group
+// to Kafka's group coordinator and back at random moments, alone and
+// under every other fault, and instances with the other setting
+// (CoordinatorKafka once the group is on Kafka, CoordinatorZooKeeper at
+// either value of the switch) join and leave (see migrateFaults).
+// SOAK_NONFOLLOWERS=1 (-nonfollowers) adds the instances that do not
+// follow the switch, which the library does not keep apart: a
+// CoordinatorKafka instance while the switch says zookeeper.
+// SOAK_ORIGINAL=1 (-original) adds an instance that registers and claims
+// as the original wvanbergen/kafka does, started while the switch says
+// kafka (issue 41's finding 3 until the library keeps it apart).
+// SOAK_SWITCH_CUT_FROM_BROKERS=1 (-switch-cut-from-brokers) flips the
+// switch under the cuts of an instance from every broker too, which the
+// library does not survive yet (cutFromBrokers).
 package main
 
 import (
@@ -26,6 +44,12 @@ import (
 const (
 	coordinatorZookeeper = "zookeeper"
 	coordinatorKafka     = "kafka"
+	// coordinatorMigrate: CoordinatorZooKeeper, with the group's
+	// coordinator switch flipped by the nemesis.
+	coordinatorMigrate = "migrate"
+	// coordinatorOriginal is the setting of the original-like instance
+	// (original.go), not a value of -coordinator.
+	coordinatorOriginal = "original"
 )
 
 const (
@@ -46,10 +70,21 @@ func main() {
 	out := flag.String("out", ".soak", "where the report goes")
 	instances := flag.Int("instances", 5, "consumer instances (processes)")
 	rate := flag.Int("rate", 200, "messages produced per second")
-	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper or kafka (SOAK_COORDINATOR)")
+	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper, kafka, or migrate (zookeeper, switched to Kafka and back) (SOAK_COORDINATOR)")
+	groupsTool := flag.String("groups-tool", envString("SOAK_GROUPS_TOOL", ""), "the kafkaconsumer-groups binary that switches the group, with -coordinator migrate (SOAK_GROUPS_TOOL)")
+	nonFollowers := flag.Bool("nonfollowers", envInt("SOAK_NONFOLLOWERS", 0) != 0, "with -coordinator migrate, add instances that do not follow the group's switch (SOAK_NONFOLLOWERS=1)")
+	original := flag.Bool("original", envInt("SOAK_ORIGINAL", 0) != 0, "with -coordinator migrate, add an instance that registers as the original does after the switch to Kafka (SOAK_ORIGINAL=1)")
+	switchCutFromBrokers := flag.Bool("switch-cut-from-brokers", envInt("SOAK_SWITCH_CUT_FROM_BROKERS", 0) != 0, "with -coordinator migrate, flip the switch under the cuts of an instance from every broker too (SOAK_SWITCH_CUT_FROM_BROKERS=1)")
 	flag.Parse()
-	if *coordinator != coordinatorZookeeper && *coordinator != coordinatorKafka {
-		fmt.Fprintf(os.Stderr, "soak: -coordinator (SOAK_COORDINATOR) must be %s or %s, got %q\n", coordinatorZookeeper, coordinatorKafka, *coordinator)
+	switch *coordinator {
+	case coordinatorZookeeper, coordinatorKafka:
+	case coordinatorMigrate:
+		if *groupsTool == "" {
+			fmt.Fprintln(os.Stderr, "soak: -coordinator migrate needs -groups-tool (SOAK_GROUPS_TOOL), the kafkaconsumer-groups binary (make soak builds it)")
+			os.Exit(2)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "soak: -coordinator (SOAK_COORDINATOR) must be %s, %s or %s, got %q\n", coordinatorZookeeper, coordinatorKafka, coordinatorMigrate, *coordinator)
 		os.Exit(2)
 	}
 	dir, err := filepath.Abs(*out)
@@ -62,7 +97,15 @@ func main() {
 	}
 	fmt.Printf("soak: seed %d (SOAK_SEED=%d replays it), %s of faults, %d instances coordinated by %s, %d msg/s; report in %s\n",
 		*seed, *seed, *duration, *instances, *coordinator, *rate, dir)
-	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator})
+	if *groupsTool != "" {
+		if *groupsTool, err = filepath.Abs(*groupsTool); err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(2)
+		}
+	}
+	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator,
+		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate,
+		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)

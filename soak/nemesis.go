@@ -251,12 +251,24 @@ var kafkaFaults = []fault{
 	}},
 }
 
-// faultsFor returns the kinds of fault of a run whose group coordinator
-// is coordinator: every kind of faults with ZooKeeper; with Kafka, those
-// that are not zookeeperOnly, then kafkaFaults.
-func faultsFor(coordinator string) []fault {
-	if coordinator != coordinatorKafka {
+// faultsFor returns the kinds of fault of a run: every kind of faults with
+// ZooKeeper; with Kafka, those that are not zookeeperOnly, then
+// kafkaFaults; with the migration, every kind of faults, kafkaFaults and
+// migrateFaults (and nonFollowerFaults with s.nonFollowers, originalFaults
+// with s.original).
+func faultsFor(s settings) []fault {
+	switch s.coordinator {
+	case coordinatorZookeeper:
 		return faults
+	case coordinatorMigrate:
+		kinds := append(append(append([]fault(nil), faults...), kafkaFaults...), migrateFaults...)
+		if s.nonFollowers {
+			kinds = append(kinds, nonFollowerFaults...)
+		}
+		if s.original {
+			kinds = append(kinds, originalFaults...)
+		}
+		return kinds
 	}
 	var kinds []fault
 	left := 0
@@ -341,12 +353,12 @@ func (so *soak) rejoin(in *instance) error {
 	return nil
 }
 
-// pickInstance returns a live, running instance at random, other than
-// those of except.
+// pickInstance returns a live, running instance of the group at random
+// (not an extra one), other than those of except.
 func (so *soak) pickInstance(except ...*instance) *instance {
 	var live []*instance
 	for _, in := range so.insts {
-		if in.alive() && !in.stopped && !slices.Contains(except, in) {
+		if !in.extra && in.alive() && !in.stopped && !slices.Contains(except, in) {
 			live = append(live, in)
 		}
 	}
@@ -365,7 +377,11 @@ func (so *soak) hold(d time.Duration) { time.Sleep(d) }
 // nemesis injects faults until end, one at a time: every kind once per
 // round, in a random order; after each heal it waits for the group to be
 // stable again (at most a minute) and records how long that took, then
-// pauses 1-3 s.
+// pauses 1-3 s. With the migration, it flips the group's switch under
+// half the faults (those not of noSwitchUnder, nor of cutFromBrokers
+// without its knob), at a random moment from
+// the injection to switchUnderWithin later, and waits for the flip after
+// the heal.
 func (so *soak) nemesis(end time.Time) {
 	var deck []int
 	for time.Now().Before(end) {
@@ -374,12 +390,27 @@ func (so *soak) nemesis(end time.Time) {
 		}
 		f := so.kinds[deck[0]]
 		deck = deck[1:]
+		flipAfter := time.Duration(-1)
+		if so.s.migrating() && !noSwitchUnder[f.kind] && so.rng.Intn(switchUnderOf) < switchUnder {
+			flipAfter = so.pickDuration(0, switchUnderWithin)
+			if cutFromBrokers[f.kind] && !so.s.switchCutFromBrokers {
+				flipAfter = -1 // drawn all the same: the knob changes no other draw
+			}
+		}
 		so.log.write(soakcheck.Fault, "", 0, 0, f.kind)
+		var flipped func() string
+		if flipAfter >= 0 {
+			flipped = so.flipUnder(f.kind, flipAfter)
+		}
 		what, heal, err := f.inject(so)
 		if heal != nil {
 			err = errors.Join(err, heal())
 		}
 		so.log.write(soakcheck.Healed, "", 0, 0, f.kind)
+		if flipped != nil {
+			what += "; the switch flipped under it, " + flipped()
+			so.under[f.kind]++
+		}
 		if err != nil {
 			logf("%s (%s): %s", f.kind, what, err)
 			so.unstable = append(so.unstable, fmt.Sprintf("%s (%s): %s", f.kind, what, err))

@@ -30,9 +30,21 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 	}
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", so.s.seed, n, r.Produced, r.Lost, r.Duplicates,
 		r.DoubleOwned, r.MovedBack, r.PastUnacked, r.PollSkips, r.NotHeld, slowest.Round(100*time.Millisecond))
-	fmt.Fprintf(&b, "\n| fault | injected | slowest recovery (heal to stable) |\n|---|---|---|\n")
-	for _, f := range so.kinds {
-		fmt.Fprintf(&b, "| %s | %d | %s |\n", f.kind, so.faults[f.kind], so.recoveries[f.kind].Round(100*time.Millisecond))
+	if so.s.migrating() {
+		fmt.Fprintf(&b, "\n| fault | injected | with a switch under it | slowest recovery (heal to stable) |\n|---|---|---|---|\n")
+		for _, f := range so.kinds {
+			under := fmt.Sprint(so.under[f.kind])
+			if noSwitchUnder[f.kind] {
+				under = "(switches itself)"
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", f.kind, so.faults[f.kind], under, so.recoveries[f.kind].Round(100*time.Millisecond))
+		}
+		b.WriteString(so.switchSummary())
+	} else {
+		fmt.Fprintf(&b, "\n| fault | injected | slowest recovery (heal to stable) |\n|---|---|---|\n")
+		for _, f := range so.kinds {
+			fmt.Fprintf(&b, "| %s | %d | %s |\n", f.kind, so.faults[f.kind], so.recoveries[f.kind].Round(100*time.Millisecond))
+		}
 	}
 	if len(r.DuplicatesByCause) > 0 {
 		causes := make([]string, 0, len(r.DuplicatesByCause))
@@ -63,13 +75,41 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 	return b.String()
 }
 
+// switchSummary says how often the group's switch was flipped, and what
+// the tool refused or failed, as Markdown.
+func (so *soak) switchSummary() string {
+	so.mu.Lock()
+	defer so.mu.Unlock()
+	c := so.switches
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe group's switch: %d times to Kafka, %d back to ZooKeeper (%d of them under another fault); the tool refused %d times and failed %d times.\n",
+		c.toKafka, c.back, c.under, len(c.refused), len(c.failed))
+	for _, r := range c.refused {
+		fmt.Fprintf(&b, "\n- refused %s\n", r)
+	}
+	for _, f := range c.failed {
+		fmt.Fprintf(&b, "\n- failed %s\n", f)
+	}
+	return b.String()
+}
+
 // writeReport writes report.md and timeline.png.
 func (so *soak) writeReport(events []soakcheck.Event, r *soakcheck.Report, caughtUp bool) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Soak report\n\n`SOAK_SEED=%d SOAK_DURATION=%s SOAK_COORDINATOR=%s make soak`: %d consumer instances, %d msg/s, 3 ZooKeeper nodes, 3 brokers (replication 3), session timeout %s.\n",
 		so.s.seed, so.s.duration, so.s.coordinator, so.s.instances, so.s.rate, sessionTimeout)
-	if so.s.kafkaCoordinated() {
+	switch {
+	case so.s.kafkaCoordinated():
 		b.WriteString("\nThe group is coordinated by Kafka's group coordinator (Config.Coordinator CoordinatorKafka); the instances have no ZooKeeper connection.\n")
+	case so.s.migrating():
+		b.WriteString("\nThe instances run with Config.Coordinator CoordinatorZooKeeper and follow the group's coordinator switch, which `kafkaconsumer-groups migrate` flips to Kafka and back, alone and under the other faults; extra instances join with the other setting.")
+		if so.s.nonFollowers {
+			b.WriteString(" SOAK_NONFOLLOWERS=1: a CoordinatorKafka instance joins while the switch says zookeeper.")
+		}
+		if so.s.original {
+			b.WriteString(" SOAK_ORIGINAL=1: an instance registers as the original does while the switch says kafka.")
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString(so.summary(r, caughtUp))
 	b.WriteString("\n![timeline](timeline.png)\n\nThe timeline: one row per partition, colored by the instance that handed it out (a bar from its first to its last delivery of each hold); faults as red lines, heals as green.\n")

@@ -26,14 +26,29 @@ type settings struct {
 	dir       string
 	instances int
 	rate      int
-	// coordinator is coordinatorZookeeper or coordinatorKafka: who
-	// coordinates the consumers' group.
+	// coordinator is coordinatorZookeeper, coordinatorKafka or
+	// coordinatorMigrate: who coordinates the consumers' group.
 	coordinator string
+	// groupsTool is the kafkaconsumer-groups binary (coordinatorMigrate).
+	groupsTool string
+	// nonFollowers adds the faults of CoordinatorKafka instances while
+	// the group's switch says zookeeper (coordinatorMigrate).
+	nonFollowers bool
+	// original adds the fault of an original-like instance registering
+	// while the switch says kafka (coordinatorMigrate).
+	original bool
+	// switchCutFromBrokers lets the nemesis flip the switch under the
+	// kinds of cutFromBrokers (coordinatorMigrate).
+	switchCutFromBrokers bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
 // Kafka's group coordinator (CoordinatorKafka).
 func (s settings) kafkaCoordinated() bool { return s.coordinator == coordinatorKafka }
+
+// migrating tells whether the run's consumers follow the group's switch,
+// which the nemesis flips (coordinatorMigrate).
+func (s settings) migrating() bool { return s.coordinator == coordinatorMigrate }
 
 // soak is one run.
 type soak struct {
@@ -44,15 +59,18 @@ type soak struct {
 	admin   sarama.ClusterAdmin // on client, for Kafka's view of the group
 	zk      *zk.Conn            // direct, for the owners
 	log     *eventLog
-	insts   []*instance
+	insts   []*instance // the group's instances, then the extra ones (instance.extra)
 
-	mu     sync.Mutex // guards topics
+	mu     sync.Mutex // guards topics, and switches
 	topics []string
 
 	kinds      []fault                  // the faults of this run's coordinator (faultsFor)
 	faults     map[string]int           // injected, by kind
+	under      map[string]int           // injected with a switch of the group under it, by kind
 	recoveries map[string]time.Duration // slowest time to stable, by kind
 	unstable   []string                 // faults after which the group was not stable in time
+
+	switches switchCounts // the group's switch flipped (coordinatorMigrate)
 }
 
 // instance is one consumer process and the proxies it reaches the cluster
@@ -63,7 +81,13 @@ type soak struct {
 // while the others' pass. The proxies outlive the process: a restarted
 // instance is given the same.
 type instance struct {
-	name      string
+	name string
+	// coordinator is the setting it runs with (childEnv): the run's, or,
+	// for an extra instance, the other one.
+	coordinator string
+	// extra: an instance that only its own kind of fault starts, and
+	// stops before it heals; the other faults do not pick it.
+	extra     bool
 	zookeeper []*testcluster.Proxy // to ZooKeeper node i
 	brokers   []*testcluster.Proxy // to broker i
 	path      string               // its event log
@@ -78,7 +102,7 @@ func logf(format string, args ...any) {
 }
 
 func run(s settings) (bool, error) {
-	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s.coordinator), faults: make(map[string]int), recoveries: make(map[string]time.Duration)}
+	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s), faults: make(map[string]int), under: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
 	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
@@ -124,28 +148,58 @@ func run(s settings) (bool, error) {
 	defer so.log.f.Close()
 
 	nodes := strings.Split(cluster.ZookeeperPeers(), ",")
+	newInstance := func(name, coordinator string, seed int64) (*instance, error) {
+		in := &instance{name: name, coordinator: coordinator, path: filepath.Join(s.dir, name+".log.jsonl"), seed: seed}
+		var err error
+		for _, addr := range append(append([]string(nil), nodes...), cluster.KafkaPeers()...) {
+			var p *testcluster.Proxy
+			if p, err = testcluster.NewProxy(addr); err != nil {
+				break
+			}
+			if len(in.zookeeper) < len(nodes) {
+				in.zookeeper = append(in.zookeeper, p)
+			} else {
+				in.brokers = append(in.brokers, p)
+			}
+		}
+		if err != nil {
+			for _, p := range append(in.zookeeper, in.brokers...) {
+				p.Close()
+			}
+			return nil, err
+		}
+		return in, nil
+	}
+	defer func() {
+		for _, in := range so.insts {
+			for _, p := range append(in.zookeeper, in.brokers...) {
+				p.Close()
+			}
+		}
+	}()
 	for i := range s.instances {
-		in := &instance{name: fmt.Sprintf("i%d", i), path: filepath.Join(s.dir, fmt.Sprintf("i%d.log.jsonl", i)), seed: s.seed + int64(i)}
-		for _, node := range nodes {
-			p, err := testcluster.NewProxy(node)
-			if err != nil {
-				return false, err
-			}
-			defer p.Close()
-			in.zookeeper = append(in.zookeeper, p)
-		}
-		for _, broker := range cluster.KafkaPeers() {
-			p, err := testcluster.NewProxy(broker)
-			if err != nil {
-				return false, err
-			}
-			defer p.Close()
-			in.brokers = append(in.brokers, p)
-		}
-		if err := so.start(in); err != nil {
+		in, err := newInstance(fmt.Sprintf("i%d", i), s.coordinator, s.seed+int64(i))
+		if err != nil {
 			return false, err
 		}
 		so.insts = append(so.insts, in)
+		if err := so.start(in); err != nil {
+			return false, err
+		}
+	}
+	if s.migrating() {
+		// The instances with the other setting, which their faults start:
+		// k0 with CoordinatorKafka, z0 with CoordinatorZooKeeper (it
+		// follows the switch, as the group's instances do), o0 the
+		// original-like instance.
+		for i, extra := range []struct{ name, coordinator string }{{extraKafka, coordinatorKafka}, {extraZookeeper, coordinatorMigrate}, {extraOriginal, coordinatorOriginal}} {
+			in, err := newInstance(extra.name, extra.coordinator, s.seed+int64(s.instances+i))
+			if err != nil {
+				return false, err
+			}
+			in.extra = true
+			so.insts = append(so.insts, in)
+		}
 	}
 	defer so.killAll()
 
@@ -211,7 +265,7 @@ func (so *soak) start(in *instance) error {
 	}
 	_ = os.Remove(idPath(in.path)) // the new process writes its own
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ","), so.s.coordinator))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ","), in.coordinator))
 	stderr, err := os.OpenFile(filepath.Join(so.s.dir, in.name+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -231,7 +285,12 @@ func (so *soak) start(in *instance) error {
 	return nil
 }
 
+// alive tells whether its process runs (SIGSTOPped included); false for
+// an extra instance never started.
 func (in *instance) alive() bool {
+	if in.exited == nil {
+		return false
+	}
 	select {
 	case <-in.exited:
 		return false
@@ -252,6 +311,9 @@ func (so *soak) stopAll() {
 		}
 	}
 	for _, in := range so.insts {
+		if in.exited == nil {
+			continue
+		}
 		select {
 		case <-in.exited:
 		case <-time.After(30 * time.Second):
@@ -368,9 +430,19 @@ func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
 }
 
 func (so *soak) stable() bool {
-	if so.s.kafkaCoordinated() {
+	switch {
+	case so.s.kafkaCoordinated():
 		return so.stableKafka()
+	case so.s.migrating():
+		return so.stableMigrating()
 	}
+	return so.stableZookeeper()
+}
+
+// stableZookeeper is stable for a group that ZooKeeper coordinates: every
+// live instance registered, no other, and every partition owned by one of
+// them.
+func (so *soak) stableZookeeper() bool {
 	ids, _, err := so.zk.Children("/consumers/" + groupName + "/ids")
 	if err != nil {
 		return false
@@ -404,6 +476,32 @@ func (so *soak) stable() bool {
 		}
 	}
 	return true
+}
+
+// stableMigrating is stable for a group whose instances follow its
+// switch: with the switch at zookeeper, stableZookeeper and Kafka's group
+// Empty (no member left); at kafka, no instance registered in ZooKeeper
+// and stableKafka.
+func (so *soak) stableMigrating() bool {
+	value, err := so.readSwitch()
+	if err != nil {
+		return false
+	}
+	if value == switchKafka {
+		ids, _, err := so.zk.Children("/consumers/" + groupName + "/ids")
+		if err != nil && !errors.Is(err, zk.ErrNoNode) || len(ids) > 0 {
+			return false
+		}
+		return so.stableKafka()
+	}
+	if !so.stableZookeeper() {
+		return false
+	}
+	groups, err := so.admin.DescribeConsumerGroups([]string{groupName})
+	if err != nil || len(groups) != 1 || groups[0].Err != sarama.ErrNoError {
+		return false
+	}
+	return groups[0].State == "Empty" || groups[0].State == "Dead"
 }
 
 // stableKafka is stable for a group that Kafka's group coordinator keeps:
