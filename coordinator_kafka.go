@@ -560,6 +560,11 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	k.tellJoined(sent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {
+		var foreign []string
+		if mine.Topics, foreign = subscribedOnly(mine.Topics, meta.Topics); len(foreign) > 0 {
+			cm.logf(slog.LevelWarn, "The group's leader assigned partitions of topics %s, which this member does not subscribe to; not consuming them, and joining again.", strings.Join(foreign, ", "))
+			k.requestRejoin(member.generation)
+		}
 		for topic, ids := range mine.Topics {
 			t := kazooValues.Topic(topic)
 			for _, id := range ids {
