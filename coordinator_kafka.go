@@ -50,7 +50,7 @@ import (
 const kafkaProtocolType = "consumer"
 
 // kafkaProtocol is the name of the group's one protocol, the library's own
-// assignor (distribution.go). Kafka refuses a member whose protocols share
+// assignor (sticky.go). Kafka refuses a member whose protocols share
 // none with the group's (INCONSISTENT_GROUP_PROTOCOL).
 const kafkaProtocol = "kafkaconsumer"
 
@@ -467,7 +467,7 @@ func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
 
 // joinOnce sends one JoinGroup and, when it succeeds, one SyncGroup, and
 // returns this member's assignment. The leader computes the assignment of
-// every member (assignKafka).
+// every member (assign).
 func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
 	cm := k.cm
 	var broker *sarama.Broker

@@ -53,13 +53,23 @@ type stickyBalancer struct {
 	// partitions (base = partitions / subscribers); extras counts them.
 	extra  []map[string]bool
 	extras []int
+	// budget is what is left of the balance checks that improve may
+	// spend (stickyBudget).
+	budget int
 }
+
+// stickyBudget bounds the balance checks of one stickyTarget's
+// improvements: about a second of work on one core in the worst case
+// (checks of many members); the cases in sticky_test.go need a few
+// hundred.
+const stickyBudget = 1 << 20
 
 func newStickyBalancer(members []kafkaMember, counts map[string]int32) *stickyBalancer {
 	b := &stickyBalancer{
 		members: append([]kafkaMember(nil), members...),
 		counts:  counts,
 		subs:    make(map[string][]int),
+		budget:  stickyBudget,
 	}
 	sort.SliceStable(b.members, func(i, j int) bool {
 		x, y := b.members[i], b.members[j]
@@ -170,7 +180,13 @@ func (b *stickyBalancer) setExtra(i int, t string, on bool) {
 }
 
 // improve makes one change of the extras that keeps the balance and keeps
-// one partition more where it was, and reports whether it found one.
+// one partition more where it was, and reports whether it found one: it
+// hands the extra of a topic t from a member i that does not need it to
+// a member j that owns more than base of t, and, where that breaks the
+// balance of a subscription, one more extra moves to repair it, without
+// a loss (repair). It gives up, reporting false, once its budget of
+// balance checks is spent: the leader must answer within the rebalance
+// timeout, and a less sticky target is still balanced.
 func (b *stickyBalancer) improve() bool {
 	for _, t := range b.topics {
 		for _, j := range b.subs[t] {
@@ -181,53 +197,78 @@ func (b *stickyBalancer) improve() bool {
 				if !b.extra[i][t] || b.gain(i, t) == 1 {
 					continue // i has none to give, or needs it
 				}
-				// Hand t's extra from i to j.
-				b.setExtra(i, t, false)
-				b.setExtra(j, t, true)
-				if b.balanced(i) && b.balanced(j) {
+				if b.budget <= 0 {
+					return false
+				}
+				b.moveExtra(i, j, t)
+				if b.balanced(i) && b.balanced(j) || b.repair(i, j) {
 					return true
 				}
-				// Or, in exchange, j's extra of a topic u to i.
-				for _, u := range b.topics {
-					if !b.extra[j][u] || b.extra[i][u] || !b.subscribes(i, u) || b.gain(i, u) < b.gain(j, u) {
-						continue
-					}
-					b.setExtra(j, u, false)
-					b.setExtra(i, u, true)
-					if b.balanced(i) && b.balanced(j) {
-						return true
-					}
-					b.setExtra(i, u, false)
-					b.setExtra(j, u, true)
-				}
-				b.setExtra(j, t, false)
-				b.setExtra(i, t, true)
+				b.moveExtra(j, i, t)
 			}
 		}
 	}
 	return false
 }
 
-// subscribes tells whether member i subscribes to topic t.
-func (b *stickyBalancer) subscribes(i int, t string) bool {
-	for _, k := range b.subs[t] {
-		if k == i {
-			return true
+// repair restores the balance after an extra moved from i to j, with one
+// more move of an extra that loses nothing, from a member at the top of a
+// subscription that is out of balance, or to a member at its bottom. It
+// reports whether it did; otherwise nothing changed.
+func (b *stickyBalancer) repair(i, j int) bool {
+	for _, g := range []int{j, i} {
+		if b.balanced(g) {
+			continue
+		}
+		lo, hi := b.bounds(g)
+		for _, u := range b.topics {
+			for _, from := range b.subs[u] {
+				if !b.extra[from][u] {
+					continue
+				}
+				top := b.group[from] == b.group[g] && b.extras[from] == hi
+				for _, to := range b.subs[u] {
+					bottom := b.group[to] == b.group[g] && b.extras[to] == lo
+					if b.extra[to][u] || b.gain(to, u) < b.gain(from, u) || !top && !bottom || b.budget <= 0 {
+						continue
+					}
+					b.moveExtra(from, to, u)
+					if b.balanced(i) && b.balanced(j) && b.balanced(from) && b.balanced(to) {
+						return true
+					}
+					b.moveExtra(to, from, u)
+				}
+			}
 		}
 	}
 	return false
 }
 
+// moveExtra hands the extra of topic t from member from to member to.
+func (b *stickyBalancer) moveExtra(from, to int, t string) {
+	b.setExtra(from, t, false)
+	b.setExtra(to, t, true)
+}
+
 // balanced tells whether the members of i's subscription differ by at
-// most one in their counts of extras (and so in their totals).
+// most one in their counts of extras (and so in their totals). Each call
+// spends one of the budget.
 func (b *stickyBalancer) balanced(i int) bool {
-	lo, hi := b.extras[i], b.extras[i]
+	b.budget--
+	lo, hi := b.bounds(i)
+	return hi-lo <= 1
+}
+
+// bounds returns the fewest and the most extras of the members of i's
+// subscription.
+func (b *stickyBalancer) bounds(i int) (lo, hi int) {
+	lo, hi = b.extras[i], b.extras[i]
 	for k := range b.members {
 		if b.group[k] == b.group[i] {
 			lo, hi = min(lo, b.extras[k]), max(hi, b.extras[k])
 		}
 	}
-	return hi-lo <= 1
+	return lo, hi
 }
 
 // fill returns the target of the chosen extras: each member keeps the
