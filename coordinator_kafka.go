@@ -51,7 +51,7 @@ import (
 const kafkaProtocolType = "consumer"
 
 // kafkaProtocol is the name of the group's one protocol, the library's own
-// assignor (distribution.go). Kafka refuses a member whose protocols share
+// assignor (sticky.go). Kafka refuses a member whose protocols share
 // none with the group's (INCONSISTENT_GROUP_PROTOCOL).
 const kafkaProtocol = "kafkaconsumer"
 
@@ -478,7 +478,7 @@ func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
 
 // joinOnce sends one JoinGroup and, when it succeeds, one SyncGroup, and
 // returns this member's assignment. The leader computes the assignment of
-// every member (assignKafka).
+// every member (assign).
 func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
 	cm := k.cm
 	var broker *sarama.Broker
@@ -571,6 +571,11 @@ func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPa
 	k.tellJoined(syncSent)
 	assigned := make(map[TopicPartition]assignment)
 	if mine != nil {
+		var foreign []string
+		if mine.Topics, foreign = subscribedOnly(mine.Topics, meta.Topics); len(foreign) > 0 {
+			cm.logf(slog.LevelWarn, "The group's leader assigned partitions of topics %s, which this member does not subscribe to; not consuming them, and joining again.", strings.Join(foreign, ", "))
+			k.requestRejoin(member.generation)
+		}
 		for topic, ids := range mine.Topics {
 			t := kazooValues.Topic(topic)
 			for _, id := range ids {

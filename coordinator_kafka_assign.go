@@ -8,7 +8,9 @@ package kafkaconsumer
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/IBM/sarama"
 	"github.com/wvanbergen/kazoo-go"
@@ -58,6 +60,9 @@ func memberUserData(followsSwitch bool) []byte {
 type kafkaMember struct {
 	id  string // the member ID
 	key string // what the distribution sorts by: the InstanceID, else the member ID
+	// topics are the topics the member subscribes to: only they may be
+	// assigned to it.
+	topics []string
 	// owned are the partitions the member reports as its own.
 	owned []TopicPartition
 }
@@ -70,7 +75,7 @@ func kafkaMembers(resp *sarama.JoinGroupResponse) ([]kafkaMember, error) {
 	}
 	members := make([]kafkaMember, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		km := kafkaMember{id: m.MemberId, key: m.MemberId}
+		km := kafkaMember{id: m.MemberId, key: m.MemberId, topics: metas[m.MemberId].Topics}
 		if m.GroupInstanceId != nil && *m.GroupInstanceId != "" {
 			km.key = *m.GroupInstanceId
 		}
@@ -86,50 +91,37 @@ func kafkaMembers(resp *sarama.JoinGroupResponse) ([]kafkaMember, error) {
 
 // assignCooperative returns the assignment of a generation: for each
 // member ID, its partitions by topic (every member has an entry, empty or
-// not). The target is the distribution of the ZooKeeper mode
-// (distributePartitionsBetweenConsumers) over the members' keys; a
-// partition of a member's target that another member of the generation
-// owns is withheld from both, so that its owner stops it and joins
-// again, and the member gets it in the next generation: one owner at a
-// time (see coordinator_kafka.go). A partition that two members report
-// (which the protocol never leads to) is withheld from both. awaiting
-// holds the members that a partition was withheld from: the next
-// generation, which the owners' JoinGroups start, brings it to them.
-func assignCooperative(members []kafkaMember, partitions kazoo.PartitionList) (plan map[string]map[string][]int32, awaiting map[string]bool) {
-	owner := make(map[TopicPartition]string)
-	conflicted := make(map[TopicPartition]bool)
-	instances := make(kazoo.ConsumergroupInstanceList, 0, len(members))
-	group := kazooValues.Consumergroup("")
-	byKey := make(map[string]string, len(members))
+// not). counts are the partition counts of the topics the members
+// subscribe to. The target is stickyTarget's (sticky.go): each topic
+// only among its subscribers, balanced, and every member keeps what it
+// owns as far as the balance allows. A partition of a member's target
+// that another member of the generation reports as owned (also one that
+// two members report, which the protocol never leads to) is withheld,
+// so that its owner stops it and joins again, and the member gets it in
+// the next generation: one owner at a time (see coordinator_kafka.go).
+// A partition that no member of the generation reports (its owner left)
+// is given at once. awaiting holds the members that a partition was
+// withheld from: the next generation, which the owners' JoinGroups
+// start, brings it to them.
+func assignCooperative(members []kafkaMember, counts map[string]int32) (plan map[string]map[string][]int32, awaiting map[string]bool) {
+	claimers := make(map[TopicPartition][]string)
 	for _, m := range members {
-		instances = append(instances, group.Instance(m.key))
-		byKey[m.key] = m.id
 		for _, tp := range m.owned {
-			if o, ok := owner[tp]; ok && o != m.id {
-				conflicted[tp] = true
+			if ids := claimers[tp]; len(ids) == 0 || ids[len(ids)-1] != m.id {
+				claimers[tp] = append(ids, m.id)
 			}
-			owner[tp] = m.id
 		}
 	}
 	plan = make(map[string]map[string][]int32, len(members))
 	awaiting = make(map[string]bool)
-	for _, m := range members {
-		plan[m.id] = map[string][]int32{}
-	}
-	for key, ps := range distributePartitionsBetweenConsumers(instances, retrievePartitionLeaders(partitions)) {
-		id := byKey[key]
-		for _, p := range ps {
-			tp := TopicPartition{Topic: p.Topic().Name, Partition: p.ID}
-			if o, ok := owner[tp]; conflicted[tp] || ok && o != id {
+	for id, tps := range stickyTarget(members, counts) {
+		plan[id] = map[string][]int32{}
+		for _, tp := range tps {
+			if ids := claimers[tp]; len(ids) > 1 || len(ids) == 1 && ids[0] != id {
 				awaiting[id] = true
 				continue // revoked from its owner first
 			}
 			plan[id][tp.Topic] = append(plan[id][tp.Topic], tp.Partition)
-		}
-	}
-	for _, topics := range plan {
-		for _, ps := range topics {
-			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 		}
 	}
 	return plan, awaiting
@@ -148,13 +140,76 @@ func awaitingAssignment(userData []byte) bool {
 	return bytes.Equal(userData, awaitingUserData)
 }
 
-// assign is the leader's assignment of the generation that resp opened,
-// over the partitions of its own view of the metadata.
+// assign is the leader's assignment of the generation that resp opened.
+// The partition counts of the topics in the leader's own view of the
+// metadata (partitions) come from there; those of the topics that only
+// other members subscribe to are read from Kafka's metadata, through
+// call (abandonable): an error fails the join, which is tried again.
 func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (map[string]map[string][]int32, map[string]bool, error) {
 	members, err := kafkaMembers(resp)
 	if err != nil {
 		return nil, nil, err
 	}
-	plan, awaiting := assignCooperative(members, partitions)
+	counts := make(map[string]int32)
+	for _, p := range partitions {
+		counts[p.Topic().Name]++
+	}
+	if others := otherTopics(members, counts); len(others) > 0 {
+		var view metadataView
+		client := k.cm.metadataClient()
+		if err := k.call(func() (err error) { view, err = readMetadata(client, others); return err }); err != nil {
+			return nil, nil, fmt.Errorf("the partitions of topics %s, which other members subscribe to: %w", strings.Join(others, ", "), err)
+		}
+		for _, p := range view.partitions {
+			counts[p.Topic().Name]++
+		}
+	}
+	plan, awaiting := assignCooperative(members, counts)
 	return plan, awaiting, nil
+}
+
+// otherTopics returns the topics that members subscribe to and counts
+// lacks, sorted: a topicSelector of exactly them.
+func otherTopics(members []kafkaMember, counts map[string]int32) topicList {
+	seen := make(map[string]bool)
+	var others topicList
+	for _, m := range members {
+		for _, t := range m.topics {
+			if _, ok := counts[t]; !ok && !seen[t] {
+				seen[t] = true
+				others = append(others, t)
+			}
+		}
+	}
+	sort.Strings(others)
+	return others
+}
+
+// topicList is a topicSelector of the listed topics, sorted.
+type topicList []string
+
+// metadataTopics implements topicSelector.
+func (l topicList) metadataTopics() []string { return l }
+
+// selectsTopic implements topicSelector: a listed topic.
+func (l topicList) selectsTopic(name string, _ bool) bool {
+	i := sort.SearchStrings(l, name)
+	return i < len(l) && l[i] == name
+}
+
+// subscribedOnly returns the partitions of assigned whose topics are in
+// subscribed, and the sorted names of the other topics: partitions a
+// leader handed out beyond this member's subscription (a leader of an
+// older version, which spread its own partitions over every member).
+func subscribedOnly(assigned map[string][]int32, subscribed []string) (kept map[string][]int32, foreign []string) {
+	kept = make(map[string][]int32, len(assigned))
+	for topic, ps := range assigned {
+		if !slices.Contains(subscribed, topic) {
+			foreign = append(foreign, topic)
+			continue
+		}
+		kept[topic] = ps
+	}
+	sort.Strings(foreign)
+	return kept, foreign
 }

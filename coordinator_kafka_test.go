@@ -226,29 +226,30 @@ func kafkaTopicPartitions(counts map[string]int32) kazoo.PartitionList {
 // told to await it (awaitingUserData), so that it heartbeats more often.
 func TestAssignCooperativeMovesOneOwnerAtATime(t *testing.T) {
 	t.Parallel()
-	partitions := kafkaTopicPartitions(map[string]int32{"t": 4})
+	partitions := map[string]int32{"t": 4}
 	all := []TopicPartition{{"t", 0}, {"t", 1}, {"t", 2}, {"t", 3}}
+	sub := []string{"t"}
 
 	// m2 joins while m1 owns everything: m1 keeps its target, m2 gets
 	// nothing yet.
 	// m2 awaits them.
-	plan, awaiting := assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all}, {id: "m2", key: "b"}}, partitions)
+	plan, awaiting := assignCooperative([]kafkaMember{{id: "m1", key: "a", topics: sub, owned: all}, {id: "m2", key: "b", topics: sub}}, partitions)
 	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[0 1]] m2:map[]] map[m2:true]" {
 		t.Errorf("first generation: %s", got)
 	}
 	// m1 stopped 2 and 3 and joined again: m2 gets them; nobody awaits.
-	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:2]}, {id: "m2", key: "b"}}, partitions)
+	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", topics: sub, owned: all[:2]}, {id: "m2", key: "b", topics: sub}}, partitions)
 	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[0 1]] m2:map[t:[2 3]]] map[]" {
 		t.Errorf("second generation: %s", got)
 	}
-	// The keys (InstanceIDs) decide, not the member IDs: a static member
-	// that comes back with a new member ID gets its partitions again.
-	plan, _ = assignCooperative([]kafkaMember{{id: "zz-new", key: "a"}, {id: "m2", key: "b", owned: all[2:]}}, partitions)
+	// A static member that comes back with a new member ID, owning
+	// nothing, gets the partitions that nobody owns.
+	plan, _ = assignCooperative([]kafkaMember{{id: "zz-new", key: "a", topics: sub}, {id: "m2", key: "b", topics: sub, owned: all[2:]}}, partitions)
 	if got := fmt.Sprint(plan); got != "map[m2:map[t:[2 3]] zz-new:map[t:[0 1]]]" {
 		t.Errorf("static member back: %s", got)
 	}
 	// A partition reported by two members goes to neither.
-	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", owned: all[:1]}, {id: "m2", key: "b", owned: all[:1]}}, partitions)
+	plan, awaiting = assignCooperative([]kafkaMember{{id: "m1", key: "a", topics: sub, owned: all[:1]}, {id: "m2", key: "b", topics: sub, owned: all[:1]}}, partitions)
 	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[t:[1]] m2:map[t:[2 3]]] map[m1:true]" {
 		t.Errorf("conflict: %s", got)
 	}
@@ -281,7 +282,7 @@ func TestKafkaAssignmentEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(members); got != "[{m1 pod-1 [{a 0} {a 1} {b 0}]} {m2 m2 [{a 0} {a 1} {b 0}]}]" {
+	if got := fmt.Sprint(members); got != "[{m1 pod-1 [a b] [{a 0} {a 1} {b 0}]} {m2 m2 [a b] [{a 0} {a 1} {b 0}]}]" {
 		t.Errorf("members: %s", got)
 	}
 
@@ -512,5 +513,113 @@ func TestJoinedLine(t *testing.T) {
 	follower := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "b"}, 2)
 	if want := "Joined generation 1 of the group as b (the leader is a): 2 partitions assigned to this member."; follower != want {
 		t.Errorf("a follower's line:\n%s\nwant\n%s", follower, want)
+	}
+}
+
+// TestAssignCooperativeBySubscription: a topic is assigned only to the
+// members that subscribe to it (issue 41, finding 2: a rolling deploy
+// that adds topic b to some members' subscriptions must not hand b to
+// the others).
+func TestAssignCooperativeBySubscription(t *testing.T) {
+	t.Parallel()
+	partitions := map[string]int32{"a": 2, "b": 4}
+	plan, awaiting := assignCooperative([]kafkaMember{
+		{id: "m1", key: "1", topics: []string{"a"}},
+		{id: "m2", key: "2", topics: []string{"a", "b"}},
+	}, partitions)
+	if got := fmt.Sprint(plan, awaiting); got != "map[m1:map[a:[0]] m2:map[a:[1] b:[0 1 2 3]]] map[]" {
+		t.Errorf("assignment: %s", got)
+	}
+}
+
+// TestIntegrationKafkaCoordinatorSubscriptions: members with different
+// subscriptions (a rolling deploy that adds topic b). The a-only member
+// joins first, so it leads the group (the coordinator keeps the first
+// member as the leader while it stays); every partition of b is
+// assigned nevertheless, only to the members that subscribe to b, and
+// no message of b reaches the a-only member.
+func TestIntegrationKafkaCoordinatorSubscriptions(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topicA, topicB := newTopic(t, 4), newTopic(t, 8)
+	group := uniqueName("kafkasubs")
+	client := newTestClient(t)
+	var h handOuts
+
+	configA := kafkaTestConfig()
+	configA.Observer = handOutObserver{&h, "A"}
+	a := joinKafka(t, group, TopicSubscription(topicA), configA)
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to run every partition of a", func() bool { return len(a.Stats()) == 4 })
+
+	var cols []*collector
+	var both []Consumer
+	for _, name := range []string{"B", "C"} {
+		config := kafkaTestConfig()
+		config.Observer = handOutObserver{&h, name}
+		c := joinKafka(t, group, TopicSubscription(topicA, topicB), config)
+		both = append(both, c)
+		cols = append(cols, collect(c, nil))
+	}
+	count := func(c Consumer, topic string) int {
+		n := 0
+		for _, s := range c.Stats() {
+			if s.Topic == topic {
+				n++
+			}
+		}
+		return n
+	}
+	if !poll(60*time.Second, func() bool {
+		return count(both[0], topicB)+count(both[1], topicB) == 8 && count(a, topicA) >= 1 && count(a, topicB) == 0
+	}) {
+		t.Fatalf("after 1m: B and C run %d of b's 8 partitions, A runs %d of a and %d of b",
+			count(both[0], topicB)+count(both[1], topicB), count(a, topicA), count(a, topicB))
+	}
+	valuesA := produce(t, client, topicA, "a", 200)
+	valuesB := produce(t, client, topicB, "b", 400)
+	waitFor(t, 30*time.Second, "every message", func() bool {
+		all, _ := union(append(append([]string(nil), valuesA...), valuesB...), colA, cols[0], cols[1])
+		return all
+	})
+	if n := colA.received(valuesB); n > 0 {
+		t.Errorf("the a-only member received %d messages of b", n)
+	}
+	h.mu.Lock()
+	for tp, names := range h.events {
+		if tp.Topic != topicB {
+			continue
+		}
+		for _, name := range names {
+			if name == "A" {
+				t.Errorf("%s/%d handed out by the a-only member", tp.Topic, tp.Partition)
+				break
+			}
+		}
+	}
+	h.mu.Unlock()
+	if n := count(a, topicB); n > 0 {
+		t.Errorf("the a-only member runs %d partitions of b", n)
+	}
+}
+
+// TestSubscribedOnly: a member drops the partitions of topics it does not
+// subscribe to (handed out by a leader of an older version) and names
+// them, so that it consumes none of them and joins again.
+func TestSubscribedOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		assigned   map[string][]int32
+		subscribed []string
+		want       string
+	}{
+		{map[string][]int32{"a": {0, 1}}, []string{"a"}, "map[a:[0 1]] []"},
+		{map[string][]int32{"a": {0}, "c": {1}, "b": {0, 2}}, []string{"a"}, "map[a:[0]] [b c]"},
+		{map[string][]int32{"b": {0}}, nil, "map[] [b]"},
+		{map[string][]int32{}, []string{"a"}, "map[] []"},
+	} {
+		kept, foreign := subscribedOnly(tc.assigned, tc.subscribed)
+		if got := fmt.Sprint(kept, foreign); got != tc.want {
+			t.Errorf("subscribedOnly(%v, %v) = %s, want %s", tc.assigned, tc.subscribed, got, tc.want)
+		}
 	}
 }

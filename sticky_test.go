@@ -1,0 +1,442 @@
+package kafkaconsumer
+
+// The sticky assignor (sticky.go) and assignCooperative's withholding,
+// without a cluster: balance, stickiness (the count of moves is the
+// minimum, against a search of every balanced assignment in small
+// cases), subscriptions, conflicting claims, and a leave that needs no
+// second generation.
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// ownedRange returns partitions from..to-1 of topic.
+func ownedRange(topic string, from, to int32) []TopicPartition {
+	var tps []TopicPartition
+	for p := from; p < to; p++ {
+		tps = append(tps, TopicPartition{Topic: topic, Partition: p})
+	}
+	return tps
+}
+
+// validOwners returns the owner of each partition as stickyTarget counts
+// it: the one member that reports it, subscribes to its topic, and the
+// partition exists.
+func validOwners(members []kafkaMember, counts map[string]int32) map[TopicPartition]string {
+	claims := make(map[TopicPartition][]string)
+	for _, m := range members {
+		for _, tp := range m.owned {
+			if !slices.Contains(claims[tp], m.id) {
+				claims[tp] = append(claims[tp], m.id)
+			}
+		}
+	}
+	owners := make(map[TopicPartition]string)
+	for tp, ids := range claims {
+		if len(ids) != 1 || tp.Partition < 0 || tp.Partition >= counts[tp.Topic] {
+			continue
+		}
+		for _, m := range members {
+			if m.id == ids[0] && slices.Contains(m.topics, tp.Topic) {
+				owners[tp] = m.id
+			}
+		}
+	}
+	return owners
+}
+
+// checkTarget reports what is wrong with target: a partition of a topic
+// given to a member that does not subscribe to it, given twice, or not
+// given; a topic whose subscribers differ by more than one of its
+// partitions; members of one subscription whose totals differ by more
+// than one. It returns the count of moves: partitions owned (validOwners)
+// that the target gives to another member.
+func checkTarget(t *testing.T, name string, members []kafkaMember, counts map[string]int32, target map[string][]TopicPartition) (moves int) {
+	t.Helper()
+	byID := make(map[string]kafkaMember)
+	for _, m := range members {
+		byID[m.id] = m
+		if _, ok := target[m.id]; !ok {
+			t.Errorf("%s: no entry for member %s", name, m.id)
+		}
+	}
+	given := make(map[TopicPartition]string)
+	perTopic := make(map[string]map[string]int) // topic => member => count
+	for id, tps := range target {
+		for _, tp := range tps {
+			if !slices.Contains(byID[id].topics, tp.Topic) {
+				t.Errorf("%s: %s/%d given to %s, which does not subscribe to %s", name, tp.Topic, tp.Partition, id, tp.Topic)
+			}
+			if other, ok := given[tp]; ok {
+				t.Errorf("%s: %s/%d given to %s and %s", name, tp.Topic, tp.Partition, other, id)
+			}
+			given[tp] = id
+			if perTopic[tp.Topic] == nil {
+				perTopic[tp.Topic] = make(map[string]int)
+			}
+			perTopic[tp.Topic][id]++
+		}
+	}
+	groups := make(map[string][]string) // subscription => members
+	for _, m := range members {
+		var topics []string
+		for topic, n := range counts {
+			if n > 0 && slices.Contains(m.topics, topic) {
+				topics = append(topics, topic)
+			}
+		}
+		sort.Strings(topics)
+		key := fmt.Sprint(topics)
+		groups[key] = append(groups[key], m.id)
+	}
+	for topic, n := range counts {
+		lo, hi, subscribed := int(n), 0, false
+		for _, m := range members {
+			if slices.Contains(m.topics, topic) {
+				subscribed = true
+				lo, hi = min(lo, perTopic[topic][m.id]), max(hi, perTopic[topic][m.id])
+			}
+		}
+		if subscribed && hi-lo > 1 {
+			t.Errorf("%s: topic %s unbalanced: %v", name, topic, perTopic[topic])
+		}
+		for p := int32(0); p < n && subscribed; p++ {
+			if _, ok := given[TopicPartition{Topic: topic, Partition: p}]; !ok {
+				t.Errorf("%s: %s/%d given to nobody", name, topic, p)
+			}
+		}
+	}
+	for key, ids := range groups {
+		lo, hi := -1, 0
+		for _, id := range ids {
+			n := len(target[id])
+			if lo < 0 || n < lo {
+				lo = n
+			}
+			hi = max(hi, n)
+		}
+		if hi-lo > 1 {
+			t.Errorf("%s: members of subscription %s unbalanced in all: %v", name, key, ids)
+		}
+	}
+	for tp, owner := range validOwners(members, counts) {
+		if given[tp] != owner {
+			moves++
+		}
+	}
+	return moves
+}
+
+// TestStickyTarget: table-driven cases of the sticky assignor, each with
+// the minimum count of moves its balance needs.
+func TestStickyTarget(t *testing.T) {
+	t.Parallel()
+	ab, a := []string{"a", "b"}, []string{"a"}
+	member := func(id string, topics []string, owned ...[]TopicPartition) kafkaMember {
+		m := kafkaMember{id: id, key: id, topics: topics}
+		for _, o := range owned {
+			m.owned = append(m.owned, o...)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		members  []kafkaMember
+		counts   map[string]int32
+		moves    int
+		awaiting string // assignCooperative's, as fmt prints it
+	}{{
+		name:     "first member",
+		members:  []kafkaMember{member("m1", a)},
+		counts:   map[string]int32{"a": 8},
+		awaiting: "map[]",
+	}, {
+		name: "join: a fourth member of 64 partitions takes 16, 5 or 6 from each",
+		members: []kafkaMember{
+			member("m1", a, ownedRange("a", 0, 22)), member("m2", a, ownedRange("a", 22, 43)),
+			member("m3", a, ownedRange("a", 43, 64)), member("m4", a),
+		},
+		counts:   map[string]int32{"a": 64},
+		moves:    16,
+		awaiting: "map[m4:true]",
+	}, {
+		name: "join in the middle of the keys moves no more",
+		members: []kafkaMember{
+			member("m1", a, ownedRange("a", 0, 32)), member("m3", a, ownedRange("a", 32, 64)), member("m2", a),
+		},
+		counts:   map[string]int32{"a": 64},
+		moves:    21,
+		awaiting: "map[m2:true]",
+	}, {
+		name: "leave: the leaver's partitions go at once, nothing else moves",
+		members: []kafkaMember{
+			member("m1", a, ownedRange("a", 0, 16)), member("m2", a, ownedRange("a", 16, 32)),
+			member("m4", a, ownedRange("a", 48, 64)),
+		},
+		counts:   map[string]int32{"a": 64},
+		awaiting: "map[]",
+	}, {
+		name: "leave of one of three on uneven shares",
+		members: []kafkaMember{
+			member("m1", a, ownedRange("a", 0, 4)), member("m3", a, ownedRange("a", 7, 10)),
+		},
+		counts:   map[string]int32{"a": 10},
+		awaiting: "map[]",
+	}, {
+		name:     "mass move: half of 1,000 partitions to a joining member",
+		members:  []kafkaMember{member("m1", a, ownedRange("a", 0, 1000)), member("m2", a)},
+		counts:   map[string]int32{"a": 1000},
+		moves:    500,
+		awaiting: "map[m2:true]",
+	}, {
+		name: "different subscriptions: b only among its subscribers",
+		members: []kafkaMember{
+			member("old", a, ownedRange("a", 0, 4)), member("new1", ab), member("new2", ab),
+		},
+		counts:   map[string]int32{"a": 4, "b": 8},
+		moves:    2,
+		awaiting: "map[new1:true new2:true]",
+	}, {
+		name: "a leave among different subscriptions needs no second generation",
+		members: []kafkaMember{
+			member("old", a, ownedRange("a", 0, 2)),
+			member("new1", ab, ownedRange("a", 2, 3), ownedRange("b", 0, 4)),
+		},
+		counts:   map[string]int32{"a": 4, "b": 8},
+		awaiting: "map[]",
+	}, {
+		name: "many topics of one partition spread over members of one subscription",
+		members: []kafkaMember{
+			member("m1", []string{"t1", "t2", "t3", "t4", "t5", "t6"},
+				ownedRange("t1", 0, 1), ownedRange("t2", 0, 1), ownedRange("t3", 0, 1),
+				ownedRange("t4", 0, 1), ownedRange("t5", 0, 1), ownedRange("t6", 0, 1)),
+			member("m2", []string{"t1", "t2", "t3", "t4", "t5", "t6"}),
+			member("m3", []string{"t1", "t2", "t3", "t4", "t5", "t6"}),
+		},
+		counts:   map[string]int32{"t1": 1, "t2": 1, "t3": 1, "t4": 1, "t5": 1, "t6": 1},
+		moves:    4,
+		awaiting: "map[m2:true m3:true]",
+	}, {
+		name: "owned extras kept by swapping which member runs one more",
+		members: []kafkaMember{
+			member("x", []string{"a", "b", "c"}, ownedRange("a", 0, 1), ownedRange("b", 0, 1)),
+			member("y", []string{"a", "b", "c"}, ownedRange("c", 0, 1)),
+			member("z", []string{"a", "b", "c"}),
+		},
+		counts:   map[string]int32{"a": 1, "b": 1, "c": 1},
+		moves:    1,
+		awaiting: "map[z:true]",
+	}, {
+		name: "conflicting claims after a split-brain: both stop it first",
+		members: []kafkaMember{
+			member("m1", a, ownedRange("a", 0, 3)), member("m2", a, ownedRange("a", 2, 4)),
+		},
+		counts:   map[string]int32{"a": 4},
+		awaiting: "map[m2:true]",
+	}, {
+		name: "partitions of a deleted topic and beyond a topic's count",
+		members: []kafkaMember{
+			member("m1", []string{"a", "gone"}, ownedRange("a", 0, 2), ownedRange("gone", 0, 3), ownedRange("a", 7, 9)),
+			member("m2", a, ownedRange("a", 2, 4)),
+		},
+		counts:   map[string]int32{"a": 4},
+		awaiting: "map[]",
+	}, {
+		name: "a partition of a topic its owner no longer subscribes to",
+		members: []kafkaMember{
+			member("m1", []string{"b"}, ownedRange("a", 0, 2), ownedRange("b", 0, 2)),
+			member("m2", a, ownedRange("a", 2, 4)),
+		},
+		counts:   map[string]int32{"a": 4, "b": 2},
+		awaiting: "map[m2:true]",
+	}, {
+		name:     "no members",
+		counts:   map[string]int32{"a": 4},
+		awaiting: "map[]",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			target := stickyTarget(tc.members, tc.counts)
+			if moves := checkTarget(t, "target", tc.members, tc.counts, target); moves != tc.moves {
+				t.Errorf("moves %d, want %d: %v", moves, tc.moves, target)
+			}
+			// The result does not depend on the members' order.
+			reversed := slices.Clone(tc.members)
+			slices.Reverse(reversed)
+			if again := stickyTarget(reversed, tc.counts); fmt.Sprint(again) != fmt.Sprint(target) {
+				t.Errorf("another order of the members: %v, want %v", again, target)
+			}
+
+			// assignCooperative gives what nobody else reports at once,
+			// and withholds the rest: awaiting names who waits.
+			plan, awaiting := assignCooperative(tc.members, tc.counts)
+			if got := fmt.Sprint(awaiting); got != tc.awaiting {
+				t.Errorf("awaiting %s, want %s (target %v)", got, tc.awaiting, target)
+			}
+			for id, tps := range target {
+				for _, tp := range tps {
+					reported := false
+					for _, m := range tc.members {
+						if m.id != id && slices.Contains(m.owned, tp) {
+							reported = true
+						}
+					}
+					if got := slices.Contains(plan[id][tp.Topic], tp.Partition); got == reported {
+						t.Errorf("%s/%d for %s: in the plan %t, reported by another member %t", tp.Topic, tp.Partition, id, got, reported)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestStickyTargetMinimalMoves: in random small groups (up to 3 members,
+// 2 topics of up to 3 partitions, random subscriptions and claims), the
+// target is balanced and moves no more partitions than the best of every
+// balanced assignment, found by trying them all.
+func TestStickyTargetMinimalMoves(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewSource(41))
+	topics := []string{"a", "b"}
+	for run := 0; run < 3000; run++ {
+		counts := map[string]int32{}
+		for _, topic := range topics {
+			counts[topic] = int32(r.Intn(4))
+		}
+		members := make([]kafkaMember, 1+r.Intn(3))
+		for i := range members {
+			m := &members[i]
+			m.id, m.key = fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", r.Intn(10))
+			for _, topic := range topics {
+				if r.Intn(3) > 0 {
+					m.topics = append(m.topics, topic)
+				}
+			}
+		}
+		for _, topic := range append(topics, "gone") {
+			for p := int32(0); p < 4; p++ {
+				if i := r.Intn(len(members) + 2); i < len(members) {
+					members[i].owned = append(members[i].owned, TopicPartition{Topic: topic, Partition: p})
+				}
+				if r.Intn(10) == 0 { // a conflicting claim
+					i := r.Intn(len(members))
+					members[i].owned = append(members[i].owned, TopicPartition{Topic: topic, Partition: p})
+				}
+			}
+		}
+		name := fmt.Sprintf("run %d: members %v, counts %v", run, members, counts)
+		target := stickyTarget(members, counts)
+		moves := checkTarget(t, name, members, counts, target)
+		if best := fewestMoves(members, counts); moves != best {
+			t.Fatalf("%s: %d moves, but a balanced assignment with %d exists; target %v", name, moves, best, target)
+		}
+	}
+}
+
+// fewestMoves tries every assignment of the partitions to their topics'
+// subscribers, and returns the fewest moves of those that are balanced
+// (checkTarget's rules).
+func fewestMoves(members []kafkaMember, counts map[string]int32) int {
+	var parts []TopicPartition
+	var candidates [][]int
+	for _, topic := range []string{"a", "b"} {
+		var subs []int
+		for i, m := range members {
+			if slices.Contains(m.topics, topic) {
+				subs = append(subs, i)
+			}
+		}
+		if len(subs) == 0 {
+			continue
+		}
+		for p := int32(0); p < counts[topic]; p++ {
+			parts = append(parts, TopicPartition{Topic: topic, Partition: p})
+			candidates = append(candidates, subs)
+		}
+	}
+	owners := validOwners(members, counts)
+	group := make([]string, len(members))
+	for i, m := range members {
+		for _, topic := range []string{"a", "b"} {
+			if counts[topic] > 0 && slices.Contains(m.topics, topic) {
+				group[i] += topic
+			}
+		}
+	}
+	best := -1
+	choice := make([]int, len(parts))
+	var try func(k int)
+	try = func(k int) {
+		if k < len(parts) {
+			for _, i := range candidates[k] {
+				choice[k] = i
+				try(k + 1)
+			}
+			return
+		}
+		perTopic := map[string][]int{"a": make([]int, len(members)), "b": make([]int, len(members))}
+		totals := make([]int, len(members))
+		moves := 0
+		for k, tp := range parts {
+			perTopic[tp.Topic][choice[k]]++
+			totals[choice[k]]++
+			if o, ok := owners[tp]; ok && o != members[choice[k]].id {
+				moves++
+			}
+		}
+		for topic, per := range perTopic {
+			lo, hi := 1<<30, 0
+			for i, m := range members {
+				if slices.Contains(m.topics, topic) {
+					lo, hi = min(lo, per[i]), max(hi, per[i])
+				}
+			}
+			if hi-lo > 1 && lo != 1<<30 {
+				return
+			}
+		}
+		for i := range members {
+			for j := range members {
+				if group[i] == group[j] && totals[i]-totals[j] > 1 {
+					return
+				}
+			}
+		}
+		if best < 0 || moves < best {
+			best = moves
+		}
+	}
+	try(0)
+	return max(best, 0)
+}
+
+// BenchmarkStickyTarget: the leader's target when a tenth member joins a
+// group of nine on 50 topics of 20 partitions.
+func BenchmarkStickyTarget(b *testing.B) {
+	counts := make(map[string]int32)
+	var topics []string
+	for i := 0; i < 50; i++ {
+		topic := fmt.Sprintf("t%02d", i)
+		counts[topic] = 20
+		topics = append(topics, topic)
+	}
+	members := make([]kafkaMember, 10)
+	for i := range members {
+		members[i] = kafkaMember{id: fmt.Sprintf("m%d", i), key: fmt.Sprintf("m%d", i), topics: topics}
+	}
+	for id, tps := range stickyTarget(members[:9], counts) {
+		for i := range members {
+			if members[i].id == id {
+				members[i].owned = tps
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		stickyTarget(members, counts)
+	}
+}
