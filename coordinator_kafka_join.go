@@ -1,0 +1,328 @@
+package kafkaconsumer
+
+// The join of a Kafka-coordinated member (coordinator_kafka.go): the
+// JoinGroup and SyncGroup of each generation, retried until the member
+// has an assignment; what a removal from the group costs; the log line
+// of a generation joined.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/wvanbergen/kazoo-go"
+)
+
+// join joins the group and syncs, retrying until it has the assignment of
+// a generation, or until the manager is interrupted (ok is false then).
+func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[TopicPartition]assignment, ok bool) {
+	cm := k.cm
+	k.joining.Store(true)
+	defer k.joining.Store(false)
+	for attempt := 0; ; attempt++ {
+		assigned, err := k.joinOnce(partitions)
+		if k.fencedOut.Load() {
+			return nil, k.stayOut() // fenced by another request meanwhile
+		}
+		if err == nil {
+			return assigned, true
+		}
+		select {
+		case <-cm.t.Dying():
+			return nil, false
+		default:
+		}
+		var kerr sarama.KError
+		errors.As(err, &kerr)
+		switch {
+		case errors.Is(err, errRejoin):
+			attempt = -1 // at once: the coordinator asked for it
+			continue
+		case errors.Is(kerr, sarama.ErrUnknownMemberId):
+			cm.logf(slog.LevelWarn, "No longer a member of the group (%s): the partitions are lost, with what was acked since the last commit; joining anew.", err)
+			k.removedFromGroup()
+			cm.reportStops(cm.managePartitionManagers(nil))
+			attempt = -1
+			continue
+		case errors.Is(kerr, sarama.ErrFencedInstancedId):
+			k.instanceFenced(err)
+			return nil, k.stayOut()
+		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
+			if !k.reportedProtocol {
+				k.reportedProtocol = true
+				cm.sendError(fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+			}
+		case coordinatorMoved(kerr) || kerr == 0:
+			// A coordinator that moved, or a request that failed as a
+			// whole: look it up again, through call: the group client's
+			// read timeout covers a rebalance (a minute with sarama's
+			// default), and a broker cut off would hold the manager, and
+			// a Close, that long.
+			_ = k.call(func() error { return k.client.RefreshCoordinator(cm.group) })
+		}
+		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
+		if !sleepOrDie(&cm.t, attempt) {
+			return nil, false
+		}
+	}
+}
+
+// errRejoin is what joinOnce returns when the coordinator asks for a new
+// JoinGroup at once (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS at the
+// sync).
+var errRejoin = errors.New("join again")
+
+// removedFromGroup handles a removal from the group that the manager
+// goroutine learnt of: the guard, as for one it learns of itself, raises
+// the fence, takes back what sits unread once no partition hands out,
+// and loses the membership (loseMembership); removedFromGroup waits for
+// that, or until the manager is interrupted. The next generation synced
+// lifts the fence.
+func (k *kafkaCoordinator) removedFromGroup() {
+	cm := k.cm
+	select {
+	case k.removal <- struct{}{}:
+	default:
+	}
+	for !k.lost.Load() {
+		select {
+		case <-k.rejoin:
+		case <-cm.t.Dying():
+			return
+		}
+	}
+	k.lost.Store(false) // the caller stops the partitions
+}
+
+// loseMembership records that this member was removed from the group:
+// every partition is lost (no final commit: Kafka refuses it, and another
+// member may own the partition), and the next JoinGroup is a new
+// member's.
+func (k *kafkaCoordinator) loseMembership() {
+	for _, pm := range *k.cm.pms.Load() {
+		pm.lose()
+	}
+	k.setMember(groupMember{generation: sarama.GroupGenerationUndefined})
+}
+
+// ownedPartitions returns the partitions this member runs, for its
+// JoinGroup (KIP-429's owned partitions): every partition manager not
+// lost. The manager goroutine calls it between rounds, when no partition
+// is stopping.
+func (k *kafkaCoordinator) ownedPartitions() map[string][]int32 {
+	owned := make(map[string][]int32)
+	for tp, pm := range *k.cm.pms.Load() {
+		if !pm.isLost() {
+			owned[tp.Topic] = append(owned[tp.Topic], tp.Partition)
+		}
+	}
+	for _, ps := range owned {
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	}
+	return owned
+}
+
+// joinOnce sends one JoinGroup and, when it succeeds, one SyncGroup, and
+// returns this member's assignment. The leader computes the assignment of
+// every member (assign).
+func (k *kafkaCoordinator) joinOnce(partitions kazoo.PartitionList) (map[TopicPartition]assignment, error) {
+	var broker *sarama.Broker
+	// Through call: the offset store's lookup of the coordinator may
+	// wait for one under way, to a broker that hangs.
+	if err := k.call(func() (err error) { broker, err = k.coordinatorBroker(); return err }); err != nil {
+		return nil, err
+	}
+	resp, meta, err := k.sendJoinGroup(broker, partitions)
+	if err != nil {
+		return nil, err
+	}
+	member := groupMember{id: resp.MemberId, generation: resp.GenerationId}
+	mine, syncSent, err := k.sendSyncGroup(broker, resp, member, partitions)
+	if err != nil {
+		return nil, err
+	}
+	assigned := k.takeAssignment(member, mine, meta.Topics, syncSent)
+	k.cm.logf(slog.LevelInfo, "%s", joinedLine(resp, len(assigned)))
+	return assigned, nil
+}
+
+// sendJoinGroup sends this member's JoinGroup, with its subscription and
+// the partitions it owns, to broker, the group's coordinator, and returns
+// the answer and the metadata sent. An answer that asks for another
+// JoinGroup at once is errRejoin.
+func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo.PartitionList) (*sarama.JoinGroupResponse, *sarama.ConsumerGroupMemberMetadata, error) {
+	cm := k.cm
+	req := sarama.NewJoinGroupRequest(cm.config.Version)
+	req.GroupId = cm.group
+	req.MemberId = k.current().id
+	req.SessionTimeout = int32(k.sessionTimeout / time.Millisecond)
+	req.RebalanceTimeout = int32(k.rebalanceTimeout / time.Millisecond)
+	req.ProtocolType = kafkaProtocolType
+	if req.Version >= 5 {
+		req.GroupInstanceId = k.instanceID
+	}
+	meta := memberMetadata(partitions, k.ownedPartitions())
+	meta.UserData = memberUserData(k.followsSwitch)
+	if err := req.AddGroupProtocolMetadata(kafkaProtocol, meta); err != nil {
+		return nil, nil, err
+	}
+	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
+	var resp *sarama.JoinGroupResponse
+	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
+		closeFailed(broker, err)
+		return nil, nil, err
+	}
+	switch {
+	case errors.Is(resp.Err, sarama.ErrMemberIdRequired):
+		k.setMember(groupMember{id: resp.MemberId, generation: sarama.GroupGenerationUndefined})
+		return nil, nil, errRejoin
+	case !errors.Is(resp.Err, sarama.ErrNoError):
+		if errors.Is(resp.Err, sarama.ErrUnknownMemberId) && k.current().generation < 0 {
+			k.setMember(groupMember{generation: sarama.GroupGenerationUndefined}) // a member ID that expired before its first generation
+			return nil, nil, errRejoin
+		}
+		return nil, nil, fmt.Errorf("join group %s: %w", cm.group, resp.Err)
+	}
+	if cur := k.current(); cur.id == "" {
+		// The coordinator named this member (a Kafka before 2.2 does so
+		// in the first JoinGroup's answer): the next JoinGroup, should
+		// the SyncGroup fail, must carry the ID, or the coordinator
+		// counts a second member and waits for the first to expire.
+		k.setMember(groupMember{id: resp.MemberId, generation: cur.generation})
+	}
+	return resp, meta, nil
+}
+
+// sendSyncGroup sends member's SyncGroup of the generation that the
+// JoinGroup answered resp, with every member's assignment when this
+// member leads, and returns this member's assignment (nil: none) and the
+// time the SyncGroup was sent. An answer that asks for another JoinGroup
+// is errRejoin.
+func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.JoinGroupResponse, member groupMember, partitions kazoo.PartitionList) (*sarama.ConsumerGroupMemberAssignment, time.Time, error) {
+	cm := k.cm
+	sync := syncGroupRequest(cm.config.Version, cm.group, member, k.instanceID)
+	if resp.LeaderId == resp.MemberId {
+		plan, awaiting, err := k.assign(resp, partitions)
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("assign the group's partitions: %w", err)
+		}
+		for id, topics := range plan {
+			a := &sarama.ConsumerGroupMemberAssignment{Topics: topics}
+			if awaiting[id] {
+				a.UserData = awaitingUserData
+			}
+			if err := sync.AddGroupAssignmentMember(id, a); err != nil {
+				return nil, time.Time{}, err
+			}
+		}
+	}
+	var syncResp *sarama.SyncGroupResponse
+	sent := time.Now()
+	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
+		closeFailed(broker, err)
+		return nil, sent, err
+	}
+	switch {
+	case errors.Is(syncResp.Err, sarama.ErrRebalanceInProgress):
+		return nil, sent, errRejoin // another member joined meanwhile
+	case errors.Is(syncResp.Err, sarama.ErrIllegalGeneration):
+		// A later generation completed meanwhile: the next JoinGroup
+		// tells whether this member is still in the group.
+		return nil, sent, errRejoin
+	case !errors.Is(syncResp.Err, sarama.ErrNoError):
+		return nil, sent, fmt.Errorf("sync group %s: %w", cm.group, syncResp.Err)
+	}
+	mine, err := syncResp.GetMemberAssignment()
+	if err != nil {
+		return nil, sent, fmt.Errorf("sync group %s: the assignment: %w", cm.group, err)
+	}
+	return mine, sent, nil
+}
+
+// takeAssignment makes member, synced with the SyncGroup sent at
+// syncSent, the current member, tells the guard, and returns its
+// assignment mine as partitions to run: those of the topics it
+// subscribes to (subscribed) only. Partitions of other topics (a leader
+// running older code) are not run, and the member joins again.
+func (k *kafkaCoordinator) takeAssignment(member groupMember, mine *sarama.ConsumerGroupMemberAssignment, subscribed []string, syncSent time.Time) map[TopicPartition]assignment {
+	cm := k.cm
+	k.setMember(member)
+	if mine != nil && awaitingAssignment(mine.UserData) {
+		k.expectRebalance()
+	}
+	k.tellJoined(syncSent)
+	assigned := make(map[TopicPartition]assignment)
+	if mine == nil {
+		return assigned
+	}
+	var foreign []string
+	if mine.Topics, foreign = subscribedOnly(mine.Topics, subscribed); len(foreign) > 0 {
+		cm.logf(slog.LevelWarn, "The group's leader assigned partitions of topics %s, which this member does not subscribe to; not consuming them, and joining again.", strings.Join(foreign, ", "))
+		k.requestRejoin(member.generation)
+	}
+	for topic, ids := range mine.Topics {
+		t := kazooValues.Topic(topic)
+		for _, id := range ids {
+			assigned[TopicPartition{Topic: topic, Partition: id}] = assignment{partition: t.Partition(id, nil)}
+		}
+	}
+	return assigned
+}
+
+// joinedLine is the log line of a generation joined, with the JoinGroup's
+// answer resp and the number of partitions assigned to this member. The
+// coordinator lists the members to the leader alone: a follower's line
+// names the leader instead.
+func joinedLine(resp *sarama.JoinGroupResponse, assigned int) string {
+	if resp.LeaderId == resp.MemberId {
+		return fmt.Sprintf("Joined generation %d of the group as %s, as the leader: %d members, %d partitions assigned to this member.",
+			resp.GenerationId, resp.MemberId, len(resp.Members), assigned)
+	}
+	return fmt.Sprintf("Joined generation %d of the group as %s (the leader is %s): %d partitions assigned to this member.",
+		resp.GenerationId, resp.MemberId, resp.LeaderId, assigned)
+}
+
+// tellJoined tells the guard that the SyncGroup sent at sent made this
+// member part of a generation: an answer of the coordinator, which
+// counts the member's session anew when it hands out the generation's
+// assignments, after it received every member's SyncGroup (so after
+// sent).
+func (k *kafkaCoordinator) tellJoined(sent time.Time) {
+	for {
+		select {
+		case k.joined <- sent:
+			return
+		default:
+		}
+		select {
+		case <-k.joined: // not taken yet: replaced
+		default:
+		}
+	}
+}
+
+// syncGroupRequest returns a SyncGroup request of member, of the version
+// sarama's consumer group sends for version.
+func syncGroupRequest(version sarama.KafkaVersion, group string, member groupMember, instanceID *string) *sarama.SyncGroupRequest {
+	req := &sarama.SyncGroupRequest{GroupId: group, MemberId: member.id, GenerationId: member.generation}
+	for _, step := range []struct {
+		from    sarama.KafkaVersion
+		version int16
+	}{{sarama.V0_11_0_0, 1}, {sarama.V2_0_0_0, 2}, {sarama.V2_3_0_0, 3}, {sarama.V2_4_0_0, 4}, {sarama.V2_5_0_0, 5}} {
+		if version.IsAtLeast(step.from) {
+			req.Version = step.version
+		}
+	}
+	if req.Version >= 3 {
+		req.GroupInstanceId = instanceID
+	}
+	if req.Version >= 5 {
+		protocolType, protocol := kafkaProtocolType, kafkaProtocol
+		req.ProtocolType, req.ProtocolName = &protocolType, &protocol
+	}
+	return req
+}
