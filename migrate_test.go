@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
 
@@ -737,4 +738,44 @@ func TestSwitchedGroupRebalancesThroughZookeeperOutage(t *testing.T) {
 	t.Logf("the remaining member consumed every partition %s after ZooKeeper stopped answering", time.Since(outage).Round(time.Millisecond))
 	proxy.Pass()
 	<-closed
+}
+
+// TestKafkaInstanceWhileSwitchSaysZookeeper pins what docs/migration.md
+// says of a CoordinatorKafka instance started while the group's switch
+// says zookeeper: it has no ZooKeeper, so it cannot see the switch; it
+// joins Kafka's group, Empty, alone, and consumes every partition beside
+// the ZooKeeper-coordinated instance. That instance's commits (of
+// generation -1) are refused by Kafka while its group has a member: it
+// reports them on Errors() as sarama.ErrUnknownMemberId, and consumes on.
+func TestKafkaInstanceWhileSwitchSaysZookeeper(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kafka-beside-zookeeper")
+	z := joinWithCleanup(t, group, TopicSubscription(topic), testConfig())
+	zErrs := logErrors(z)
+	zReceived, _ := receiveAll(z)
+	client := newTestClient(t)
+	values := produce(t, client, topic, "before", 20)
+	waitFor(t, 30*time.Second, "the ZooKeeper-coordinated instance to consume", func() bool { return zReceived.has(values) })
+
+	k := joinKafka(t, group, TopicSubscription(topic), kafkaTestConfig())
+	kReceived, _ := receiveAll(k)
+	waitFor(t, time.Minute, "the CoordinatorKafka instance to take every partition, beside the other", func() bool {
+		return claimedCount(k) == 2 && claimedCount(z) == 2
+	})
+	values = produce(t, client, topic, "beside", 20)
+	waitFor(t, 30*time.Second, "both instances to consume every message", func() bool {
+		return zReceived.has(values) && kReceived.has(values)
+	})
+	waitFor(t, 30*time.Second, "a refused commit on the ZooKeeper-coordinated instance's Errors()", func() bool {
+		zErrs.mu.Lock()
+		defer zErrs.mu.Unlock()
+		for _, err := range zErrs.errs {
+			if errors.Is(err, sarama.ErrUnknownMemberId) {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("the ZooKeeper-coordinated instance's Errors(): %s", zErrs.summary())
 }
