@@ -48,9 +48,8 @@
 #                      an instance registering as the original does while
 #                      it says kafka (issue 41, finding 3);
 #                      SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the
-#                      cuts of an instance from every broker too (the
-#                      instance never joins: docs/soak.md); default
-#                      zookeeper
+#                      cuts of an instance from every broker too
+#                      (docs/soak.md); default zookeeper
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
 #                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)

@@ -57,6 +57,87 @@ func (cm *consumerManager) discoverBrokers(conn *zk.Conn) ([]string, error) {
 	return sel.Addrs, nil
 }
 
+// currentBrokers returns the addresses to open a Kafka client on after
+// Join, read afresh at each call: those that the instance's discovery
+// names now (Config.Brokers when set, as discoverBrokers takes them;
+// else the brokers registered in ZooKeeper now, read through the
+// instance's session within zkTimeout, on the listener that
+// discoverBrokers picks), then those that the first client knows, without
+// repeats. sarama drops from the client every broker it failed to reach,
+// so the client alone can know none while the cluster is up. It returns
+// an error only when it has no address: then that of the ZooKeeper read,
+// or one wrapping ErrNoBrokers. Manager goroutine only.
+func (cm *consumerManager) currentBrokers() ([]string, error) {
+	var (
+		addrs   []string
+		problem error
+		seen    = make(map[string]bool)
+		add     = func(addr string) {
+			if !seen[addr] {
+				seen[addr] = true
+				addrs = append(addrs, addr)
+			}
+		}
+	)
+	if len(cm.config.Brokers) > 0 {
+		for _, addr := range cm.config.Brokers {
+			add(addr)
+		}
+	} else if cm.config.Discovery == DiscoverFromZookeeper {
+		sel, err := cm.registeredBrokers()
+		for _, addr := range sel {
+			add(addr)
+		}
+		problem = err
+	}
+	if cm.client != nil {
+		for _, b := range cm.client.Brokers() {
+			add(b.Addr())
+		}
+	}
+	switch {
+	case len(addrs) > 0:
+		return addrs, nil
+	case problem != nil:
+		return nil, problem
+	}
+	return nil, fmt.Errorf("%w: none registered in zookeeper under %s/brokers/ids, and the client knows none", ErrNoBrokers, cm.config.Zookeeper.Chroot)
+}
+
+// registeredBrokers reads the brokers registered in ZooKeeper through the
+// instance's session, within zkTimeout, and returns the address of each
+// on the listener that discoverBrokers picks.
+func (cm *consumerManager) registeredBrokers() ([]string, error) {
+	chroot := cm.config.Zookeeper.Chroot
+	children := func(node string) ([]string, error) {
+		ids, _, err := cm.zkConn.Children(chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return ids, err
+	}
+	get := func(node string) ([]byte, bool, error) {
+		data, _, err := cm.zkConn.Get(chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, false, nil
+		}
+		return data, err == nil, err
+	}
+	var regs []zkbrokers.Registration
+	err := cm.zkCall(cm.zkTimeout(), func() (err error) {
+		regs, err = zkbrokers.Read(children, get)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read kafka broker registrations in zookeeper: %w", convertError(err))
+	}
+	sel, err := zkbrokers.Select(regs, cm.config.Listener, cm.config.securityProtocol())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoBrokers, err)
+	}
+	return sel.Addrs, nil
+}
+
 // securityProtocol returns the Kafka security protocol that the sarama
 // configuration speaks: SASL_SSL, SSL, SASL_PLAINTEXT or PLAINTEXT.
 func (c *Config) securityProtocol() string {

@@ -135,7 +135,10 @@ func (m *migratingCoordinator) manage() {
 			if !cm.manageZookeeper(&m.sw) {
 				return
 			}
-			// Every partition stopped, the instance deregistered.
+			// Every partition stopped, the instance deregistered: its
+			// ZooKeeper guard stops, so that a switch back before Kafka's
+			// group is joined registers under a guard of its own.
+			m.setActive(nil)
 		}
 		waited, ok := m.awaitZookeeperEmpty()
 		if waited && ok {
@@ -150,9 +153,15 @@ func (m *migratingCoordinator) manage() {
 			}
 			continue
 		}
-		k, ok := m.kafka()
+		k, switched, ok := m.kafka()
 		if !ok {
 			return
+		}
+		if switched { // the switch went back while connecting
+			if onKafka, ok = m.reopen(); !ok {
+				return
+			}
+			continue
 		}
 		m.setActive(k)
 		if !k.manageUntil(&m.sw) {
@@ -363,41 +372,73 @@ func (m *migratingCoordinator) registerAgain() (onKafka, ok bool) {
 	}
 }
 
-// kafka returns the Kafka coordinator, made and connected (its group
-// client) at the first switch to Kafka; ok is false when the manager was
-// interrupted first.
-func (m *migratingCoordinator) kafka() (k *kafkaCoordinator, ok bool) {
-	cm := m.cm
-	if m.k != nil {
-		return m.k, true
-	}
-	var brokers []string
-	for _, b := range cm.client.Brokers() {
-		brokers = append(brokers, b.Addr())
-	}
-	if len(brokers) == 0 {
-		brokers = cm.config.Brokers
-	}
+// kafka returns the Kafka coordinator, made and its group client
+// connected at the first switch to Kafka (connectKafka). It tries again
+// while the switch says kafka: switched is true when it says zookeeper
+// (k nil then), ok false when the manager was interrupted.
+func (m *migratingCoordinator) kafka() (k *kafkaCoordinator, switched, ok bool) {
 	for attempt := 0; ; attempt++ {
-		k := newKafkaCoordinator(cm)
-		k.followsSwitch = true
-		err := m.openGroupClient(k, brokers)
+		if !m.sw.read() {
+			return nil, false, false
+		}
+		if !m.sw.kafka() {
+			return nil, true, true
+		}
+		k, err := m.connectKafka()
 		if err == nil {
-			m.k = k
-			return k, true
+			return k, false, true
 		}
 		if errors.Is(err, errAbandoned) {
-			return nil, false
+			return nil, false, false
 		}
+		m.cm.logf(slog.LevelWarn, "Failed to connect to Kafka's group coordinator: %s. Trying again.", err)
+		if !m.pause(attempt) {
+			return nil, false, false
+		}
+	}
+}
+
+// connectKafka makes the Kafka coordinator and connects its group client
+// when there is none yet, in one attempt, on the brokers read afresh
+// (currentBrokers): after the brokers were unreachable, the first
+// client knows none of them. errAbandoned when the manager was
+// interrupted.
+func (m *migratingCoordinator) connectKafka() (*kafkaCoordinator, error) {
+	cm := m.cm
+	if m.k != nil {
+		return m.k, nil
+	}
+	brokers, err := cm.currentBrokers()
+	if err != nil {
+		return nil, fmt.Errorf("connect to kafka: %w", err)
+	}
+	k := newKafkaCoordinator(cm)
+	k.followsSwitch = true
+	if err := m.openGroupClient(k, brokers); err != nil {
 		if cm.groupClient != nil {
 			_ = cm.groupClient.Close()
 			cm.groupClient = nil
 		}
-		cm.logf(slog.LevelWarn, "Failed to connect to Kafka's group coordinator: %s. Trying again.", err)
-		if !sleepOrDie(&cm.t, attempt) {
-			return nil, false
-		}
+		return nil, err
 	}
+	m.k = k
+	return k, nil
+}
+
+// pause waits the retry delay of attempt, or until the switch's watch
+// fires (the next read of the switch reads it again); false when the
+// manager was interrupted.
+func (m *migratingCoordinator) pause(attempt int) bool {
+	timer := time.NewTimer(retryDelay(attempt))
+	defer timer.Stop()
+	select {
+	case <-m.cm.t.Dying():
+		return false
+	case <-m.sw.watch():
+		m.sw.changed = nil
+	case <-timer.C:
+	}
+	return true
 }
 
 // openGroupClient is k.openGroupClient on a goroutine of its own, which

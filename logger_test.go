@@ -77,6 +77,18 @@ next:
 	return loggedRecord{}, false
 }
 
+// findLast returns the last record of level whose message contains msg.
+func (r *recorded) findLast(level slog.Level, msg string) (loggedRecord, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.records) - 1; i >= 0; i-- {
+		if lr := r.records[i]; lr.level == level && strings.Contains(lr.msg, msg) {
+			return lr, true
+		}
+	}
+	return loggedRecord{}, false
+}
+
 // lineLogger is a package Logger that keeps its lines.
 type lineLogger struct {
 	mu    sync.Mutex

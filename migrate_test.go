@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // timedDelivery is a delivery of a partition's message by an instance.
@@ -402,6 +405,97 @@ func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
 	<-done
 }
 
+// TestSwitchToKafkaWhileCutOffFromBrokers: an instance is cut off from
+// every broker (its connections through the proxies reset) when the
+// group switches to Kafka's coordinator, long enough for sarama to drop
+// every broker it knew. The addresses of its group client must be read
+// afresh at each attempt, from the discovery (ZooKeeper's /brokers/ids,
+// or Config.Brokers) as well as from the client:
+//   - "heal": once the brokers are reachable again it joins Kafka's group
+//     and consumes; then the switch goes back, and it follows it;
+//   - "back": the switch goes back while it is still cut off; its retries
+//     follow the switch, and once healed it registers in ZooKeeper again
+//     (after finding Kafka's group Empty: it sealed the owners) and
+//     consumes.
+func TestSwitchToKafkaWhileCutOffFromBrokers(t *testing.T) {
+	parallelClusterTest(t)
+	t.Run("heal", func(t *testing.T) { testSwitchWhileCutOff(t, false) })
+	t.Run("back", func(t *testing.T) { testSwitchWhileCutOff(t, true) })
+}
+
+func testSwitchWhileCutOff(t *testing.T, backWhileCut bool) {
+	topic := newTopic(t, 2)
+	group := uniqueName("switch-cut-off")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	kp := newKafkaProxies(t, nil)
+	config := testConfig()
+	config.Consumer.Group.Session.Timeout = 6 * time.Second
+	config.Consumer.Group.Heartbeat.Interval = time.Second
+	logger, logged := newRecordingLogger()
+	config.Logger = logger
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	defer func() { _ = c.Close() }()
+	cm := c.(*consumerManager)
+	received, _ := receiveAll(c)
+	client := newTestClient(t)
+	values := produce(t, client, topic, "before", 20)
+	waitFor(t, 30*time.Second, "the messages before the cut", func() bool { return received.has(values) })
+
+	kp.faultAll(t, func(p *testcluster.Proxy) error { p.Reset(); return nil })
+	// A metadata refresh that fails on every broker drops them all, as
+	// the fetchers' refreshes do within seconds.
+	waitFor(t, 30*time.Second, "sarama to drop every broker", func() bool {
+		_ = cm.client.RefreshMetadata()
+		return len(cm.client.Brokers()) == 0
+	})
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, time.Minute, "a connection to Kafka's group coordinator to fail", func() bool {
+		_, ok := logged.find(slog.LevelWarn, "Failed to connect to Kafka's group coordinator", nil)
+		return ok
+	})
+	ids := chroot + "/consumers/" + group + "/ids"
+	registered := func() bool {
+		children, _, err := conn.Children(ids)
+		return err == nil && len(children) == 1 && !onKafka(c) && claimedCount(c) == 2
+	}
+	heal := func() time.Time {
+		kp.faultAll(t, func(p *testcluster.Proxy) error { p.Pass(); return nil })
+		return time.Now()
+	}
+	if backWhileCut {
+		setSwitch(t, conn, chroot, group, switchZookeeper)
+		waitFor(t, time.Minute, "the retries to read the switch back", func() bool {
+			_, ok := logged.find(slog.LevelInfo, "says zookeeper", nil)
+			return ok
+		})
+		healed := heal()
+		if !poll(time.Minute, registered) {
+			lr, _ := logged.findLast(slog.LevelWarn, "Failed to connect to Kafka's group coordinator")
+			t.Fatalf("the instance did not register in ZooKeeper again within a minute of the heal; its last failure: %s", lr.msg)
+		}
+		t.Logf("registered in ZooKeeper again %s after the heal", time.Since(healed).Round(time.Millisecond))
+		values = produce(t, client, topic, "back", 20)
+		waitFor(t, 30*time.Second, "the messages after the switch back", func() bool { return received.has(values) })
+		return
+	}
+	healed := heal()
+	if !poll(time.Minute, func() bool { return onKafka(c) && claimedCount(c) == 2 }) {
+		lr, _ := logged.findLast(slog.LevelWarn, "Failed to connect to Kafka's group coordinator")
+		t.Fatalf("the instance did not join Kafka's group within a minute of the heal; its last failure: %s", lr.msg)
+	}
+	t.Logf("joined Kafka's group %s after the heal", time.Since(healed).Round(time.Millisecond))
+	values = produce(t, client, topic, "kafka", 20)
+	waitFor(t, 30*time.Second, "the messages under Kafka", func() bool { return received.has(values) })
+
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	waitFor(t, time.Minute, "the instance to register in ZooKeeper again and claim", registered)
+	values = produce(t, client, topic, "back", 20)
+	waitFor(t, 30*time.Second, "the messages after the switch back", func() bool { return received.has(values) })
+}
+
 // TestSwitchBackCloseWithBrokersHung: the brokers hang (connections
 // accepted, nothing answered) as a group on Kafka's coordinator switches
 // back to ZooKeeper. The member stops its partitions (nothing to commit)
@@ -644,4 +738,44 @@ func TestSwitchedGroupRebalancesThroughZookeeperOutage(t *testing.T) {
 	t.Logf("the remaining member consumed every partition %s after ZooKeeper stopped answering", time.Since(outage).Round(time.Millisecond))
 	proxy.Pass()
 	<-closed
+}
+
+// TestKafkaInstanceWhileSwitchSaysZookeeper pins what docs/migration.md
+// says of a CoordinatorKafka instance started while the group's switch
+// says zookeeper: it has no ZooKeeper, so it cannot see the switch; it
+// joins Kafka's group, Empty, alone, and consumes every partition beside
+// the ZooKeeper-coordinated instance. That instance's commits (of
+// generation -1) are refused by Kafka while its group has a member: it
+// reports them on Errors() as sarama.ErrUnknownMemberId, and consumes on.
+func TestKafkaInstanceWhileSwitchSaysZookeeper(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kafka-beside-zookeeper")
+	z := joinWithCleanup(t, group, TopicSubscription(topic), testConfig())
+	zErrs := logErrors(z)
+	zReceived, _ := receiveAll(z)
+	client := newTestClient(t)
+	values := produce(t, client, topic, "before", 20)
+	waitFor(t, 30*time.Second, "the ZooKeeper-coordinated instance to consume", func() bool { return zReceived.has(values) })
+
+	k := joinKafka(t, group, TopicSubscription(topic), kafkaTestConfig())
+	kReceived, _ := receiveAll(k)
+	waitFor(t, time.Minute, "the CoordinatorKafka instance to take every partition, beside the other", func() bool {
+		return claimedCount(k) == 2 && claimedCount(z) == 2
+	})
+	values = produce(t, client, topic, "beside", 20)
+	waitFor(t, 30*time.Second, "both instances to consume every message", func() bool {
+		return zReceived.has(values) && kReceived.has(values)
+	})
+	waitFor(t, 30*time.Second, "a refused commit on the ZooKeeper-coordinated instance's Errors()", func() bool {
+		zErrs.mu.Lock()
+		defer zErrs.mu.Unlock()
+		for _, err := range zErrs.errs {
+			if errors.Is(err, sarama.ErrUnknownMemberId) {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("the ZooKeeper-coordinated instance's Errors(): %s", zErrs.summary())
 }

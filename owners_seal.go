@@ -212,34 +212,64 @@ func (m *migratingCoordinator) sealForKafka() (sealed, ok bool) {
 
 // reopen registers the instance in ZooKeeper after a switch back: when
 // the owners are sealed, once Kafka's group is Empty, and after opening
-// them. onKafka is true when the switch says kafka again (not
-// registered), ok false when the manager was interrupted.
+// them. Each attempt reads the seal again (another instance may have
+// opened the owners) and the switch. onKafka is true when the switch says
+// kafka again (not registered), ok false when the manager was
+// interrupted.
 func (m *migratingCoordinator) reopen() (onKafka, ok bool) {
 	cm := m.cm
 	for attempt := 0; ; attempt++ {
 		var sealed bool
 		err := cm.zkCall(cm.zkTimeout(), func() (err error) { sealed, err = cm.ownersSealed(); return err })
-		if err == nil && !sealed {
+		switch {
+		case err != nil:
+			cm.logf(slog.LevelWarn, "Failed to read the group's owner nodes (%s): %s. Trying again.", cm.groupNode("owners"), convertError(err))
+		case !sealed:
 			return m.registerAgain()
-		}
-		if err == nil {
-			if _, ok := m.kafka(); !ok {
-				return false, false
+		default:
+			opened, onKafka, ok := m.openOwnersOnceEmpty()
+			if !ok || onKafka {
+				return onKafka, ok
 			}
-			empty, ok := m.awaitKafkaEmpty()
-			if !ok || !empty {
-				return !empty, ok
-			}
-			if err = cm.zkCall(cm.zkTimeout(), cm.openOwners); err == nil {
-				cm.logf(slog.LevelInfo, "Opened the group's owner nodes (%s) again: ZooKeeper's claims are the lock.", cm.groupNode("owners"))
+			if opened {
 				return m.registerAgain()
 			}
 		}
-		cm.logf(slog.LevelWarn, "Failed to read or open the group's owner nodes (%s): %s. Trying again.", cm.groupNode("owners"), convertError(err))
-		if !sleepOrDie(&cm.t, attempt) {
+		if !m.pause(attempt) {
 			return false, false
 		}
 	}
+}
+
+// openOwnersOnceEmpty opens the sealed owners once Kafka's group is
+// Empty, which it asks through the group client (connected at most once
+// here: with the brokers unreachable, reopen tries again). opened is
+// false after a failure, which it logs; onKafka is true when the switch
+// says kafka, ok false when the manager was interrupted.
+func (m *migratingCoordinator) openOwnersOnceEmpty() (opened, onKafka, ok bool) {
+	cm := m.cm
+	if !m.sw.read() {
+		return false, false, false
+	}
+	if m.sw.kafka() {
+		return false, true, true
+	}
+	if _, err := m.connectKafka(); errors.Is(err, errAbandoned) {
+		return false, false, false
+	} else if err != nil {
+		cm.logf(slog.LevelWarn, "Failed to connect to Kafka's group coordinator, to find its group Empty before opening the owner nodes: %s. Trying again.", err)
+		return false, false, true
+	}
+	empty, ok := m.awaitKafkaEmpty()
+	if !ok || !empty {
+		return false, !empty, ok
+	}
+	if err := cm.zkCall(cm.zkTimeout(), cm.openOwners); err != nil {
+		cm.logf(slog.LevelWarn, "Failed to open the group's owner nodes (%s): %s. Trying again.", cm.groupNode("owners"), convertError(err))
+		return false, false, true
+	}
+	cm.logf(slog.LevelInfo, "Opened the group's owner nodes (%s) again: ZooKeeper's claims are the lock.", cm.groupNode("owners"))
+	return true, false, true
 }
 
 // intruderWatch is a goroutine that watches the group's registrations

@@ -27,8 +27,8 @@
 // as the original wvanbergen/kafka does, started while the switch says
 // kafka (issue 41's finding 3 until the library keeps it apart).
 // SOAK_SWITCH_CUT_FROM_BROKERS=1 (-switch-cut-from-brokers) flips the
-// switch under the cuts of an instance from every broker too, which the
-// library does not survive yet (cutFromBrokers).
+// switch under the cuts of an instance from every broker too
+// (cutFromBrokers: off by default until a run with it is recorded).
 package main
 
 import (

@@ -295,11 +295,12 @@ var nonFollowerFaults = []fault{
 
 // cutFromBrokers are the kinds under which the nemesis flips the switch
 // only with SOAK_SWITCH_CUT_FROM_BROKERS=1: an instance whose brokers are
-// all unreachable when the switch says kafka never joins Kafka's group,
-// nor follows the switch back (found with SOAK_SEED=11: its sarama client
+// all unreachable when the switch says kafka never joined Kafka's group,
+// nor followed the switch back (found with SOAK_SEED=11: its sarama client
 // had deregistered every broker, and the library's connection to Kafka's
-// group coordinator retries with no broker address for ever), so that the
-// group is never stable again and the run fails.
+// group coordinator retried with no broker address for ever), so that the
+// group was never stable again and the run failed. Fixed in the library
+// since (docs/soak.md); off by default until a run with it is recorded.
 var cutFromBrokers = map[string]bool{
 	"instance cut off from every broker (held), healed":  true,
 	"instance cut off from every broker (reset), healed": true,

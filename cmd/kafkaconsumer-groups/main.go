@@ -195,7 +195,10 @@ CoordinatorZooKeeper) follows, and waits up to --wait for the instances to
 move. It refuses, naming them, while an instance that does not follow the
 switch is part of the group: an instance of the original wvanbergen/kafka, a
 kafkaconsumer too old to migrate, or (--to zookeeper) a member without
-ZooKeeper. See the README, "Moving off ZooKeeper".
+ZooKeeper. While Kafka's group rebalances, --to zookeeper waits for it to
+settle (within --wait, or --timeout with --wait 0) before it judges the
+members: Kafka describes their metadata only while the group is Stable.
+See the README, "Moving off ZooKeeper".
 
 Flags:
 `
@@ -207,7 +210,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	zookeeper := fs.String("zookeeper", os.Getenv("ZOOKEEPER_PEERS"), "ZooKeeper connection string of the group (default $ZOOKEEPER_PEERS)")
 	group := fs.String("group", "", "the consumer group to migrate")
 	to := fs.String("to", "", "the coordinator to move the group to: kafka, or zookeeper to go back")
-	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the instances to move (0: do not wait)")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the instances to move, and (--to zookeeper) first for Kafka's group to settle (0: do not wait for the instances)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up when ZooKeeper or Kafka have not answered within this time")
 	af, zf := addAccessFlags(fs)
 	fs.Usage = func() {

@@ -33,12 +33,23 @@ const (
 // group cannot follow the switch.
 var ErrRefused = errors.New("refused")
 
+// ErrUnsettled is what migrate --to zookeeper returns when Kafka's group
+// was still rebalancing at the end of --wait (of --timeout with --wait 0):
+// Kafka gives its members' metadata only while the group is Stable, so
+// the tool cannot tell yet whether they follow the switch. The switch is
+// left as it was.
+var ErrUnsettled = errors.New("cannot tell yet")
+
 // migration is what migrate was asked for.
 type migration struct {
 	group string
 	to    string        // switchKafka or switchZookeeper
 	wait  time.Duration // how long to wait for the instances to move; 0: not at all
-	out   io.Writer     // progress lines
+	// settle is how long --to zookeeper waits for Kafka's group to
+	// settle before it judges the members (settledGroup): wait, which
+	// the two waits share, or --timeout with wait 0.
+	settle time.Duration
+	out    io.Writer // progress lines
 }
 
 // migrateGroup writes the group's coordinator switch after its checks,
@@ -48,7 +59,11 @@ func migrateGroup(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess
 	if m.group == "" || strings.Contains(m.group, "/") || m.group == "." || m.group == ".." {
 		return fmt.Errorf("invalid group name %q", m.group)
 	}
-	return withZookeeper(zookeeper, zkAccess, timeout+m.wait, func(s *zkSession) error {
+	m.settle = m.wait
+	if m.wait <= 0 {
+		m.settle = timeout
+	}
+	return withZookeeper(zookeeper, zkAccess, timeout+m.settle, func(s *zkSession) error {
 		brokers, err := s.brokers(access)
 		if err != nil {
 			return err
@@ -245,7 +260,12 @@ func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began tim
 // migrateToZookeeper checks that every member of Kafka's group follows
 // the switch, writes "zookeeper", and waits until Kafka's group is Empty
 // and as many instances are registered in ZooKeeper as it had members.
+// A group that rebalances is judged once it settled (settledGroup,
+// within m.settle); the waits for that and for the members to move share
+// m.wait.
 func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) error {
+	began := time.Now()
+	deadline := began.Add(m.wait)
 	value, version, err := s.readSwitch(m.group)
 	if err != nil {
 		return err
@@ -254,7 +274,7 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) e
 		fmt.Fprintf(m.out, "Group %s is coordinated by ZooKeeper already.\n", m.group)
 		return nil
 	}
-	g, err := kafkaGroup(admin, m.group)
+	g, err := settledGroup(admin, m, began.Add(m.settle))
 	if err != nil {
 		return err
 	}
@@ -283,12 +303,11 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) e
 	if err := s.writeSwitch(m.group, switchZookeeper, version); err != nil {
 		return err
 	}
-	began := time.Now()
+	switched := time.Now()
 	fmt.Fprintf(m.out, "Switched group %s back to ZooKeeper: %d members stop their partitions, leave Kafka's group and register in ZooKeeper once it is Empty.\n", m.group, members)
 	if m.wait <= 0 {
 		return nil
 	}
-	deadline := began.Add(m.wait)
 	var last string
 	for {
 		g, err := kafkaGroup(admin, m.group)
@@ -300,12 +319,48 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) e
 			return err
 		}
 		if (g.State == "Empty" || g.State == "Dead") && len(ids) >= members {
-			fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is %s; %d instances are registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, g.State, len(ids))
+			fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is %s; %d instances are registered in ZooKeeper.\n", time.Since(switched).Round(time.Millisecond), m.group, g.State, len(ids))
 			return nil
 		}
 		last = fmt.Sprintf("Kafka's group is %s with %d members, %d instances registered in ZooKeeper", g.State, len(g.Members), len(ids))
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: the members did not move within --wait %s (%s); the switch stays set: they follow it when they can", ErrTimeout, m.wait, last)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+}
+
+// rebalancing tells whether Kafka's group is between generations
+// (PreparingRebalance, CompletingRebalance): then DescribeGroups gives
+// none of its members' metadata.
+func rebalancing(state string) bool {
+	return state != kafkaStateStable && state != kafkaStateEmpty && state != kafkaStateDead
+}
+
+// settledGroup describes Kafka's group once it is not rebalancing, asking
+// again until deadline: only then are its members' metadata known, by
+// which migrate tells those that follow the switch. Past the deadline it
+// returns an error wrapping ErrUnsettled.
+func settledGroup(admin sarama.ClusterAdmin, m migration, deadline time.Time) (*sarama.GroupDescription, error) {
+	began := time.Now()
+	waited := false
+	for {
+		g, err := kafkaGroup(admin, m.group)
+		if err != nil {
+			return nil, err
+		}
+		if !rebalancing(g.State) {
+			if waited {
+				fmt.Fprintf(m.out, "Kafka's group %s is %s with %d members after %s.\n", m.group, g.State, len(g.Members), time.Since(began).Round(time.Millisecond))
+			}
+			return g, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("%w: Kafka's group %s is %s with %d members (waited %s); Kafka gives its members' metadata only once it is Stable, so whether they follow the coordinator switch is not known; the switch is unchanged: run migrate again once the group is Stable", ErrUnsettled, m.group, g.State, len(g.Members), time.Since(began).Round(time.Millisecond))
+		}
+		if !waited {
+			waited = true
+			fmt.Fprintf(m.out, "Kafka's group %s is %s with %d members: waiting for it to settle before judging its members (up to %s).\n", m.group, g.State, len(g.Members), m.settle)
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval
 	}

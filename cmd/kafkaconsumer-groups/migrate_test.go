@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
 	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // runMigrateCmd runs the migrate verb and returns its exit status and
@@ -157,6 +160,19 @@ func TestMigrateRefusedIntegration(t *testing.T) {
 	t.Logf("refused: %s", strings.TrimSpace(stderr))
 }
 
+// TestRebalancing: the states of Kafka's group in which DescribeGroups
+// gives no member's metadata.
+func TestRebalancing(t *testing.T) {
+	for state, want := range map[string]bool{
+		"Stable": false, "Empty": false, "Dead": false,
+		"PreparingRebalance": true, "CompletingRebalance": true, "AwaitingSync": true,
+	} {
+		if got := rebalancing(state); got != want {
+			t.Errorf("rebalancing(%s) = %t, want %t", state, got, want)
+		}
+	}
+}
+
 // TestFollowsSwitch: which registrations and user data follow the
 // coordinator switch.
 func TestFollowsSwitch(t *testing.T) {
@@ -175,4 +191,137 @@ func TestFollowsSwitch(t *testing.T) {
 			t.Errorf("followsSwitch(%s) = %t, %q; want %t, %q", tc.data, follows, what, tc.follows, tc.what)
 		}
 	}
+}
+
+// proxyDialer routes every Kafka connection of a consumer through a
+// testcluster.Proxy of its own per broker (Config.Net.Proxy.Dialer), so
+// that the test can cut that one consumer off.
+type proxyDialer struct {
+	mu      sync.Mutex
+	proxies map[string]*testcluster.Proxy // by broker address; guarded by mu
+}
+
+// Dial implements proxy.Dialer: it dials the proxy of addr.
+func (d *proxyDialer) Dial(network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	p := d.proxies[addr]
+	if p == nil {
+		var err error
+		if p, err = testcluster.NewProxy(addr); err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		d.proxies[addr] = p
+	}
+	d.mu.Unlock()
+	return net.DialTimeout(network, p.Addr(), 10*time.Second)
+}
+
+// each applies f to every proxy.
+func (d *proxyDialer) each(f func(*testcluster.Proxy)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.proxies {
+		f(p)
+	}
+}
+
+// TestMigrateBackDuringRebalanceIntegration: Kafka's DescribeGroups gives
+// the members' metadata only while the group is Stable. A group migrated
+// to Kafka rebalances: a member is frozen (its broker connections held
+// through proxies, as a kill -9 leaves them) and a new instance joins, so
+// that the rebalance waits for the frozen member's session timeout.
+// migrate --to zookeeper run then must not name the members "not a
+// consumer": it waits for the group to settle, judges the members then
+// (the frozen one is gone), and moves the group back.
+func TestMigrateBackDuringRebalanceIntegration(t *testing.T) {
+	zookeeper, brokers := clusterPeers(t)
+	topic := createTopic(t, brokers, 4)
+	group := fmt.Sprintf("cli-migrate-rebalance.%d", time.Now().UnixNano())
+	drain := func(c kafkaconsumer.Consumer) {
+		go func() { // ends when c's Close closes Messages
+			for msg := range c.Messages() {
+				c.Ack(msg)
+			}
+		}()
+	}
+	drain(joinForMigration(t, zookeeper, group, topic))
+	drain(joinForMigration(t, zookeeper, group, topic))
+	migrateTo(t, zookeeper, group, "kafka", "Stable with 2 members")
+
+	// The member to freeze joins Kafka's group with a long session, so
+	// that the rebalance below waits long for it.
+	dialer := &proxyDialer{proxies: make(map[string]*testcluster.Proxy)}
+	config := kafkaconsumer.NewConfig()
+	config.Version = sarama.V2_4_0_0
+	config.MaxProcessingTime = time.Second
+	config.Zookeeper.Timeout = 3 * time.Second
+	config.Consumer.Group.Session.Timeout = 20 * time.Second
+	config.Net.Proxy.Enable = true
+	config.Net.Proxy.Dialer = dialer
+	frozen, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
+	if err != nil {
+		t.Fatalf("join: %s", err)
+	}
+	t.Cleanup(func() {
+		dialer.each(func(p *testcluster.Proxy) { p.Reset() }) // Close fails fast
+		_ = frozen.Close()
+		dialer.each(func(p *testcluster.Proxy) { _ = p.Close() })
+	})
+	drain(frozen)
+	admin := newTestAdmin(t, brokers)
+	describe := func() (*sarama.GroupDescription, error) {
+		groups, err := admin.DescribeConsumerGroups([]string{group})
+		if err != nil {
+			return nil, err
+		}
+		return groups[0], nil
+	}
+	waitFor(t, time.Minute, "Kafka's group to be Stable with 3 members", func() error {
+		g, err := describe()
+		if err == nil && (g.State != "Stable" || len(g.Members) != 3) {
+			err = fmt.Errorf("%s with %d members", g.State, len(g.Members))
+		}
+		return err
+	})
+
+	dialer.each(func(p *testcluster.Proxy) { p.Hold() })
+	drain(joinForMigration(t, zookeeper, group, topic))
+	waitFor(t, 30*time.Second, "Kafka's group to rebalance", func() error {
+		g, err := describe()
+		if err == nil && g.State == "Stable" {
+			err = fmt.Errorf("%s with %d members", g.State, len(g.Members))
+		}
+		return err
+	})
+	// With --wait 0 it waits --timeout at most: too short here, it says
+	// it cannot tell yet, and leaves the switch.
+	var out, errOut bytes.Buffer
+	code := run([]string{"migrate", "--zookeeper", zookeeper, "--group", group, "--to", "zookeeper", "--wait", "0s", "--timeout", "1s"}, &out, &errOut)
+	if code != exitError || !strings.Contains(errOut.String(), "cannot tell yet") || strings.Contains(errOut.String(), "not a consumer") {
+		t.Errorf("migrate --to zookeeper --wait 0 --timeout 1s during the rebalance: exit status %d, %q; want %d, saying it cannot tell yet", code, errOut.String(), exitError)
+	}
+	began := time.Now()
+	code, stdout, stderr := runMigrateCmd(zookeeper, group, "zookeeper")
+	t.Logf("migrate --to zookeeper during the rebalance, %s: exit status %d: %s%s", time.Since(began).Round(time.Millisecond), code, strings.ReplaceAll(stdout, "\n", " "), stderr)
+	if code != exitOK {
+		t.Fatalf("migrate --to zookeeper during the rebalance: exit status %d, want %d: %s", code, exitOK, stderr)
+	}
+	if !strings.Contains(stdout, "3 instances are registered in ZooKeeper") {
+		t.Errorf("migrate --to zookeeper said %q; want the 3 live members registered in ZooKeeper", stdout)
+	}
+}
+
+// newTestAdmin connects a cluster admin to brokers, closed at the end of
+// the test.
+func newTestAdmin(t *testing.T, brokers []string) sarama.ClusterAdmin {
+	t.Helper()
+	config := sarama.NewConfig()
+	config.Version = sarama.V2_4_0_0
+	admin, err := sarama.NewClusterAdmin(brokers, config)
+	if err != nil {
+		t.Fatalf("admin: %s", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	return admin
 }
