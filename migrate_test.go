@@ -374,21 +374,7 @@ func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
 	}
 	topic := newTopic(t, 2)
 	group := uniqueName("switch-hung")
-	conn, chroot := testZookeeper(t, zookeeperPeers)
-	kp := newKafkaProxies(t, nil)
-	config := testConfig()
-	logger, logged := newRecordingLogger()
-	config.Logger = logger
-	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
-	if err != nil {
-		t.Fatalf("Join(%s) = %s", group, err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			_ = c.Close()
-		}
-	}()
+	c, kp, logged, conn, chroot := joinBehindProxies(t, group, topic, testConfig())
 	received, done := receiveAll(c)
 	values := produce(t, newTestClient(t), topic, "hung", 20)
 	waitFor(t, 30*time.Second, "the messages", func() bool { return received.has(values) })
@@ -401,7 +387,6 @@ func TestSwitchToKafkaCloseWithBrokersHung(t *testing.T) {
 		return ok
 	})
 	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
-	closed = true
 	<-done
 }
 
@@ -426,18 +411,10 @@ func TestSwitchToKafkaWhileCutOffFromBrokers(t *testing.T) {
 func testSwitchWhileCutOff(t *testing.T, backWhileCut bool) {
 	topic := newTopic(t, 2)
 	group := uniqueName("switch-cut-off")
-	conn, chroot := testZookeeper(t, zookeeperPeers)
-	kp := newKafkaProxies(t, nil)
 	config := testConfig()
 	config.Consumer.Group.Session.Timeout = 6 * time.Second
 	config.Consumer.Group.Heartbeat.Interval = time.Second
-	logger, logged := newRecordingLogger()
-	config.Logger = logger
-	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
-	if err != nil {
-		t.Fatalf("Join(%s) = %s", group, err)
-	}
-	defer func() { _ = c.Close() }()
+	c, kp, logged, conn, chroot := joinBehindProxies(t, group, topic, config)
 	cm := c.(*consumerManager)
 	received, _ := receiveAll(c)
 	client := newTestClient(t)
@@ -510,23 +487,10 @@ func TestSwitchBackCloseWithBrokersHung(t *testing.T) {
 	}
 	topic := newTopic(t, 2)
 	group := uniqueName("switch-back-hung")
-	conn, chroot := testZookeeper(t, zookeeperPeers)
-	kp := newKafkaProxies(t, nil)
 	config := testConfig()
 	config.Consumer.Group.Session.Timeout = 6 * time.Second
 	config.Consumer.Group.Heartbeat.Interval = time.Second
-	logger, logged := newRecordingLogger()
-	config.Logger = logger
-	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
-	if err != nil {
-		t.Fatalf("Join(%s) = %s", group, err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			_ = c.Close()
-		}
-	}()
+	c, kp, logged, conn, chroot := joinBehindProxies(t, group, topic, config)
 	_, done := receiveAll(c)
 	setSwitch(t, conn, chroot, group, switchKafka)
 	waitFor(t, time.Minute, "the instance to consume under Kafka", func() bool { return onKafka(c) && claimedCount(c) == 2 })
@@ -540,7 +504,6 @@ func TestSwitchBackCloseWithBrokersHung(t *testing.T) {
 		return ok && len(c.Stats()) == 0
 	})
 	_, _ = returnsWithin(t, "Close", closeGrace+5*time.Second, c.Close)
-	closed = true
 	<-done
 }
 
@@ -778,4 +741,23 @@ func TestKafkaInstanceWhileSwitchSaysZookeeper(t *testing.T) {
 		return false
 	})
 	t.Logf("the ZooKeeper-coordinated instance's Errors(): %s", zErrs.summary())
+}
+
+// joinBehindProxies joins group, subscribed to topic, with config, its
+// broker connections through proxies of its own (kp) and its log
+// recorded (logged), and returns it with the group's ZooKeeper
+// connection and chroot. The consumer is closed at the test's end; a
+// second Close there is harmless.
+func joinBehindProxies(t *testing.T, group, topic string, config *Config) (c Consumer, kp *kafkaProxies, logged *recorded, conn *zk.Conn, chroot string) {
+	t.Helper()
+	conn, chroot = testZookeeper(t, zookeeperPeers)
+	kp = newKafkaProxies(t, nil)
+	logger, logged := newRecordingLogger()
+	config.Logger = logger
+	c, err := joinWithHooks(group, TopicSubscription(topic), zookeeperPeers, config, &testHooks{kafkaAddress: kp.address})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, kp, logged, conn, chroot
 }

@@ -9,20 +9,28 @@ import (
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
+// startRackCluster starts, for a parallel test, a cluster of its own of
+// two brokers in racks rack-0 and rack-1 with Kafka's rack-aware replica
+// selector; it skips the test before Kafka 2.4.
+func startRackCluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	needFaults(t) // a cluster of its own
+	t.Parallel()
+	if kafkaVersion, _ := testcluster.VersionsFromEnv(); !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
+		t.Skipf("rack-aware replica selection needs Kafka 2.4 (KIP-392), not %s", kafkaVersion)
+	}
+	return startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 2,
+		BrokerRacks:  []string{"rack-0", "rack-1"},
+		BrokerConfig: map[string]string{"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}})
+}
+
 // TestRackAwareFetching: on two brokers in two racks with Kafka's
 // rack-aware replica selector, a consumer with Config.RackID fetches each
 // partition from the replica in its rack, which the leader names (KIP-392;
 // a leader in another rack answers such a fetcher with no record). Every
 // message arrives, single and in batches. Batch mode delivered none.
 func TestRackAwareFetching(t *testing.T) {
-	needFaults(t) // a cluster of its own
-	t.Parallel()
-	if kafkaVersion, _ := testcluster.VersionsFromEnv(); !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
-		t.Skipf("rack-aware replica selection needs Kafka 2.4 (KIP-392), not %s", kafkaVersion)
-	}
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 2,
-		BrokerRacks:  []string{"rack-0", "rack-1"},
-		BrokerConfig: map[string]string{"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}})
+	cluster := startRackCluster(t)
 	client := newTestClientOf(t, cluster.KafkaPeers())
 	topic := uniqueName("rack")
 	// Half the partitions are led by the broker in the other rack, which
@@ -60,14 +68,7 @@ func TestRackAwareFetching(t *testing.T) {
 // and again until Metadata.RefreshFrequency has passed (a partition that
 // makes no progress for 10 minutes by default).
 func TestRackAwareFetchingReplicaRestarted(t *testing.T) {
-	needFaults(t) // a cluster of its own
-	t.Parallel()
-	if kafkaVersion, _ := testcluster.VersionsFromEnv(); !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
-		t.Skipf("rack-aware replica selection needs Kafka 2.4 (KIP-392), not %s", kafkaVersion)
-	}
-	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 2,
-		BrokerRacks:  []string{"rack-0", "rack-1"},
-		BrokerConfig: map[string]string{"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}})
+	cluster := startRackCluster(t)
 	client := newTestClientOf(t, cluster.KafkaPeers())
 	topic := uniqueName("rack")
 	if err := cluster.CreateTopic(topic, 4, 2); err != nil {

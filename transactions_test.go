@@ -8,12 +8,10 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// produceTransactions writes to each of topic's partitions with a
-// transactional producer: a committed transaction, an aborted one, a
-// committed one and, last, an aborted one, of three records per partition
-// each. The log of each partition then ends in aborted records and their
-// ABORT marker. It returns the committed values and the aborted ones.
-func produceTransactions(t *testing.T, topic string, partitions int32) (committed, aborted []string) {
+// newTransactionalProducer returns a transactional producer of its own
+// ID to the shared cluster, whose messages name their partition; the
+// caller closes it.
+func newTransactionalProducer(t *testing.T) sarama.SyncProducer {
 	t.Helper()
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
@@ -27,6 +25,17 @@ func produceTransactions(t *testing.T, topic string, partitions int32) (committe
 	if err != nil {
 		t.Fatal(err)
 	}
+	return producer
+}
+
+// produceTransactions writes to each of topic's partitions with a
+// transactional producer: a committed transaction, an aborted one, a
+// committed one and, last, an aborted one, of three records per partition
+// each. The log of each partition then ends in aborted records and their
+// ABORT marker. It returns the committed values and the aborted ones.
+func produceTransactions(t *testing.T, topic string, partitions int32) (committed, aborted []string) {
+	t.Helper()
+	producer := newTransactionalProducer(t)
 	defer func() { _ = producer.Close() }()
 	for txn, commit := range []bool{true, false, true, false} {
 		if err := producer.BeginTxn(); err != nil {
@@ -47,12 +56,11 @@ func produceTransactions(t *testing.T, topic string, partitions int32) (committe
 		if err := producer.SendMessages(msgs); err != nil {
 			t.Fatal(err)
 		}
+		end := producer.AbortTxn
 		if commit {
-			err = producer.CommitTxn()
-		} else {
-			err = producer.AbortTxn()
+			end = producer.CommitTxn
 		}
-		if err != nil {
+		if err := end(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,18 +172,7 @@ func TestTransactionOpenAtStartReadCommittedNewest(t *testing.T) {
 		if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
 			t.Fatal(err)
 		}
-		config := sarama.NewConfig()
-		config.Version = testKafkaVersion()
-		config.Producer.Idempotent = true
-		config.Producer.Transaction.ID = uniqueName("txn-producer")
-		config.Producer.RequiredAcks = sarama.WaitForAll
-		config.Producer.Return.Successes = true
-		config.Producer.Partitioner = sarama.NewManualPartitioner
-		config.Net.MaxOpenRequests = 1
-		producer, err := sarama.NewSyncProducer(kafkaPeers, config)
-		if err != nil {
-			t.Fatal(err)
-		}
+		producer := newTransactionalProducer(t)
 		if err := producer.BeginTxn(); err != nil {
 			t.Fatal(err)
 		}
