@@ -46,7 +46,7 @@
 #                      while the switch says zookeeper, which the library
 #                      does not keep apart (the run fails); SOAK_ORIGINAL=1
 #                      an instance registering as the original does while
-#                      it says kafka (issue 41, finding 3);
+#                      it says kafka, whose claims must all be refused;
 #                      SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the
 #                      cuts of an instance from every broker too
 #                      (docs/soak.md); default zookeeper

@@ -108,21 +108,7 @@ func (cm *consumerManager) currentBrokers() ([]string, error) {
 // instance's session, within zkTimeout, and returns the address of each
 // on the listener that discoverBrokers picks.
 func (cm *consumerManager) registeredBrokers() ([]string, error) {
-	chroot := cm.config.Zookeeper.Chroot
-	children := func(node string) ([]string, error) {
-		ids, _, err := cm.zkConn.Children(chroot + node)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
-		}
-		return ids, err
-	}
-	get := func(node string) ([]byte, bool, error) {
-		data, _, err := cm.zkConn.Get(chroot + node)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, false, nil
-		}
-		return data, err == nil, err
-	}
+	children, get := brokerReaders(cm.zkConn, cm.config.Zookeeper.Chroot, func(err error) error { return err })
 	var regs []zkbrokers.Registration
 	err := cm.zkCall(cm.zkTimeout(), func() (err error) {
 		regs, err = zkbrokers.Read(children, get)
@@ -154,25 +140,40 @@ func readBrokerRegistrations(conn *zk.Conn, config *kazoo.Config) (regs []zkbrok
 		}
 		return err
 	}
-	children := func(node string) ([]string, error) {
-		ids, _, err := conn.Children(config.Chroot + node)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
-		}
-		return ids, timedOut(err)
-	}
-	get := func(node string) ([]byte, bool, error) {
-		data, _, err := conn.Get(config.Chroot + node)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, false, nil
-		}
-		return data, err == nil, timedOut(err)
-	}
+	children, get := brokerReaders(conn, config.Chroot, timedOut)
 	err = withDeadline(conn, config.Timeout, func() error {
 		regs, err = zkbrokers.Read(children, get)
 		return err
 	})
 	return regs, err
+}
+
+// zkReader is what zkbrokers.Read's readers need of a ZooKeeper
+// connection.
+type zkReader interface {
+	Children(path string) ([]string, *zk.Stat, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+}
+
+// brokerReaders returns zkbrokers.Read's readers of the nodes under
+// chroot through conn: a missing node reads as none, and every other
+// error goes through wrap.
+func brokerReaders(conn zkReader, chroot string, wrap func(error) error) (children func(string) ([]string, error), get func(string) ([]byte, bool, error)) {
+	children = func(node string) ([]string, error) {
+		ids, _, err := conn.Children(chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return ids, wrap(err)
+	}
+	get = func(node string) ([]byte, bool, error) {
+		data, _, err := conn.Get(chroot + node)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, false, nil
+		}
+		return data, err == nil, wrap(err)
+	}
+	return children, get
 }
 
 // validateBrokerAddr checks one entry of Config.Brokers: "host:port" or

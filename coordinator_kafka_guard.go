@@ -254,10 +254,8 @@ func (g *kafkaGuard) lose(generation int32, reason string) bool {
 // notBefore returns by, or the fence's deadline when that is later: an
 // answer of the coordinator never moves the deadline backwards.
 func (cm *consumerManager) notBefore(by time.Time) time.Time {
-	if d := cm.fenceBy.Load(); d > 0 {
-		if current := cm.fenceBase.Add(time.Duration(d)); current.After(by) {
-			return current
-		}
+	if current, ok := cm.fenceDeadline(); ok && current.After(by) {
+		return current
 	}
 	return by
 }

@@ -104,7 +104,7 @@ func (s *coordinatorSwitch) confirmWithin(wait time.Duration) (answered, ok bool
 			return err
 		})
 		if err == nil {
-			s.value, s.confirmed = value, ""
+			s.value = value
 			return true, true
 		}
 		cm.logf(slog.LevelWarn, "Failed to read the group's coordinator switch %s: %s.", cm.switchNode(), convertError(err))

@@ -244,8 +244,15 @@ func (cm *consumerManager) fenced() bool {
 // pastFenceDeadline reports whether the fence's deadline has passed,
 // whether or not the guard raised the fence yet (the hand-out path asks).
 func (cm *consumerManager) pastFenceDeadline() bool {
+	deadline, ok := cm.fenceDeadline()
+	return ok && time.Now().After(deadline)
+}
+
+// fenceDeadline returns the fence's deadline, and false when there is
+// none yet.
+func (cm *consumerManager) fenceDeadline() (time.Time, bool) {
 	by := cm.fenceBy.Load()
-	return by > 0 && time.Since(cm.fenceBase) > time.Duration(by)
+	return cm.fenceBase.Add(time.Duration(by)), by > 0
 }
 
 // fenceAfter is how long after the send time of the last answered request

@@ -12,7 +12,6 @@ package kafkaconsumer
 // batches (Kafka 0.11's message format v2), read uncommitted or committed;
 // a partition that meets an older message set goes back to sarama's
 // partition consumer, which decodes it.
-
 //
 // The engine's files: fetch_hub.go (the hub: the loops of an instance's
 // client and the partitions' subscriptions), fetch_loop.go (a broker's

@@ -12,7 +12,7 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// brokerLoop fetches the partitions that broker leads, for the batch
+// brokerLoop fetches the partitions that broker leads, for the partition
 // fetchers subscribed to it, in one request at a time, and hands each its
 // messages. A partition is in a request only while it is not sidelined
 // (paused, or waiting at MaxPendingAcks) and its partition manager took

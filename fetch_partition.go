@@ -97,8 +97,9 @@ type partitionFetcher struct {
 // slab is what one response brought a partition: its messages, in offset
 // order, and next, the offset to fetch next. Offsets below next without a
 // message in msgs hold nothing to hand out (control batches, aborted
-// transactions, batches compaction emptied). size is the bytes of msgs
-// counted against the hub's budget until the partition takes the slab.
+// transactions, batches compaction emptied). acct counts the bytes of
+// msgs in the hub's budget until the partition has handed them out
+// (slabAccount).
 type slab struct {
 	msgs []*sarama.ConsumerMessage
 	next int64
@@ -176,7 +177,7 @@ func (f *partitionFetcher) run() {
 			// metadata did not know: ask again after the backoff, when
 			// source refreshes the metadata again, not in a loop of
 			// fetches that hand out nothing.
-			if !f.pause(f.backoff()) {
+			if !f.waitBackoff(f.backoff()) {
 				return
 			}
 			continue
@@ -222,15 +223,15 @@ func (f *partitionFetcher) run() {
 			return
 		}
 		_ = f.hub.client.RefreshMetadata(f.tp.Topic)
-		if !f.pause(f.backoff()) {
+		if !f.waitBackoff(f.backoff()) {
 			return
 		}
 	}
 }
 
-// pause waits for d, or until the fetcher is closed: then it reports
-// false. Written for run's goroutine.
-func (f *partitionFetcher) pause(d time.Duration) bool {
+// waitBackoff waits for d, or until the fetcher is closed: then it
+// reports false. Written for run's goroutine.
+func (f *partitionFetcher) waitBackoff(d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {

@@ -65,9 +65,12 @@ type joinArgs struct {
 	nodes            []string
 	chroot           string
 	config           *Config
-	kafkaCoordinated bool
 	id               string
 }
+
+// kafkaCoordinated reports whether Kafka's group coordinator keeps the
+// group (CoordinatorKafka): then there is no ZooKeeper.
+func (a *joinArgs) kafkaCoordinated() bool { return a.config.Coordinator == CoordinatorKafka }
 
 // checkJoin checks Join's arguments: each error names what is wrong, and
 // nothing is started.
@@ -75,13 +78,12 @@ func checkJoin(group string, subscription Subscription, zookeeper string, config
 	if group == "" || strings.Contains(group, "/") || group == "." || group == ".." {
 		return nil, fmt.Errorf("%w: %q (it must be non-empty, without '/')", ErrInvalidGroup, group)
 	}
-	args := &joinArgs{group: group, subscription: subscription,
-		kafkaCoordinated: config != nil && config.Coordinator == CoordinatorKafka}
+	args := &joinArgs{group: group, subscription: subscription}
 	if err := checkSubscription(subscription, config); err != nil {
 		return nil, err
 	}
 	var err error
-	if args.kafkaCoordinated {
+	if config != nil && config.Coordinator == CoordinatorKafka {
 		if zookeeper != "" {
 			return nil, fmt.Errorf("%w: Coordinator is CoordinatorKafka, which uses no ZooKeeper, but Join was given the ZooKeeper connection string %q; pass \"\"", ErrInvalidConfig, zookeeper)
 		}
@@ -157,7 +159,7 @@ func newConsumerManager(ctx context.Context, args *joinArgs, hooks *testHooks) (
 
 	negotiated, states, zkConns := new(atomic.Int64), make(chan struct{}, 1), newConnSet()
 	var probe *zk.Conn
-	if args.kafkaCoordinated {
+	if args.kafkaCoordinated() {
 		cfg.Discovery = DiscoverFromKafka // the partitions from Kafka's metadata
 	} else {
 		security := zkSecurity{tls: config.ZookeeperTLS, auth: config.ZookeeperAuth}
@@ -216,7 +218,7 @@ func (cm *consumerManager) connect(ctx context.Context, args *joinArgs) error {
 		cm.dialer.cut(fmt.Errorf("kafkaconsumer: join: %w", ctx.Err()))
 	})
 	var err error
-	if args.kafkaCoordinated {
+	if args.kafkaCoordinated() {
 		k := newKafkaCoordinator(cm)
 		cm.coord = k
 		cm.kzGroup = kazooValues.Consumergroup(args.group)
@@ -225,8 +227,7 @@ func (cm *consumerManager) connect(ctx context.Context, args *joinArgs) error {
 	} else {
 		m := newMigratingCoordinator(cm)
 		cm.coord = m
-		probe := cm.zkProbe
-		if err = cm.connectZookeeper(ctx, args.nodes, probe, args.id, markRegistration(args.subscriptionJSON)); err == nil {
+		if err = cm.connectZookeeper(ctx, args.nodes, cm.zkProbe, args.id, markRegistration(args.subscriptionJSON)); err == nil {
 			m.attach()
 		}
 	}

@@ -210,16 +210,17 @@ func listOffsetOnce(client sarama.Client, tp TopicPartition, time int64) (int64,
 		return -1, err
 	}
 	block := resp.GetBlock(tp.Topic, tp.Partition)
-	switch {
-	case block == nil:
+	if block == nil {
 		_ = leader.Close()
 		return -1, sarama.ErrIncompleteResponse
-	case !errors.Is(block.Err, sarama.ErrNoError):
-		return -1, block.Err
-	case len(block.Offsets) != 1:
-		return -1, sarama.ErrOffsetOutOfRange
 	}
-	return block.Offsets[0], nil
+	if offset, ok := blockOffset(block); ok {
+		return offset, nil
+	}
+	if !errors.Is(block.Err, sarama.ErrNoError) {
+		return -1, block.Err
+	}
+	return -1, sarama.ErrOffsetOutOfRange
 }
 
 // blockOffset returns the offset of a ListOffsets answer, as sarama's

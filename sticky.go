@@ -59,9 +59,9 @@ type stickyBalancer struct {
 }
 
 // stickyBudget bounds the balance checks of one stickyTarget's
-// improvements: about a second of work on one core in the worst case
-// (checks of many members); the cases in sticky_test.go need a few
-// hundred.
+// improvements, so that the leader answers well within the rebalance
+// timeout whatever the group; once it is spent, the target stays
+// balanced, only less sticky than it could be.
 const stickyBudget = 1 << 20
 
 func newStickyBalancer(members []kafkaMember, counts map[string]int32) *stickyBalancer {

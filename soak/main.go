@@ -25,7 +25,8 @@
 // CoordinatorKafka instance while the switch says zookeeper.
 // SOAK_ORIGINAL=1 (-original) adds an instance that registers and claims
 // as the original wvanbergen/kafka does, started while the switch says
-// kafka (issue 41's finding 3 until the library keeps it apart).
+// kafka: the library's seal of the owner nodes must keep it from
+// claiming any partition.
 // SOAK_SWITCH_CUT_FROM_BROKERS=1 (-switch-cut-from-brokers) flips the
 // switch under the cuts of an instance from every broker too
 // (cutFromBrokers: off by default until a run with it is recorded).

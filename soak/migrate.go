@@ -295,12 +295,9 @@ var nonFollowerFaults = []fault{
 
 // cutFromBrokers are the kinds under which the nemesis flips the switch
 // only with SOAK_SWITCH_CUT_FROM_BROKERS=1: an instance whose brokers are
-// all unreachable when the switch says kafka never joined Kafka's group,
-// nor followed the switch back (found with SOAK_SEED=11: its sarama client
-// had deregistered every broker, and the library's connection to Kafka's
-// group coordinator retried with no broker address for ever), so that the
-// group was never stable again and the run failed. Fixed in the library
-// since (docs/soak.md); off by default until a run with it is recorded.
+// all unreachable when the switch says kafka must join Kafka's group once
+// they answer again, and follow the switch back (docs/soak.md). Off by
+// default until a run that draws such a switch is recorded.
 var cutFromBrokers = map[string]bool{
 	"instance cut off from every broker (held), healed":  true,
 	"instance cut off from every broker (reset), healed": true,
@@ -312,9 +309,8 @@ var noSwitchUnder = map[string]bool{kindSwitch: true, kindKafkaInstance: true, k
 
 // originalFaults is the kind of fault of an instance that registers and
 // claims as the original wvanbergen/kafka does, started while the switch
-// says kafka (SOAK_ORIGINAL=1): issue 41 asks that it never consume a
-// partition a Kafka member holds (finding 3), and that the tool and
-// Errors() name it. It holds 10 s, then leaves (its session closed).
+// says kafka (SOAK_ORIGINAL=1): it must never consume a partition a
+// Kafka member holds, and the tool and Errors() name it. It holds 10 s, then leaves (its session closed).
 var originalFaults = []fault{
 	{kindOriginal, func(so *soak) (string, func() error, error) {
 		if err := so.switchTo(switchKafka); err != nil {
