@@ -502,8 +502,7 @@ func TestIntegrationKafkaCoordinatorFencedInstanceStaysOut(t *testing.T) {
 
 // TestJoinedLine: the leader's line of a generation joined counts the
 // members (its JoinGroup's answer lists them); a follower's answer lists
-// none, so its line gives no count (it said "1 members" of a generation
-// of 3) but names the leader.
+// none, so its line gives no count but names the leader.
 func TestJoinedLine(t *testing.T) {
 	members := []sarama.GroupMember{{MemberId: "a"}, {MemberId: "b"}, {MemberId: "c"}}
 	leader := joinedLine(&sarama.JoinGroupResponse{GenerationId: 1, LeaderId: "a", MemberId: "a", Members: members}, 3)
@@ -517,9 +516,8 @@ func TestJoinedLine(t *testing.T) {
 }
 
 // TestAssignCooperativeBySubscription: a topic is assigned only to the
-// members that subscribe to it (issue 41, finding 2: a rolling deploy
-// that adds topic b to some members' subscriptions must not hand b to
-// the others).
+// members that subscribe to it: a rolling deploy that adds topic b to
+// some members' subscriptions must not hand b to the others.
 func TestAssignCooperativeBySubscription(t *testing.T) {
 	t.Parallel()
 	partitions := map[string]int32{"a": 2, "b": 4}

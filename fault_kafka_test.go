@@ -339,7 +339,8 @@ func TestFaultKafkaFrozenStaticTwin(t *testing.T) {
 // TestFaultKafkaSlowRebalanceNotFenced: a member of a Kafka-coordinated
 // group of three is killed with kill -9, and a new instance joins at
 // once, so that the rebalance waits until the killed member's session
-// expires (20 s here, longer than 0.8 of it). The survivors heartbeat
+// expires: a session long enough that the rebalance outlasts the
+// survivors' fencing threshold (0.8 of it). The survivors heartbeat
 // throughout, and the completed join is an answer of the coordinator:
 // none of them is fenced at any moment. Nothing is lost, nothing is
 // handed out by two instances at once, no committed offset moves back.

@@ -694,13 +694,12 @@ func TestSwitchedGroupRebalancesThroughZookeeperOutage(t *testing.T) {
 	outage := time.Now()
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }() // it leaves Kafka's group first
+	t.Cleanup(func() { proxy.Pass(); <-closed })
 	values := produce(t, newTestClient(t), topic, "zk-outage", 40)
 	waitFor(t, time.Minute, "the remaining member to take every partition and consume it during the outage", func() bool {
 		return claimedCount(a) == partitions && received.has(values)
 	})
 	t.Logf("the remaining member consumed every partition %s after ZooKeeper stopped answering", time.Since(outage).Round(time.Millisecond))
-	proxy.Pass()
-	<-closed
 }
 
 // TestKafkaInstanceWhileSwitchSaysZookeeper pins what docs/migration.md

@@ -28,7 +28,7 @@ func startRackCluster(t *testing.T) *testcluster.Cluster {
 // rack-aware replica selector, a consumer with Config.RackID fetches each
 // partition from the replica in its rack, which the leader names (KIP-392;
 // a leader in another rack answers such a fetcher with no record). Every
-// message arrives, single and in batches. Batch mode delivered none.
+// message arrives, single and in batches.
 func TestRackAwareFetching(t *testing.T) {
 	cluster := startRackCluster(t)
 	client := newTestClientOf(t, cluster.KafkaPeers())
@@ -50,6 +50,7 @@ func TestRackAwareFetching(t *testing.T) {
 			t.Fatal(err)
 		}
 		received, done := receiveAll(c)
+		t.Cleanup(func() { _ = c.Close(); <-done }) // a second Close is harmless
 		if !poll(30*time.Second, func() bool { return received.has(values) }) {
 			t.Errorf("BatchSize %d: received %d of %d messages", batch, received.received(values), len(values))
 		}
@@ -85,6 +86,7 @@ func TestRackAwareFetchingReplicaRestarted(t *testing.T) {
 			t.Fatal(err)
 		}
 		received, done := receiveAll(c)
+		t.Cleanup(func() { _ = c.Close(); <-done }) // a second Close is harmless
 		before := produce(t, client, topic, "before", 40)
 		if !poll(30*time.Second, func() bool { return received.has(before) }) {
 			t.Fatalf("BatchSize %d: received %d of %d messages before the restart", batch, received.received(before), len(before))

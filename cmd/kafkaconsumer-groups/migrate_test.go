@@ -239,11 +239,14 @@ func TestMigrateBackDuringRebalanceIntegration(t *testing.T) {
 	topic := createTopic(t, brokers, 4)
 	group := fmt.Sprintf("cli-migrate-rebalance.%d", time.Now().UnixNano())
 	drain := func(c kafkaconsumer.Consumer) {
-		go func() { // ends when c's Close closes Messages
+		done := make(chan struct{})
+		go func() { // ends when c's Close closes Messages; waited for at cleanup
+			defer close(done)
 			for msg := range c.Messages() {
 				c.Ack(msg)
 			}
 		}()
+		t.Cleanup(func() { _ = c.Close(); <-done }) // a second Close is harmless
 	}
 	drain(joinForMigration(t, zookeeper, group, topic))
 	drain(joinForMigration(t, zookeeper, group, topic))
