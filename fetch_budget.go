@@ -54,15 +54,20 @@ func (b *fetchBudget) release(l *brokerLoop, size int64) {
 }
 
 // reserve returns the MaxBytes of the next request of loop l, and
-// reserves it for the request, in one step (a compare-and-swap): the free
-// budget, within Consumer.Fetch.MaxBytes (limit). It reports false,
-// reserving nothing, when none is free while l holds slabs not taken yet.
-// A loop that holds nothing may always fetch (MaxBytes at least 1: Kafka
-// answers with at least the first record batch, however large), so that
-// every partition makes progress. The reservation holds until the loop
-// handled the response: the slabs it delivers take it over (count), and
-// settle gives back the rest. Without a limit it reserves nothing. Called
-// by l's goroutine only; safe beside the other loops'.
+// reserves what its response may count in the budget, in one step (a
+// compare-and-swap). A slab counts its messages' memory, more than their
+// bytes on the wire (see messageOverhead), so the reservation is in the
+// budget's unit and the request asks for it divided by l's last ratio of
+// counted to wire bytes (brokerLoop.expansion): at most half the budget, so that a
+// second response may arrive while the first is handed out, and within
+// Consumer.Fetch.MaxBytes (limit). It reports false, reserving nothing,
+// when none is free while l holds slabs not taken yet. A loop that holds
+// nothing may always fetch (MaxBytes at least 1: Kafka answers with at
+// least the first record batch, however large), so that every partition
+// makes progress. The reservation holds until the loop handled the
+// response: the slabs it delivers take it over (count), and settle gives
+// back the rest. Without a limit it reserves nothing. Called by l's
+// goroutine only; safe beside the other loops'.
 func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 	if b.limit <= 0 {
 		return limit, true
@@ -73,10 +78,12 @@ func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 		if free <= 0 && l.held.Load() > 0 {
 			return 0, false
 		}
-		n := max(min(free, int64(limit)), 1)
+		expand := l.expansion()
+		n := max(min(free, b.limit/2, int64(float64(limit)*expand)), 1)
+		wire := max(min(int64(float64(n)/expand), int64(limit)), 1)
 		if b.buffered.CompareAndSwap(buffered, buffered+n) {
 			l.reserved = n
-			return int32(n), true
+			return int32(wire), true
 		}
 	}
 }
@@ -98,4 +105,38 @@ func (b *fetchBudget) settle(l *brokerLoop) {
 	left := l.reserved
 	l.reserved = 0
 	b.release(nil, left)
+}
+
+// The bytes a record and a record batch take on the wire beside their
+// keys, values and headers (record format v2, uncompressed: a record's
+// length, attributes, deltas and lengths as varints; a batch's header),
+// from which a loop estimates a response's wire bytes.
+const (
+	recordWireOverhead = 10
+	batchWireOverhead  = 61
+)
+
+// defaultExpansion is a loop's ratio of counted to wire bytes before its
+// first response with messages.
+const defaultExpansion = 2
+
+// expansion returns the ratio of the bytes a response's slabs counted in
+// the budget to its estimated bytes on the wire, in the loop's last
+// response that had messages: what a request's MaxBytes is multiplied by
+// in the budget. Compressed records count more (their wire bytes are
+// estimated uncompressed), and the budget is overshot by up to their
+// compression ratio. Called by the loop's goroutine only.
+func (l *brokerLoop) expansion() float64 {
+	if l.expand < 1 {
+		return defaultExpansion
+	}
+	return l.expand
+}
+
+// measure records the counted and estimated wire bytes of one response
+// (see expansion).
+func (l *brokerLoop) measure(counted, wire int64) {
+	if counted > 0 && wire > 0 {
+		l.expand = max(float64(counted)/float64(wire), 1)
+	}
 }

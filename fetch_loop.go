@@ -32,6 +32,9 @@ type brokerLoop struct {
 	// reserved is what is left of the budget that the loop's request in
 	// flight reserved (fetchBudget.reserve): the loop goroutine's.
 	reserved int64
+	// expand is the ratio of counted to wire bytes of the loop's last
+	// response with messages (expansion): the loop goroutine's.
+	expand float64
 }
 
 // notify wakes the loop.
@@ -192,6 +195,8 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *sarama.FetchRespons
 	if resp.ThrottleTime > 0 && len(resp.Blocks) == 0 {
 		return resp.ThrottleTime
 	}
+	var counted, wire int64
+	defer func() { l.measure(counted, wire) }()
 	for _, f := range ready {
 		block := resp.GetBlock(f.tp.Topic, f.tp.Partition)
 		switch {
@@ -216,6 +221,8 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *sarama.FetchRespons
 		case err != nil:
 			f.report(err) // ErrMessageTooLarge: skipped
 		case len(msgs) > 0 || moved:
+			counted += size
+			wire += size - int64(len(msgs))*(messageOverhead-recordWireOverhead) + int64(len(block.RecordsSet))*batchWireOverhead
 			f.intercept(msgs)
 			f.deliver(slab{msgs: msgs, next: f.offset, acct: &slabAccount{size: size, from: l}})
 		}

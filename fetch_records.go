@@ -10,6 +10,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"unsafe"
 
 	"github.com/IBM/sarama"
 )
@@ -114,9 +115,10 @@ func (f *partitionFetcher) parse(block *sarama.FetchResponseBlock) (msgs []*sara
 // values and headers: its sarama.ConsumerMessage and the pointer to it.
 var messageOverhead = int64(reflect.TypeFor[sarama.ConsumerMessage]().Size()) + 8
 
-// slabChunk is how many messages of a slab are allocated together
-// (handOutBatch: a hand-out takes at most that many at once).
-const slabChunk = handOutBatch
+// slabChunk is how many messages of a slab are allocated together: as
+// many as fit in 32 KiB, the Go runtime's largest small object, so that a
+// chunk is allocated from a size class, not as a large object of its own.
+const slabChunk = (32 << 10) / int(unsafe.Sizeof(sarama.ConsumerMessage{}))
 
 // abortedTransactions filters, reading committed, the record batches of
 // one response block: a transactional batch of a producer whose aborted

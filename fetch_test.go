@@ -502,16 +502,17 @@ func TestPartitionFetcherReadCommitted(t *testing.T) {
 	}
 }
 
-// TestFetchBudget: a loop reserves what is free of the budget, within
-// Fetch.MaxBytes, until its response is handled: the slabs delivered take
-// the reservation over, and the rest goes back. With none free it waits
-// while it holds slabs, and fetches anyway (1 byte) while it holds none;
-// a release frees the budget again. Without a limit it always asks
-// Fetch.MaxBytes and reserves nothing.
+// TestFetchBudget: a loop reserves, in the budget's unit, what is free
+// of the budget up to half of it, and asks for that divided by its ratio
+// of counted to wire bytes, within Fetch.MaxBytes, until its response is
+// handled: the slabs delivered take the reservation over, and the rest
+// goes back. With none free it waits while it holds slabs, and fetches
+// anyway (1 byte) while it holds none; a release frees the budget again.
+// Without a limit it always asks Fetch.MaxBytes and reserves nothing.
 func TestFetchBudget(t *testing.T) {
 	t.Parallel()
 	b := &fetchBudget{limit: 1000}
-	first, second, idle := &brokerLoop{}, &brokerLoop{}, &brokerLoop{}
+	first, second, idle := &brokerLoop{expand: 2}, &brokerLoop{expand: 2}, &brokerLoop{expand: 2}
 	check := func(what string, got int32, ok bool, want int32, wantOK bool, buffered int64) {
 		t.Helper()
 		if got != want || ok != wantOK || b.buffered.Load() != buffered {
@@ -519,25 +520,29 @@ func TestFetchBudget(t *testing.T) {
 		}
 	}
 	got, ok := b.reserve(first, 600)
-	check("empty budget", got, ok, 600, true, 600)
+	check("empty budget: half of it", got, ok, 250, true, 500)
 	got, ok = b.reserve(second, 600)
-	check("400 free beside a request in flight", got, ok, 400, true, 1000)
-	b.count(first, 500) // within its reservation
+	check("the other half beside a request in flight", got, ok, 250, true, 1000)
+	b.count(first, 400) // within its reservation
 	b.settle(first)
-	check("a response of 500 of the 600 reserved", got, ok, 400, true, 900)
+	check("a response of 400 of the 500 reserved", got, ok, 250, true, 900)
 	b.count(second, 700) // a first record batch larger than MaxBytes
 	b.settle(second)
-	check("a response of 700 of the 400 reserved", got, ok, 400, true, 1200)
+	check("a response of 700 of the 500 reserved", got, ok, 250, true, 1100)
 	got, ok = b.reserve(first, 600)
-	check("a loop holding slabs, nothing free", got, ok, 0, false, 1200)
+	check("a loop holding slabs, nothing free", got, ok, 0, false, 1100)
 	got, ok = b.reserve(idle, 600)
-	check("a loop holding nothing, nothing free", got, ok, 1, true, 1201)
+	check("a loop holding nothing, nothing free", got, ok, 1, true, 1101)
 	b.settle(idle)
 	b.release(second, 700)
+	got, ok = b.reserve(first, 100)
+	check("after a release, within Fetch.MaxBytes", got, ok, 100, true, 600)
+	b.settle(first)
+	first.measure(2600, 1000)
 	got, ok = b.reserve(first, 600)
-	check("after a release", got, ok, 500, true, 1000)
-	if first.held.Load() != 500 || second.held.Load() != 0 {
-		t.Errorf("held %d and %d; want 500 and 0", first.held.Load(), second.held.Load())
+	check("a ratio of 2.6 learnt from a response", got, ok, 192, true, 900)
+	if first.held.Load() != 400 || second.held.Load() != 0 {
+		t.Errorf("held %d and %d; want 400 and 0", first.held.Load(), second.held.Load())
 	}
 	unbounded := &fetchBudget{}
 	got, ok = unbounded.reserve(first, 600)
