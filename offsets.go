@@ -559,8 +559,12 @@ func (s *offsetStore) refused(tps []TopicPartition, size int) {
 	}
 	s.mu.Unlock()
 	if s.refusedOnce.CompareAndSwap(false, true) {
-		s.report(tps[0], fmt.Errorf("%w: the group's coordinator refused the acked set of Config.DurableAcks in %d bytes of commit metadata (its offset.metadata.max.bytes is lower): committed without it, and acked sets kept under %d bytes from now on (reported once)",
-			sarama.ErrOffsetMetadataTooLarge, size, limit))
+		then := fmt.Sprintf("acked sets kept under %d bytes from now on", limit)
+		if limit == 0 {
+			then = "no acked sets from now on"
+		}
+		s.report(tps[0], fmt.Errorf("%w: the group's coordinator refused the acked set of Config.DurableAcks in %d bytes of commit metadata (its offset.metadata.max.bytes is lower): committed without it, %s (reported once)",
+			sarama.ErrOffsetMetadataTooLarge, size, then))
 	}
 }
 
