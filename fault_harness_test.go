@@ -68,6 +68,7 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 // KC_DURABLE sets Config.DurableAcks; KC_ACKS writes, after each ack,
 //
 //	K <partition> <offset>                acked
+//
 // childKafkaSession is a child's session timeout with Kafka's group
 // coordinator unless KC_COORDINATOR=kafka and KC_SESSION say otherwise.
 const childKafkaSession = 6 * time.Second
@@ -453,8 +454,8 @@ type childOutput struct {
 	// lines, by partition.
 	deliveries []childDelivery
 	// acked holds the K lines' partitions and offsets.
-	acked map[partOffset]bool
-	assigned   map[int32][]int64
+	acked    map[partOffset]bool
+	assigned map[int32][]int64
 }
 
 // partOffset is a message of the fault run's topic.
