@@ -287,3 +287,71 @@ func TestDurableAcksMetadataTooLarge(t *testing.T) {
 	}
 	t.Logf("the refusal: %v; other errors: %s", refused, strings.Join(others, "; "))
 }
+
+// TestDurableAcksKill: three consumer processes ack in random order (32
+// workers with random delays up to 20 ms, and one message in 100 a second
+// longer), and one is killed with -9 midway. Its
+// messages that the last commit before the kill did not cover are
+// counted: handed out and not acked, or acked after that commit. With
+// DurableAcks, the duplicates are at most that count; without, they are
+// what the acked prefix left (logged, as the comparison).
+func TestDurableAcksKill(t *testing.T) {
+	needFaults(t)
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			r := newFaultRun(t, zookeeperPeers, kafkaPeers, 4, 1)
+			r.opts.workers, r.opts.delay, r.opts.slow = 32, 20*time.Millisecond, time.Second
+			r.opts.durable, r.opts.ackLines = durable, true
+			children := []*child{r.start(), r.start(), r.start()}
+			r.waitOwnedBy(60*time.Second, children...)
+			wait := r.produceSteadily(6000, 6*time.Second)
+			victim := children[1]
+			waitFor(t, 60*time.Second, "the victim to receive 600 messages", func() bool {
+				return len(victim.output().deliveries) >= 600
+			})
+			victim.kill(t)
+			offsets, metadata := committedMetadata(t, r.client, r.group, r.topic)
+			out := victim.output()
+			var notAcked, ackedLate int
+			seen := make(map[partOffset]bool)
+			for _, d := range out.deliveries {
+				m := partOffset{d.partition, d.offset}
+				if seen[m] {
+					continue
+				}
+				seen[m] = true
+				committed, ok := offsets[d.partition]
+				if !ok {
+					committed = -1
+				}
+				next, _ := commitmark.Decode(committed, metadata[d.partition], false)
+				if next >= 0 && d.offset < next || inRanges(commitmark.Acked(metadata[d.partition], next), d.offset) {
+					continue // covered by the last commit
+				}
+				if out.acked[m] {
+					ackedLate++
+				} else {
+					notAcked++
+				}
+			}
+			wait()
+			duplicates := r.finish()
+			t.Logf("DurableAcks %v: the victim received %d; at the kill %d were handed out and not acked, %d acked after the last commit; duplicates %d",
+				durable, len(seen), notAcked, ackedLate, duplicates)
+			if durable && duplicates > notAcked+ackedLate {
+				t.Errorf("%d duplicates, more than the %d messages not covered by the last commit (%d not acked, %d acked after it)",
+					duplicates, notAcked+ackedLate, notAcked, ackedLate)
+			}
+		})
+	}
+}
+
+// inRanges reports whether offset is in one of rs.
+func inRanges(rs []commitmark.Range, offset int64) bool {
+	for _, r := range rs {
+		if r.From <= offset && offset < r.To {
+			return true
+		}
+	}
+	return false
+}

@@ -65,6 +65,7 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 // reads batches of up to that many messages (linger 10 ms), and acks each
 // batch with AckBatch (without workers). With KC_SHUTDOWN set, SIGTERM
 // calls Shutdown with a context of that duration instead of Interrupt.
+// KC_SLOW adds, to one message in 100 of the workers, that much more delay.
 // KC_DURABLE sets Config.DurableAcks; KC_ACKS writes, after each ack,
 //
 //	K <partition> <offset>                acked
@@ -170,6 +171,7 @@ func childMain() int {
 
 	workers, _ := strconv.Atoi(os.Getenv("KC_WORKERS"))
 	delay := envDuration("KC_DELAY", 0)
+	slow := envDuration("KC_SLOW", 0)
 	var wg sync.WaitGroup
 	work := make(chan *sarama.ConsumerMessage)
 	for i := 0; i < workers; i++ {
@@ -180,6 +182,9 @@ func childMain() int {
 			for msg := range work {
 				if delay > 0 {
 					time.Sleep(time.Duration(rng.Int63n(int64(delay)))) // simulated processing
+				}
+				if slow > 0 && rng.Intn(100) == 0 {
+					time.Sleep(slow) // a slow one: later messages are acked first
 				}
 				consumer.Ack(msg)
 				if ackLines {
@@ -298,6 +303,7 @@ type childOptions struct {
 	instanceID    string        // KC_INSTANCE_ID: Config.InstanceID
 	restartGrace  time.Duration // KC_RESTART_GRACE: Config.RestartGrace
 	times         bool          // KC_TIMES: timed D and X lines
+	slow          time.Duration // KC_SLOW: one message in 100 takes that much longer
 	durable       bool          // KC_DURABLE: Config.DurableAcks
 	ackLines      bool          // KC_ACKS: a K line after each ack of a worker
 	// kafka makes the group Kafka-coordinated (KC_COORDINATOR=kafka),
@@ -327,6 +333,7 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_MAX_PROCESSING="+opts.maxProcessing.String(),
 		"KC_WORKERS="+strconv.Itoa(opts.workers),
 		"KC_DELAY="+opts.delay.String(),
+		"KC_SLOW="+opts.slow.String(),
 		"KC_BATCH="+strconv.Itoa(opts.batch),
 		"KC_SHUTDOWN="+opts.shutdown.String(),
 		"KC_INSTANCE_ID="+opts.instanceID,
