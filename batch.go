@@ -137,7 +137,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		default:
 			topUp() // what a cut batch left, with what is ready since
 		}
-		n, before := pm.enter(h.batch, h.gap())
+		n, out, before := pm.enter(h.batch, h.gap())
 		if n < 0 {
 			return consumeFenced
 		}
@@ -148,7 +148,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 			continue
 		}
 		h.entered()
-		if !h.sendBatch(n, before) {
+		if out > 0 && !h.sendBatch(out, before) {
 			return h.end()
 		}
 		h.batch = h.batch[:copy(h.batch, h.batch[n:])]

@@ -306,6 +306,44 @@ type Config struct {
 	// "Upgrading from wvanbergen/kafka". Default false.
 	CommitLastProcessed bool
 
+	// DurableAcks makes each commit of a partition carry, in the commit's
+	// metadata, the offsets beyond the committed one that were acked
+	// already (acks come in any order; the committed offset is the end of
+	// the acked prefix). A partition that starts (after a rebalance, a
+	// restart, a crash, a migration) reads them, counts them as acked and
+	// hands none of them out again, with Messages or Batches and with
+	// either Coordinator: after a crash, what is delivered again is what
+	// was handed out and not acked, and what was acked since the last
+	// commit, not everything beyond the first unacked message.
+	//
+	// The set must fit Kafka's offset.metadata.max.bytes (4,096 bytes by
+	// default). A partition whose set, encoded, reaches 3/4 of that stops
+	// handing out until its oldest pending message is acked, the pause of
+	// MaxPendingAcks (ErrMaxPendingAcks on Errors, PartitionStats.Paused),
+	// and a set that does not fit is cut to its first offsets. A broker
+	// that refuses the metadata (OFFSET_METADATA_TOO_LARGE: a lower
+	// offset.metadata.max.bytes) gets the commit again without the set,
+	// one error on Errors() says so (wrapping
+	// sarama.ErrOffsetMetadataTooLarge), and later sets are kept under
+	// half the refused size.
+	//
+	// Clients that do not know the set (the original library, Kafka's own
+	// clients, tools) ignore it and deliver again what it holds: the
+	// at-least-once of the committed offset. Releases of this package
+	// before it read the metadata as no mark (see CommitLastProcessed):
+	// those without CommitLastProcessed deliver again, those with it skip
+	// the message at the committed offset. Turn it on once every instance
+	// of the group runs a release that knows it.
+	//
+	// Default false: turning it on changes what the group's commits hold
+	// (up to 4 KB of metadata per partition and commit, where a commit
+	// was tens of bytes, in the offsets topic and in every OffsetCommit
+	// request), a partition with a long run of unacked messages pauses
+	// earlier than MaxPendingAcks, and older releases in the group (see
+	// above) must be gone first. A group that acks in order gains nothing
+	// from it.
+	DurableAcks bool
+
 	// OnRebalance, when set, is called after each change of the partitions
 	// this instance consumes, with the partitions it stopped and those it
 	// started (their claims may still be pending while a previous owner

@@ -65,6 +65,11 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 // reads batches of up to that many messages (linger 10 ms), and acks each
 // batch with AckBatch (without workers). With KC_SHUTDOWN set, SIGTERM
 // calls Shutdown with a context of that duration instead of Interrupt.
+// KC_SLOW adds, to one message in 100 of the workers, that much more delay.
+// KC_DURABLE sets Config.DurableAcks; KC_ACKS writes, after each ack,
+//
+//	K <partition> <offset>                acked
+//
 // childKafkaSession is a child's session timeout with Kafka's group
 // coordinator unless KC_COORDINATOR=kafka and KC_SESSION say otherwise.
 const childKafkaSession = 6 * time.Second
@@ -99,6 +104,8 @@ func childMain() int {
 		config.BatchSize = n
 		config.BatchLinger = 10 * time.Millisecond
 	}
+	config.DurableAcks = os.Getenv("KC_DURABLE") != ""
+	ackLines := os.Getenv("KC_ACKS") != ""
 	times := os.Getenv("KC_TIMES") != ""
 	zookeeper := os.Getenv("KC_ZK")
 	if os.Getenv("KC_COORDINATOR") == "kafka" {
@@ -164,6 +171,7 @@ func childMain() int {
 
 	workers, _ := strconv.Atoi(os.Getenv("KC_WORKERS"))
 	delay := envDuration("KC_DELAY", 0)
+	slow := envDuration("KC_SLOW", 0)
 	var wg sync.WaitGroup
 	work := make(chan *sarama.ConsumerMessage)
 	for i := 0; i < workers; i++ {
@@ -175,7 +183,13 @@ func childMain() int {
 				if delay > 0 {
 					time.Sleep(time.Duration(rng.Int63n(int64(delay)))) // simulated processing
 				}
+				if slow > 0 && rng.Intn(100) == 0 {
+					time.Sleep(slow) // a slow one: later messages are acked first
+				}
 				consumer.Ack(msg)
+				if ackLines {
+					writeLine("K %d %d", msg.Partition, msg.Offset)
+				}
 			}
 		}(int64(i))
 	}
@@ -289,6 +303,9 @@ type childOptions struct {
 	instanceID    string        // KC_INSTANCE_ID: Config.InstanceID
 	restartGrace  time.Duration // KC_RESTART_GRACE: Config.RestartGrace
 	times         bool          // KC_TIMES: timed D and X lines
+	slow          time.Duration // KC_SLOW: one message in 100 takes that much longer
+	durable       bool          // KC_DURABLE: Config.DurableAcks
+	ackLines      bool          // KC_ACKS: a K line after each ack of a worker
 	// kafka makes the group Kafka-coordinated (KC_COORDINATOR=kafka),
 	// with brokers as Config.Brokers and session as the group's session
 	// timeout.
@@ -316,6 +333,7 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 		"KC_MAX_PROCESSING="+opts.maxProcessing.String(),
 		"KC_WORKERS="+strconv.Itoa(opts.workers),
 		"KC_DELAY="+opts.delay.String(),
+		"KC_SLOW="+opts.slow.String(),
 		"KC_BATCH="+strconv.Itoa(opts.batch),
 		"KC_SHUTDOWN="+opts.shutdown.String(),
 		"KC_INSTANCE_ID="+opts.instanceID,
@@ -326,6 +344,12 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 	)
 	if opts.times {
 		c.cmd.Env = append(c.cmd.Env, "KC_TIMES=1")
+	}
+	if opts.durable {
+		c.cmd.Env = append(c.cmd.Env, "KC_DURABLE=1")
+	}
+	if opts.ackLines {
+		c.cmd.Env = append(c.cmd.Env, "KC_ACKS=1")
 	}
 	if opts.kafka {
 		c.cmd.Env = append(c.cmd.Env, "KC_COORDINATOR=kafka")
@@ -436,7 +460,15 @@ type childOutput struct {
 	// deliveries are the M lines, in order; assigned the times of the A
 	// lines, by partition.
 	deliveries []childDelivery
-	assigned   map[int32][]int64
+	// acked holds the K lines' partitions and offsets.
+	acked    map[partOffset]bool
+	assigned map[int32][]int64
+}
+
+// partOffset is a message of the fault run's topic.
+type partOffset struct {
+	partition int32
+	offset    int64
 }
 
 // childDelivery is a message a child received.
@@ -448,7 +480,7 @@ type childDelivery struct {
 }
 
 func (c *child) output() childOutput {
-	o := childOutput{received: make(map[string]int), owned: make(map[string]bool), assigned: make(map[int32][]int64)}
+	o := childOutput{received: make(map[string]int), owned: make(map[string]bool), assigned: make(map[int32][]int64), acked: make(map[partOffset]bool)}
 	f, err := os.Open(c.out)
 	if err != nil {
 		return o
@@ -491,6 +523,12 @@ func (c *child) output() childOutput {
 				p, _ := strconv.ParseInt(f[1], 10, 32)
 				at, _ := strconv.ParseInt(f[2], 10, 64)
 				o.assigned[int32(p)] = append(o.assigned[int32(p)], at)
+			}
+		case "K":
+			var p int32
+			var offset int64
+			if _, err := fmt.Sscan(rest, &p, &offset); err == nil {
+				o.acked[partOffset{p, offset}] = true
 			}
 		case "E":
 			o.errors = append(o.errors, rest)

@@ -73,7 +73,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 			return h.end()
 		}
 		for len(h.batch) > 0 {
-			n, before := pm.enter(h.batch, h.gap())
+			n, out, before := pm.enter(h.batch, h.gap())
 			if n < 0 {
 				return consumeFenced
 			}
@@ -84,7 +84,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 				continue
 			}
 			h.entered()
-			if !h.send(n, before) {
+			if out > 0 && !h.send(out, before) {
 				return h.end()
 			}
 			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
@@ -214,8 +214,11 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 }
 
 // enter records the first messages of batch as handed out, as many as
-// MaxPendingAcks leaves room for, under one lock. It returns how many, and
-// lastHandedOut before them. When it enters them all and gap is not -1,
+// MaxPendingAcks leaves room for, under one lock. It returns how many (n),
+// and lastHandedOut before them. Of those, the messages that the
+// partition's commit said were acked (skipped, Config.DurableAcks) are
+// entered as acked and not to be handed out: the others move to the
+// front of batch, and out says how many they are. When it enters them all and gap is not -1,
 // the offsets from the last of them up to gap hold nothing to hand out
 // (see skipTo). With no room it pauses the partition: an ack
 // wakes the consume loop when there is (waiting). A partition paused by
@@ -223,7 +226,7 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 // fenced, or the claim is lost, it records nothing and returns -1: the
 // check is under the lock that takeBackUnread's unhand takes, so nothing
 // enters after the fence's raise took messages back.
-func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n int, before int64) {
+func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n, out int, before int64) {
 	pm.mu.Lock()
 	if pm.lost || pm.parent.fence.on.Load() || pm.parent.pastFenceDeadline() {
 		pm.mu.Unlock()
@@ -233,32 +236,65 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n
 			// takes back what sits unread.
 			pm.parent.fence.raise()
 		}
-		return -1, 0
+		return -1, 0, 0
 	}
 	if pm.userPaused { // Pause: Resume wakes the consume loop
 		pm.waiting = true
 		pm.mu.Unlock()
-		return 0, 0
-	}
-	for n < len(batch) && pm.pending.push(batch[n].Offset) {
-		n++
+		return 0, 0, 0
 	}
 	before = pm.lastHandedOut
-	if n > 0 {
-		pm.lastHandedOut = batch[n-1].Offset
-		pm.handedOut += uint64(n)
+	if pm.skipped == nil {
+		for n < len(batch) && pm.pending.push(batch[n].Offset) {
+			n++
+		}
+		out = n
+		if n > 0 {
+			pm.lastHandedOut = batch[n-1].Offset
+		}
+	} else {
+		n, out = pm.enterSkipping(batch)
 	}
+	pm.handedOut += uint64(out)
 	if n == len(batch) && gap >= 0 {
 		pm.pending.skipTo(gap)
 	}
 	pm.waiting = n == 0
 	changed := pm.paused != (n == 0)
 	pm.paused = n == 0
+	held := pm.pending.held
 	pm.mu.Unlock()
 	if changed {
-		pm.reportPause(n == 0)
+		pm.reportPause(n == 0, held)
 	}
-	return n, before
+	return n, out, before
+}
+
+// enterSkipping is enter's loop for a partition that started with an
+// acked set (skipped): messages in it are entered as acked, the others as
+// handed out and moved to the front of batch. It returns how many messages
+// were entered, and how many are to be handed out. pm.mu is held.
+func (pm *partitionManager) enterSkipping(batch []*sarama.ConsumerMessage) (n, out int) {
+	rs := pm.skipped
+	for ; n < len(batch); n++ {
+		msg := batch[n]
+		for pm.skipAt < len(rs) && rs[pm.skipAt].To <= msg.Offset {
+			pm.skipAt++
+		}
+		if pm.skipAt < len(rs) && rs[pm.skipAt].From <= msg.Offset {
+			if !pm.pending.pushSkipped(msg.Offset) {
+				break
+			}
+		} else {
+			if !pm.pending.push(msg.Offset) {
+				break
+			}
+			batch[out] = msg
+			out++
+		}
+		pm.lastHandedOut = msg.Offset
+	}
+	return n, out
 }
 
 // skipTo records that the offsets after the last message handed out, up
@@ -272,9 +308,10 @@ func (pm *partitionManager) skipTo(next int64) {
 }
 
 // reportPause tells, once per pause, that the partition stopped handing out
-// because MaxPendingAcks messages are not committable yet, and when it goes
-// on.
-func (pm *partitionManager) reportPause(paused bool) {
+// because MaxPendingAcks messages are not committable yet, or (held) because
+// the acked set beyond the commit point nears the size that a commit's
+// metadata may have (Config.DurableAcks), and when it goes on.
+func (pm *partitionManager) reportPause(paused, held bool) {
 	if !paused {
 		pm.logf(slog.LevelDebug, "Resumed: an ack made room below MaxPendingAcks.")
 		return
@@ -282,6 +319,10 @@ func (pm *partitionManager) reportPause(paused bool) {
 	pm.parent.config.metrics().Paused(pm.parent.group, pm.tp)
 	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
 		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
+	if held {
+		err = pm.errorf("%w: the acked messages beyond the oldest one not acked near the most that a commit's metadata holds (Config.DurableAcks, offset.metadata.max.bytes); handing out nothing more until it is acked",
+			ErrMaxPendingAcks)
+	}
 	pm.logf(slog.LevelWarn, "%s.", err)
 	pm.parent.sendError(err)
 }
@@ -413,10 +454,15 @@ func (pm *partitionManager) takeBackLocked(offset, last int64) {
 	if offset > pm.lastHandedOut {
 		return
 	}
-	size := pm.pending.size()
-	pm.pending.unpushFrom(offset)
-	pm.handedOut -= uint64(size - pm.pending.size())
+	pm.handedOut -= uint64(pm.pending.unpushFrom(offset))
 	pm.lastHandedOut = last
+	if pm.skipped != nil {
+		// Skipped entries before offset stay entered: the next
+		// hand-out starts after them. The set is searched from its
+		// start again.
+		pm.lastHandedOut = max(last, pm.pending.lastEntered())
+		pm.skipAt = 0
+	}
 }
 
 // unhand takes back a message that sat unread in Messages when the fence

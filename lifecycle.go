@@ -328,6 +328,7 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 	}
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
 	cm.offsets.lastProcessed = cm.config.CommitLastProcessed
+	cm.offsets.durable = cm.config.DurableAcks
 	if h := cm.hooks; h != nil {
 		cm.offsets.failRound = h.commitRound
 	}

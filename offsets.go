@@ -7,6 +7,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,16 @@ type offsetStore struct {
 	// the group now: member applies only then, and commits go without
 	// membership while ZooKeeper coordinates it. Set before use.
 	kafkaNow func() bool
+	// durable is Config.DurableAcks: fetch reads the acked sets of
+	// commits (see acked). Set before use.
+	durable bool
+	// ackedLimit is the most bytes of metadata that a commit with an
+	// acked set may carry: maxMetadataBytes, halved at each refusal
+	// (refused), 0 for no acked sets any more.
+	ackedLimit atomic.Int64
+	// refusedOnce is set at the first refusal of an acked set, which is
+	// the one reported.
+	refusedOnce atomic.Bool
 
 	mu    sync.Mutex
 	parts map[TopicPartition]*storedOffset
@@ -72,12 +83,27 @@ type offsetStore struct {
 	// fetched, is to be committed again in this instance's convention
 	// (see commitmark.Decode): set makes them dirty.
 	rewrite map[TopicPartition]bool
+	// acked holds the acked sets (Config.DurableAcks) of the partitions
+	// whose committed offset fetch read last, until takeAcked.
+	acked map[TopicPartition][]commitmark.Range
 }
+
+// maxMetadataBytes is Kafka's default offset.metadata.max.bytes: the most
+// metadata a broker takes with a committed offset.
+const maxMetadataBytes = 4096
+
+// minAckedLimit is the least ackedLimit worth an acked set: refused
+// below it, acked sets are given up.
+const minAckedLimit = 64
 
 // storedOffset is the state of one partition in an offsetStore.
 type storedOffset struct {
 	next      int64 // the offset to commit: the next one to consume; -1 for none
 	committed int64 // the offset the coordinator has, as far as known; -1 for none
+	// acked is the acked set (Config.DurableAcks) to commit with next, the
+	// part of the metadata after the mark (commitmark.WithAcked);
+	// committedAcked the one the coordinator has, as far as known.
+	acked, committedAcked string
 	// closed is set by close: the partition takes no more marks, and
 	// leaves the store in the round that commits next, or at once when
 	// there is nothing to commit. Closed then.
@@ -93,14 +119,17 @@ var errNoLookup = errors.New("the group's coordinator is not known, and the shut
 var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
 
 func newOffsetStore(client sarama.Client, group string, report func(TopicPartition, error)) *offsetStore {
-	return &offsetStore{
+	s := &offsetStore{
 		client:  client,
 		conf:    client.Config(),
 		group:   group,
 		report:  report,
 		parts:   make(map[TopicPartition]*storedOffset),
 		rewrite: make(map[TopicPartition]bool),
+		acked:   make(map[TopicPartition][]commitmark.Range),
 	}
+	s.ackedLimit.Store(maxMetadataBytes)
+	return s
 }
 
 // fetch returns the committed offsets of tps as next offsets to read (see
@@ -147,6 +176,11 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 				s.rewrite[tp] = true
 			} else {
 				delete(s.rewrite, tp)
+			}
+			if acked := commitmark.Acked(block.Metadata, next); s.durable && acked != nil {
+				s.acked[tp] = acked
+			} else {
+				delete(s.acked, tp)
 			}
 			continue
 		default:
@@ -217,15 +251,37 @@ func (s *offsetStore) mark(tp TopicPartition, next int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil && next > p.next {
 		p.next = next
+		p.acked = ""
 	}
 	s.mu.Unlock()
+}
+
+// markAcked is mark with the acked set to commit with next (the part of
+// the metadata after the mark, see commitmark.WithAcked): a mark at the
+// offset to commit changes only the set.
+func (s *offsetStore) markAcked(tp TopicPartition, next int64, acked string) {
+	s.mu.Lock()
+	if p := s.parts[tp]; p != nil && p.closed == nil && next >= p.next {
+		p.next, p.acked = next, acked
+	}
+	s.mu.Unlock()
+}
+
+// takeAcked returns the acked set of tp that fetch read with its committed
+// offset (nil for none, and without Config.DurableAcks), once.
+func (s *offsetStore) takeAcked(tp TopicPartition) []commitmark.Range {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	acked := s.acked[tp]
+	delete(s.acked, tp)
+	return acked
 }
 
 // reset sets the offset to commit of tp to next, forward or back.
 func (s *offsetStore) reset(tp TopicPartition, next int64) {
 	s.mu.Lock()
 	if p := s.parts[tp]; p != nil && p.closed == nil {
-		p.next = next
+		p.next, p.acked = next, ""
 	}
 	s.mu.Unlock()
 }
@@ -289,9 +345,10 @@ func (s *offsetStore) dropClosing(tp TopicPartition, closed <-chan struct{}) {
 	}
 }
 
-// dirty reports whether the offset to commit differs from the committed one.
+// dirty reports whether the offset to commit, or its acked set, differs
+// from the committed one.
 func (p *storedOffset) dirty() bool {
-	return p.next >= 0 && p.next != p.committed
+	return p.next >= 0 && (p.next != p.committed || p.acked != p.committedAcked)
 }
 
 // commitRound commits the offsets that moved since the last round, in one
@@ -301,9 +358,11 @@ func (p *storedOffset) dirty() bool {
 func (s *offsetStore) commitRound() {
 	s.mu.Lock()
 	var dirty []TopicPartition
+	var sizes []int
 	for tp, p := range s.parts {
 		if p.dirty() {
 			dirty = append(dirty, tp)
+			sizes = append(sizes, len(p.acked))
 		}
 	}
 	s.mu.Unlock()
@@ -332,7 +391,7 @@ func (s *offsetStore) commitRound() {
 		}
 		return
 	}
-	for _, chunk := range s.commitChunks(dirty) {
+	for _, chunk := range s.commitChunks(dirty, sizes) {
 		if !s.commitChunk(broker, chunk) {
 			return // the broker failed: the next round looks it up again
 		}
@@ -352,12 +411,16 @@ const maxCommitBytes = 512 << 10
 const commitRecordBytes = 64
 
 // commitChunks splits tps into the partitions of one request each, so that
-// each request's records stay below maxCommitBytes.
-func (s *offsetStore) commitChunks(tps []TopicPartition) [][]TopicPartition {
+// each request's records stay below maxCommitBytes; acked are the sizes
+// of their acked sets (nil: none).
+func (s *offsetStore) commitChunks(tps []TopicPartition, acked []int) [][]TopicPartition {
 	var chunks [][]TopicPartition
 	start, size := 0, 0
 	for i, tp := range tps {
 		n := len(s.group) + len(tp.Topic) + len(commitmark.NextMark) + commitRecordBytes
+		if acked != nil {
+			n += acked[i]
+		}
 		if size+n > maxCommitBytes && i > start {
 			chunks = append(chunks, tps[start:i])
 			start, size = i, 0
@@ -375,12 +438,13 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		tp     TopicPartition
 		part   *storedOffset
 		offset int64
+		acked  string
 	}
 	s.mu.Lock()
 	batch := make([]sent, 0, len(tps))
 	for _, tp := range tps {
 		if p := s.parts[tp]; p != nil && p.dirty() {
-			batch = append(batch, sent{tp, p, p.next})
+			batch = append(batch, sent{tp, p, p.next, p.acked})
 		}
 	}
 	s.mu.Unlock()
@@ -396,7 +460,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 	for _, b := range batch {
 		// Leader epoch -1: unknown (sarama does not track it).
 		offset, metadata := commitmark.Encode(b.offset, s.lastProcessed)
-		req.AddBlockWithLeaderEpoch(b.tp.Topic, b.tp.Partition, offset, -1, timestamp, metadata)
+		req.AddBlockWithLeaderEpoch(b.tp.Topic, b.tp.Partition, offset, -1, timestamp, metadata+b.acked)
 	}
 	resp, err := broker.CommitOffset(req)
 	if err != nil {
@@ -413,6 +477,8 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		err error
 	}
 	var failed []failure
+	var refused []TopicPartition // their acked set refused: committed again without
+	refusedBytes := 0
 	release := false
 	s.mu.Lock()
 	for _, b := range batch {
@@ -421,7 +487,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		case !ok:
 			failed = append(failed, failure{b.tp, sarama.ErrIncompleteResponse})
 		case errors.Is(kerr, sarama.ErrNoError):
-			b.part.committed = b.offset
+			b.part.committed, b.part.committedAcked = b.offset, b.acked
 			if b.part.closed != nil && !b.part.dirty() && s.parts[b.tp] == b.part {
 				delete(s.parts, b.tp)
 				close(b.part.closed)
@@ -449,6 +515,9 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 			failed = append(failed, failure{b.tp, kerr})
 			delete(s.parts, b.tp)
 			close(b.part.closed)
+		case errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && b.acked != "":
+			refused = append(refused, b.tp)
+			refusedBytes = max(refusedBytes, len(commitmark.NextMark)+len(b.acked))
 		default:
 			failed = append(failed, failure{b.tp, kerr})
 			// Unless the offset itself is refused, the next round asks
@@ -463,7 +532,40 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 	for _, f := range failed {
 		s.report(f.tp, f.err)
 	}
+	if len(refused) > 0 {
+		s.refused(refused, refusedBytes)
+		return s.commitChunk(broker, refused)
+	}
 	return true
+}
+
+// refused handles a broker's refusal of the acked sets of tps, the
+// largest of size bytes of metadata (OFFSET_METADATA_TOO_LARGE: its
+// offset.metadata.max.bytes is lower): ackedLimit goes down to half of
+// that (to 0 below minAckedLimit), tps lose their acked sets, so that
+// commitChunk commits them again without, and the first refusal is
+// reported.
+func (s *offsetStore) refused(tps []TopicPartition, size int) {
+	limit := min(s.ackedLimit.Load(), int64(size)) / 2
+	if limit < minAckedLimit {
+		limit = 0
+	}
+	s.ackedLimit.Store(limit)
+	s.mu.Lock()
+	for _, tp := range tps {
+		if p := s.parts[tp]; p != nil {
+			p.acked = ""
+		}
+	}
+	s.mu.Unlock()
+	if s.refusedOnce.CompareAndSwap(false, true) {
+		then := fmt.Sprintf("acked sets kept under %d bytes from now on", limit)
+		if limit == 0 {
+			then = "no acked sets from now on"
+		}
+		s.report(tps[0], fmt.Errorf("%w: the group's coordinator refused the acked set of Config.DurableAcks in %d bytes of commit metadata (its offset.metadata.max.bytes is lower): committed without it, %s (reported once)",
+			sarama.ErrOffsetMetadataTooLarge, size, then))
+	}
 }
 
 // asMember reports whether commits go as a member of Kafka's group (see

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 )
 
 // startLoops starts the marker and committer goroutines, which shutdown
@@ -155,7 +156,51 @@ func (pm *partitionManager) markLocked() {
 	if !pm.managed {
 		return
 	}
-	if c := pm.pending.commitOffset(); c >= 0 {
-		pm.parent.offsets.mark(pm.tp, c)
+	c := pm.pending.commitOffset()
+	if !pm.parent.config.DurableAcks {
+		if c >= 0 {
+			pm.parent.offsets.mark(pm.tp, c)
+		}
+		return
 	}
+	pm.markAckedSet(c)
+}
+
+// markAckedSet marks, with Config.DurableAcks, the end of the acked prefix
+// c (-1 for none yet: the committed offset) with the acked set beyond it:
+// the acked entries of the pending acks, and what is left of the set the
+// partition started with (skipped) beyond the last offset entered. A set
+// that nears the offset store's ackedLimit (3/4 of it, or cut to fit)
+// holds the pending acks: the partition hands out nothing more until the
+// commit point moves, the pause of MaxPendingAcks. The set is encoded
+// again only when it changed. pm.mu is held.
+func (pm *partitionManager) markAckedSet(c int64) {
+	offsets := pm.parent.offsets
+	base := c
+	if base < 0 {
+		if base = offsets.next(pm.tp); base < 0 {
+			return // nothing committed, nothing acked
+		}
+	}
+	limit := offsets.ackedLimit.Load()
+	m := &pm.marked
+	if m.changes == pm.pending.changes && m.base == base && m.limit == limit {
+		return // marked already
+	}
+	m.changes, m.base, m.limit = pm.pending.changes, base, limit
+	acked := ""
+	if limit > 0 {
+		rs := pm.pending.ackedRanges(nil)
+		for _, r := range pm.skipped[pm.skipAt:] {
+			if from := max(r.From, pm.lastHandedOut+1); from < r.To {
+				rs = append(rs, commitmark.Range{From: from, To: r.To})
+			}
+		}
+		metadata, truncated := commitmark.WithAcked(commitmark.NextMark, base, rs, int(limit))
+		acked = metadata[len(commitmark.NextMark):]
+		if truncated || int64(len(metadata)) > limit*3/4 {
+			pm.pending.hold()
+		}
+	}
+	offsets.markAcked(pm.tp, base, acked)
 }

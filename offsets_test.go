@@ -531,7 +531,7 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 			tps = append(tps, TopicPartition{Topic: topic, Partition: p})
 		}
 	}
-	chunks := store.commitChunks(tps)
+	chunks := store.commitChunks(tps, nil)
 	if len(chunks) < 2 {
 		t.Fatalf("%d partitions of %d-byte topics in %d request(s); want them split", len(tps), len(tps[0].Topic), len(chunks))
 	}
@@ -556,7 +556,7 @@ func TestCommitRequestsSplitBySize(t *testing.T) {
 	if len(seen) != len(tps) {
 		t.Fatalf("%d of %d partitions in the requests", len(seen), len(tps))
 	}
-	if chunks := store.commitChunks(tps[:100]); len(chunks) != 1 {
+	if chunks := store.commitChunks(tps[:100], nil); len(chunks) != 1 {
 		t.Errorf("100 partitions in %d requests; want 1", len(chunks))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -115,6 +116,18 @@ type partitionManager struct {
 	userPaused bool
 	// handingOut is set while consume runs (see takeBackAll).
 	handingOut bool
+	// skipped is the acked set that the partition's committed offset
+	// carried when it started (Config.DurableAcks): offsets entered as
+	// acked (pendingAcks.pushSkipped), never handed out; skipAt indexes
+	// its first range that does not end at or before the last offset
+	// entered.
+	skipped []commitmark.Range
+	skipAt  int
+	// marked is what the acked set last marked was made of (markLocked).
+	marked struct {
+		changes     uint64
+		base, limit int64
+	}
 	// lost is set when the claim went with an expired ZooKeeper session,
 	// for good: the partition manager hands out nothing more, and stops
 	// without a final commit (another instance may own the partition).

@@ -30,6 +30,16 @@ func (pm *partitionManager) startOffsets() bool {
 			var committed int64
 			if committed, err = pm.readCommitted(); err == nil {
 				offsets.set(pm.tp, committed)
+				// The acked set of the commit (Config.DurableAcks):
+				// none of it is handed out again.
+				acked := offsets.takeAcked(pm.tp)
+				pm.mu.Lock()
+				pm.skipped, pm.skipAt = acked, 0
+				pm.mu.Unlock()
+				if len(acked) > 0 {
+					pm.logf(slog.LevelDebug, "The committed offset %d carries %d ranges of acked offsets beyond it, up to %d: not handed out again.",
+						committed, len(acked), acked[len(acked)-1].To-1)
+				}
 				return true
 			}
 		}
@@ -255,6 +265,7 @@ func (pm *partitionManager) startAtInitial(from int64) (sarama.PartitionConsumer
 	}
 	pm.pending = newPendingAcks(cm.config.MaxPendingAcks) // forget the old prefix's end
 	pm.lastHandedOut = start - 1
+	pm.skipped, pm.skipAt = nil, 0 // of another offset, or of the log before
 	pm.mu.Unlock()
 
 	cm.offsets.reset(pm.tp, start)

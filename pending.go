@@ -3,6 +3,8 @@ package kafkaconsumer
 // Pending acks: the bookkeeping of one partition's handed-out messages,
 // acked in any order, whose acked prefix is what may be committed.
 
+import "github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
+
 // slotState is the state of a message that a partition handed out.
 type slotState uint8
 
@@ -10,6 +12,7 @@ const (
 	slotPending   slotState = iota // handed out, not acked yet
 	slotAcked                      // acked
 	slotWithdrawn                  // taken back unprocessed (Close, withdrawUnread): resolved, never committed
+	slotSkipped                    // acked before the partition started (Config.DurableAcks): never handed out, counts as acked
 )
 
 type slot struct {
@@ -32,8 +35,13 @@ type pendingAcks struct {
 	open  int   // entries in slotPending
 	done  int64 // one past the last acked offset dropped from the prefix, or -1
 	// stuck is set when a withdrawn entry reached the head: nothing after it
-	// may be committed any more.
+	// may be committed any more. The entries after it stay, for the acked
+	// set of the final commit (ackedRanges).
 	stuck bool
+	// held is set by hold: push refuses until the commit point moves.
+	held bool
+	// changes counts the changes of what ackedRanges returns.
+	changes uint64
 	// skip is an offset past the last entry up to which the partition
 	// holds nothing to hand out (skipTo), or -1.
 	skip int64
@@ -44,7 +52,13 @@ func newPendingAcks(limit int) *pendingAcks {
 }
 
 // full tells whether push would refuse.
-func (p *pendingAcks) full() bool { return p.n >= p.limit }
+func (p *pendingAcks) full() bool { return p.n >= p.limit || p.held }
+
+// hold makes push refuse until the commit point moves (an ack of the
+// first entry), as if limit was reached: the acked set beyond the commit
+// point grows no further. It holds nothing when no entry is pending
+// (nothing could move the commit point).
+func (p *pendingAcks) hold() { p.held = p.open > 0 && !p.stuck }
 
 // pending returns how many handed-out messages wait for an ack.
 func (p *pendingAcks) pending() int { return p.open }
@@ -56,7 +70,7 @@ func (p *pendingAcks) size() int { return p.n }
 // increase. It returns false, and records nothing, when the limit is
 // reached.
 func (p *pendingAcks) push(offset int64) bool {
-	if p.n >= p.limit {
+	if p.full() {
 		return false
 	}
 	if p.n == len(p.ring) {
@@ -81,18 +95,75 @@ func (p *pendingAcks) skipTo(next int64) {
 // been resolved already by a stale ack (of an earlier owner's hand-out of
 // the same offset): it is not pending any more, so it is not counted
 // again; one that the ack dropped from the prefix is gone already.
-func (p *pendingAcks) unpushFrom(offset int64) {
+//
+// It returns how many of the forgotten entries were handed out (not
+// skipped).
+func (p *pendingAcks) unpushFrom(offset int64) (handedOut int) {
 	p.skip = -1
+	p.held = false
+	p.changes++
 	for p.n > 0 {
 		last := &p.ring[(p.head+p.n-1)&(len(p.ring)-1)]
 		if last.offset < offset {
-			return
+			break
 		}
-		if last.state == slotPending {
+		switch last.state {
+		case slotPending:
 			p.open--
+			handedOut++
+		case slotSkipped:
+		default:
+			handedOut++
 		}
 		p.n--
 	}
+	return handedOut
+}
+
+// lastEntered returns the offset of the last entry, else the offset
+// before the commit point; -1 when neither is known.
+func (p *pendingAcks) lastEntered() int64 {
+	if p.n > 0 {
+		return p.ring[(p.head+p.n-1)&(len(p.ring)-1)].offset
+	}
+	return max(p.done-1, -1)
+}
+
+// pushSkipped records that the message at offset, the next one, was acked
+// before the partition started (commitmark.Acked): it is not handed out,
+// and counts as acked. It returns false, and records nothing, when push
+// would refuse.
+func (p *pendingAcks) pushSkipped(offset int64) bool {
+	if !p.push(offset) {
+		return false
+	}
+	p.resolve(offset, slotSkipped)
+	return true
+}
+
+// ackedRanges appends to rs the offsets beyond the commit point that are
+// acked (or skipped): each acked entry with the offsets up to the next
+// entry, which hold no message. It returns rs as it is when the commit
+// point stopped for good before a withdrawn entry that the later ones
+// follow (stuck) and nothing was kept after it.
+func (p *pendingAcks) ackedRanges(rs []commitmark.Range) []commitmark.Range {
+	mask := len(p.ring) - 1
+	for i := 0; i < p.n; i++ {
+		s := p.ring[(p.head+i)&mask]
+		if s.state != slotAcked && s.state != slotSkipped {
+			continue
+		}
+		to := s.offset + 1
+		if i+1 < p.n {
+			to = p.ring[(p.head+i+1)&mask].offset
+		}
+		if k := len(rs); k > 0 && rs[k-1].To == s.offset {
+			rs[k-1].To = to
+		} else {
+			rs = append(rs, commitmark.Range{From: s.offset, To: to})
+		}
+	}
+	return rs
 }
 
 func (p *pendingAcks) grow() {
@@ -143,23 +214,24 @@ func (p *pendingAcks) resolve(offset int64, state slotState) (known, advanced bo
 	}
 	p.ring[i].state = state
 	p.open--
-	if i != p.head {
+	p.changes++
+	if i != p.head || p.stuck {
 		return true, false
 	}
 	// Drop the resolved prefix; acked entries move the commit point past
-	// them, a withdrawn one stops it for good.
+	// them, a withdrawn one stops it for good (the entries after it stay).
+	p.held = false
 	mask := len(p.ring) - 1
 	for p.n > 0 && p.ring[p.head].state != slotPending {
 		s := p.ring[p.head]
-		if s.state == slotWithdrawn {
-			p.stuck = true
-		}
-		if !p.stuck {
-			p.done = s.offset + 1
-			advanced = true
-		}
 		p.head = (p.head + 1) & mask
 		p.n--
+		if s.state == slotWithdrawn {
+			p.stuck = true
+			break
+		}
+		p.done = s.offset + 1
+		advanced = true
 	}
 	return true, advanced
 }

@@ -2,8 +2,11 @@ package kafkaconsumer
 
 import (
 	"math/rand"
+	"reflect"
 	"testing"
 	"testing/quick"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
 )
 
 func TestPendingAcksInOrder(t *testing.T) {
@@ -287,5 +290,77 @@ func TestPendingAcksSkipTo(t *testing.T) {
 	p.skipTo(20)
 	if got := p.commitOffset(); got != 10 {
 		t.Fatalf("commitOffset after a withdrawal = %d, want 10", got)
+	}
+}
+
+// TestPendingAckedRanges: the acked set beyond the commit point, with
+// skipped entries as acked ones and the offsets between entries (no
+// message) joined to the acked entry before them; hold refuses pushes
+// until the commit point moves; a withdrawn head keeps the entries after
+// it for the set.
+func TestPendingAckedRanges(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(100)
+	for _, o := range []int64{10, 11, 12, 14, 15, 17} {
+		p.push(o)
+	}
+	p.ack(11)
+	p.ack(12) // 13 holds no message: joined to 12
+	p.ack(17)
+	if !p.pushSkipped(18) || !p.pushSkipped(19) {
+		t.Fatal("pushSkipped refused")
+	}
+	want := []commitmark.Range{{From: 11, To: 14}, {From: 17, To: 20}}
+	if got := p.ackedRanges(nil); !reflect.DeepEqual(got, want) {
+		t.Fatalf("ackedRanges = %v, want %v", got, want)
+	}
+	if c := p.commitOffset(); c != -1 {
+		t.Fatalf("commitOffset = %d before the first ack of the head", c)
+	}
+	p.hold()
+	if p.push(20) || !p.full() {
+		t.Fatal("push accepted while held")
+	}
+	if _, advanced := p.ack(10); !advanced {
+		t.Fatal("the ack of the head did not advance")
+	}
+	if p.full() || !p.push(20) {
+		t.Fatal("still held after the commit point moved")
+	}
+	if c := p.commitOffset(); c != 14 {
+		t.Fatalf("commitOffset = %d, want 14", c)
+	}
+	if n := p.unpushFrom(18); n != 1 { // 18, 19 skipped; 20 handed out
+		t.Fatalf("unpushFrom counted %d handed out, want 1", n)
+	}
+	if got := p.lastEntered(); got != 17 {
+		t.Fatalf("lastEntered = %d, want 17", got)
+	}
+
+	// A skipped head moves the commit point at once.
+	q := newPendingAcks(10)
+	q.pushSkipped(5)
+	if c := q.commitOffset(); c != 6 {
+		t.Fatalf("commitOffset after a skipped head = %d, want 6", c)
+	}
+	q.hold()
+	if q.full() {
+		t.Fatal("hold with nothing pending: nothing could release it")
+	}
+
+	// A withdrawn head: the commit point stops, the later acks stay.
+	w := newPendingAcks(10)
+	for o := int64(0); o < 4; o++ {
+		w.push(o)
+	}
+	w.ack(2)
+	w.withdraw(1)
+	w.ack(0)
+	w.ack(3)
+	if c := w.commitOffset(); c != 1 {
+		t.Fatalf("commitOffset = %d, want 1", c)
+	}
+	if got, want := w.ackedRanges(nil), []commitmark.Range{{From: 2, To: 4}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ackedRanges after a withdrawn head = %v, want %v", got, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -29,7 +30,17 @@ const (
 	// groups' session timeout and heartbeat of the Kafka-coordinated
 	// contenders.
 	kafkaConsumerKafka = "kafkaconsumer-kafka"
+	// kafkaConsumerShuffled is kafkaconsumer acking in a shuffled order
+	// within windows of shuffleWindow messages; kafkaConsumerDurable is
+	// the same with Config.DurableAcks. Throughput workloads only, run
+	// when named in -contenders: the cost of durable acks is their ratio.
+	kafkaConsumerShuffled = "kafkaconsumer-shuffled"
+	kafkaConsumerDurable  = "kafkaconsumer-durable"
 )
+
+// shuffleWindow is the most messages that kafkaconsumer-shuffled and
+// kafkaconsumer-durable hold before they ack them in a shuffled order.
+const shuffleWindow = 256
 
 // batchSize is the Config.BatchSize of kafkaconsumer-batch.
 const batchSize = 1000
@@ -48,7 +59,7 @@ var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsum
 
 // throughputOrder is the order of the throughput tables' rows: the batch
 // contender runs there only.
-var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch)
+var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch, kafkaConsumerShuffled, kafkaConsumerDurable)
 
 // groupContenders are those that coordinate a group (workload 3).
 var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
@@ -83,6 +94,10 @@ func startInstance(spec *childSpec, share int, h handler) (instance, error) {
 		return startOursBatches(spec, h)
 	case kafkaConsumerKafka:
 		return startOursWith(spec, h, 0, true)
+	case kafkaConsumerShuffled:
+		return startOursShuffled(spec, h, false)
+	case kafkaConsumerDurable:
+		return startOursShuffled(spec, h, true)
 	}
 	return nil, fmt.Errorf("unknown contender %q", spec.Contender)
 }
@@ -391,6 +406,62 @@ func startOursWith(spec *childSpec, h handler, batch int, kafka bool) (instance,
 			c.AckBatch(b)
 			for _, msg := range b.Messages {
 				h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+			}
+		}
+	}()
+	return o, nil
+}
+
+// startOursShuffled starts kafkaconsumer acking in a shuffled order: it
+// holds up to shuffleWindow messages (fewer when no more is ready), then
+// acks them in a random order and passes them to the handler; durable
+// sets Config.DurableAcks.
+func startOursShuffled(spec *childSpec, h handler, durable bool) (instance, error) {
+	cfg := kafkaconsumer.NewConfig()
+	cfg.Offsets.Initial = saramaInitial(spec)
+	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
+	cfg.DurableAcks = durable
+	if spec.MaxBufferedBytes >= 0 {
+		cfg.MaxBufferedBytes = spec.MaxBufferedBytes
+	}
+	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	if err != nil {
+		return nil, err
+	}
+	o := &oursInstance{c: c, done: make(chan struct{})}
+	go func() {
+		for err := range c.Errors() {
+			log.Printf("kafkaconsumer: %v", err)
+		}
+	}()
+	go func() {
+		defer close(o.done)
+		rng := rand.New(rand.NewPCG(1, 2))
+		window := make([]*sarama.ConsumerMessage, 0, shuffleWindow)
+		flush := func() {
+			rng.Shuffle(len(window), func(i, j int) { window[i], window[j] = window[j], window[i] })
+			for _, msg := range window {
+				c.Ack(msg)
+				h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+			}
+			window = window[:0]
+		}
+		messages := c.Messages()
+		for {
+			var msg *sarama.ConsumerMessage
+			ok := true
+			select {
+			case msg, ok = <-messages:
+			default:
+				flush() // nothing more ready: ack what is held
+				msg, ok = <-messages
+			}
+			if !ok {
+				flush()
+				return
+			}
+			if window = append(window, msg); len(window) == shuffleWindow {
+				flush()
 			}
 		}
 	}()

@@ -16,7 +16,24 @@
 // read each other's commits right whatever their own setting; a commit
 // without the mark (an original's, a tool's, or one of a release before
 // the mark) is read in the reader's own convention.
+//
+// With Config.DurableAcks a commit also carries, after its mark, the
+// offsets beyond the committed one that were acked already (WithAcked,
+// Acked): "<mark>;a1.<base64>" or, compressed, "<mark>;z1.<base64>".
+// Decode reads the mark of such a commit as it reads a bare one.
+// Releases before the acked part read the whole metadata as no mark: see
+// the package's WithAcked for what they do then.
 package commitmark
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/base64"
+	"encoding/binary"
+	"io"
+	"strings"
+	"sync"
+)
 
 // The metadata of kafkaconsumer's commits: the convention of the offset.
 const (
@@ -46,6 +63,7 @@ func Encode(next int64, lastProcessed bool) (offset int64, metadata string) {
 // last-processed convention, an unmarked one (so that an instance without
 // the setting that takes the partition later reads it right too).
 func Decode(offset int64, metadata string, lastProcessed bool) (next int64, rewrite bool) {
+	metadata = markOf(metadata)
 	switch {
 	case metadata == LastMark && offset >= -1:
 		return offset + 1, !lastProcessed
@@ -58,4 +76,191 @@ func Decode(offset int64, metadata string, lastProcessed bool) (next int64, rewr
 	default:
 		return offset, false
 	}
+}
+
+// markOf returns the mark of metadata: the part before an acked part.
+func markOf(metadata string) string {
+	if mark, rest, ok := strings.Cut(metadata, ackedSep); ok && (mark == NextMark || mark == LastMark) && len(rest) >= len(rawTag) {
+		return mark
+	}
+	return metadata
+}
+
+// The acked part of a commit's metadata: ackedSep, a tag that says its
+// version and whether it is compressed, then the payload in unpadded
+// URL-safe base64. The payload (version 1) is a sequence of unsigned
+// varints: the next offset to read that the set is relative to (a commit
+// whose offset a tool moved since does not match it, and its set is
+// ignored), then pairs of run lengths from that offset on: so many
+// offsets not acked, so many acked, each at least 1. Compressed, the
+// payload is deflated (RFC 1951).
+const (
+	ackedSep      = ";"
+	rawTag        = "a1."
+	compressedTag = "z1."
+)
+
+// Limits of Acked: what exceeds them is read as no acked set.
+const (
+	// MaxAckedSpan bounds how far beyond the committed offset an acked
+	// set reaches.
+	MaxAckedSpan = 1 << 32
+	// maxPayload bounds a payload, inflated.
+	maxPayload = 1 << 16
+	// compressAbove is the raw payload size from which WithAcked tries
+	// compression: smaller ones gain little.
+	compressAbove = 96
+)
+
+// Range is the offsets from From up to To, To excluded.
+type Range struct{ From, To int64 }
+
+// WithAcked returns metadata (a mark of Encode) followed by the acked
+// part that says that the offsets of acked, beyond next, were acked. acked is in increasing order and its ranges do
+// not overlap; what lies at or below next is left out, and adjacent
+// ranges are merged. The part holds as many of the first ranges as fit
+// in limit bytes;
+// truncated reports that some were left out (or all: then the part is
+// empty, and metadata is returned as it is). Deflated when that is
+// smaller.
+//
+// Releases of kafkaconsumer before the acked part read such metadata as
+// no mark (Decode's unmarked case): without CommitLastProcessed they
+// start at the committed offset and deliver again what was acked beyond
+// it (at-least-once, as ever); with CommitLastProcessed they read a
+// NextMark commit that carries an acked part as the offset of the last
+// message processed, and skip the message at the committed offset.
+func WithAcked(metadata string, next int64, acked []Range, limit int) (string, bool) {
+	var runs []Range
+	for _, r := range acked {
+		from := maxOf(r.From, next+1)
+		if r.To <= from {
+			continue
+		}
+		if r.To-next > MaxAckedSpan {
+			break
+		}
+		if k := len(runs); k > 0 && from <= runs[k-1].To {
+			runs[k-1].To = maxOf(runs[k-1].To, r.To)
+			continue
+		}
+		runs = append(runs, Range{From: from, To: r.To})
+	}
+	if len(runs) == 0 {
+		return metadata, false
+	}
+	room := limit - len(metadata) - len(ackedSep) - len(rawTag)
+	fits := func(n int) bool { return base64.RawURLEncoding.EncodedLen(n) <= room }
+	payload := binary.AppendUvarint(nil, uint64(next))
+	ends := make([]int, len(runs)) // payload length after each pair
+	pos := next
+	for i, r := range runs {
+		payload = binary.AppendUvarint(payload, uint64(r.From-pos))
+		payload = binary.AppendUvarint(payload, uint64(r.To-r.From))
+		ends[i] = len(payload)
+		pos = r.To
+	}
+	if len(payload) >= compressAbove && room > 0 {
+		// Deflated, whole or as truncated as the ratio says, in a few
+		// tries.
+		n := len(ends)
+		for try := 0; try < 4 && n > 0; try++ {
+			z := deflate(payload[:ends[n-1]])
+			if len(z) >= ends[n-1] {
+				break // does not compress
+			}
+			if fits(len(z)) {
+				return metadata + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z), n < len(ends)
+			}
+			n = min(n-1, n*base64.RawURLEncoding.DecodedLen(room)/len(z)*15/16)
+		}
+	}
+	n := len(ends)
+	for n > 0 && !fits(ends[n-1]) {
+		n--
+	}
+	if n == 0 {
+		return metadata, true
+	}
+	return metadata + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]]), n < len(ends)
+}
+
+func maxOf(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// Acked returns the acked offsets that metadata carries (see WithAcked)
+// for a commit whose next offset to read (Decode's) is next, in
+// increasing order: nil when it carries none, when it was made for
+// another offset, and when it is not well formed (it never panics).
+func Acked(metadata string, next int64) []Range {
+	mark, part, ok := strings.Cut(metadata, ackedSep)
+	if !ok || (mark != NextMark && mark != LastMark) || next < 0 || len(part) > 2*maxPayload {
+		return nil
+	}
+	var compressed bool
+	switch {
+	case strings.HasPrefix(part, rawTag):
+	case strings.HasPrefix(part, compressedTag):
+		compressed = true
+	default:
+		return nil // a later version: ignored
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(part[len(rawTag):])
+	if err != nil {
+		return nil
+	}
+	if compressed {
+		r := flate.NewReader(bytes.NewReader(payload))
+		payload, err = io.ReadAll(io.LimitReader(r, maxPayload+1))
+		if err != nil || len(payload) > maxPayload {
+			return nil
+		}
+	}
+	base, n := binary.Uvarint(payload)
+	if n <= 0 || base != uint64(next) {
+		return nil
+	}
+	var acked []Range
+	pos := uint64(0) // relative to next
+	for i := n; i < len(payload); {
+		gap, k := binary.Uvarint(payload[i:])
+		if k <= 0 || gap == 0 {
+			return nil
+		}
+		i += k
+		length, k := binary.Uvarint(payload[i:])
+		if k <= 0 || length == 0 {
+			return nil
+		}
+		i += k
+		if gap > MaxAckedSpan || length > MaxAckedSpan || pos+gap+length > MaxAckedSpan {
+			return nil
+		}
+		pos += gap
+		acked = append(acked, Range{From: next + int64(pos), To: next + int64(pos+length)})
+		pos += length
+	}
+	return acked
+}
+
+// deflaters are flate writers for deflate: each holds about 600 KB.
+var deflaters sync.Pool
+
+// deflate returns b deflated.
+func deflate(b []byte) []byte {
+	var buf bytes.Buffer
+	w, _ := deflaters.Get().(*flate.Writer)
+	if w == nil {
+		w, _ = flate.NewWriter(&buf, flate.BestCompression)
+	} else {
+		w.Reset(&buf)
+	}
+	_, _ = w.Write(b)
+	_ = w.Close()
+	deflaters.Put(w)
+	return buf.Bytes()
 }

@@ -1,6 +1,13 @@
 package commitmark
 
-import "testing"
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"math/rand"
+	"reflect"
+	"strings"
+	"testing"
+)
 
 // TestConventions: a commit in either convention reads back as the
 // offset it was made for, whatever the reader's convention; an unmarked
@@ -48,5 +55,173 @@ func TestConventions(t *testing.T) {
 		if got, rewrite := Decode(tc.offset, tc.metadata, tc.lastProcessed); got != tc.want || rewrite != tc.rewrite {
 			t.Errorf("Decode(%d, %q, %v) = %d, %v; want %d, %v", tc.offset, tc.metadata, tc.lastProcessed, got, rewrite, tc.want, tc.rewrite)
 		}
+	}
+}
+
+// TestAckedRoundTrip: acked sets read back as written, after either mark,
+// deflated or not; ranges at or below next are left out, adjacent ones
+// merged; the mark reads as without the set.
+func TestAckedRoundTrip(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewSource(1))
+	random := func(next int64, n int) []Range {
+		var rs []Range
+		pos := next + 1
+		for i := 0; i < n; i++ {
+			from := pos + rng.Int63n(5)
+			to := from + 1 + rng.Int63n(5)
+			rs = append(rs, Range{from, to})
+			pos = to + 1
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name  string
+		next  int64
+		acked []Range
+		want  []Range
+	}{
+		{"one", 10, []Range{{12, 13}}, nil},
+		{"from 0", 0, []Range{{1, 3}, {5, 9}}, nil},
+		{"at next left out", 10, []Range{{8, 11}, {12, 14}}, []Range{{12, 14}}},
+		{"adjacent merged", 10, []Range{{12, 14}, {14, 15}, {17, 18}}, []Range{{12, 15}, {17, 18}}},
+		{"large offsets", 1 << 50, []Range{{1<<50 + 3, 1<<50 + 1000}}, nil},
+		{"many", 1000, random(1000, 300), nil},
+		{"repetitive", 5, func() []Range {
+			var rs []Range
+			for i := int64(0); i < 500; i++ {
+				rs = append(rs, Range{7 + 3*i, 8 + 3*i})
+			}
+			return rs
+		}(), nil},
+	} {
+		want := tc.want
+		if want == nil {
+			want = tc.acked
+		}
+		for _, lastProcessed := range []bool{false, true} {
+			offset, mark := Encode(tc.next, lastProcessed)
+			metadata, truncated := WithAcked(mark, tc.next, tc.acked, 4096)
+			if truncated {
+				t.Errorf("%s: truncated within 4096 bytes (%d)", tc.name, len(metadata))
+			}
+			if len(metadata) > 4096 {
+				t.Errorf("%s: %d bytes", tc.name, len(metadata))
+			}
+			if got := Acked(metadata, tc.next); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: Acked(%q) = %v, want %v", tc.name, metadata, got, want)
+			}
+			if next, rewrite := Decode(offset, metadata, lastProcessed); next != tc.next || rewrite {
+				t.Errorf("%s: Decode of %q = %d, %v; want %d, false", tc.name, metadata, next, rewrite, tc.next)
+			}
+			if next, _ := Decode(offset, metadata, !lastProcessed); next != tc.next {
+				t.Errorf("%s: Decode of %q by the other convention = %d, want %d", tc.name, metadata, next, tc.next)
+			}
+		}
+	}
+	// The repetitive set is deflated.
+	var rs []Range
+	for i := int64(0); i < 500; i++ {
+		rs = append(rs, Range{7 + 3*i, 8 + 3*i})
+	}
+	if metadata, _ := WithAcked(NextMark, 5, rs, 4096); !strings.HasPrefix(metadata, NextMark+ackedSep+compressedTag) {
+		t.Errorf("a repetitive set is not deflated: %q", metadata)
+	}
+}
+
+// TestAckedLimits: a set that does not fit is truncated to its first
+// ranges, never past the limit; nothing to say leaves the mark as it is;
+// a span beyond MaxAckedSpan is cut.
+func TestAckedLimits(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewSource(2))
+	var rs []Range
+	pos := int64(101)
+	for i := 0; i < 5000; i++ {
+		from := pos + 1 + rng.Int63n(300)
+		to := from + 1 + rng.Int63n(300)
+		rs = append(rs, Range{from, to})
+		pos = to
+	}
+	for _, limit := range []int{0, 10, len(NextMark) + 8, 100, 1000, 4096} {
+		metadata, truncated := WithAcked(NextMark, 100, rs, limit)
+		if !truncated {
+			t.Errorf("limit %d: 5000 random ranges not truncated", limit)
+		}
+		if len(metadata) > max(limit, len(NextMark)) {
+			t.Errorf("limit %d: %d bytes", limit, len(metadata))
+		}
+		got := Acked(metadata, 100)
+		if len(got) > len(rs) || len(got) > 0 && !reflect.DeepEqual(got, rs[:len(got)]) {
+			t.Errorf("limit %d: not a prefix of the set: %v", limit, got)
+		}
+		if limit >= 100 && len(got) == 0 {
+			t.Errorf("limit %d: nothing kept", limit)
+		}
+	}
+	if metadata, truncated := WithAcked(LastMark, 10, nil, 4096); metadata != LastMark || truncated {
+		t.Errorf("an empty set: %q, %v", metadata, truncated)
+	}
+	if metadata, _ := WithAcked(NextMark, 10, []Range{{5, 10}}, 4096); metadata != NextMark {
+		t.Errorf("a set below next: %q", metadata)
+	}
+	far := []Range{{12, 13}, {10 + MaxAckedSpan, 11 + MaxAckedSpan}}
+	metadata, _ := WithAcked(NextMark, 10, far, 4096)
+	if got := Acked(metadata, 10); !reflect.DeepEqual(got, far[:1]) {
+		t.Errorf("beyond MaxAckedSpan: %v", got)
+	}
+}
+
+// TestAckedGarbage: metadata that is not a well-formed acked part reads as
+// no acked set, never a panic, and the mark before it still reads right
+// when there is one.
+func TestAckedGarbage(t *testing.T) {
+	t.Parallel()
+	good, _ := WithAcked(NextMark, 10, []Range{{12, 14}, {20, 21}}, 4096)
+	payload := func(vs ...uint64) string {
+		var b []byte
+		for _, v := range vs {
+			b = binary.AppendUvarint(b, v)
+		}
+		return NextMark + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, metadata := range []string{
+		"", NextMark, LastMark, "other", NextMark + ";", NextMark + ";a1", NextMark + ";a1.", NextMark + ";b7.AAAA",
+		NextMark + ";a1.!!!", NextMark + ";z1.AAAA", NextMark + ";z1.", "other;a1.CgIC",
+		good[:len(good)-1], good + "A",
+		payload(11, 2, 2),               // made for another offset
+		payload(10, 0, 2),               // a zero gap
+		payload(10, 2, 0),               // a zero length
+		payload(10, 2),                  // a gap without its length
+		payload(10, 1<<40, 1),           // beyond MaxAckedSpan
+		payload(10, 1, 1<<63),           // overflow
+		payload(10, MaxAckedSpan, 1, 1), // beyond, in sum
+		NextMark + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString([]byte{0xff, 0xff, 0xff}),
+		NextMark + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(deflate(make([]byte, maxPayload+10))),
+	} {
+		if got := Acked(metadata, 10); got != nil {
+			t.Errorf("Acked(%q) = %v, want none", metadata, got)
+		}
+	}
+	if got := Acked(good, -1); got != nil {
+		t.Errorf("Acked for no committed offset = %v", got)
+	}
+	// The mark before a part of a later version still reads.
+	if next, rewrite := Decode(10, NextMark+";b7.AAAA", false); next != 10 || rewrite {
+		t.Errorf("Decode of a later version's part = %d, %v", next, rewrite)
+	}
+	if next, _ := Decode(10, "kafkaconsumer:nextX", true); next != 11 {
+		t.Errorf("a mark followed by anything but the separator is no mark: %d", next)
+	}
+	// Random bytes never panic.
+	rng := rand.New(rand.NewSource(3))
+	for i := 0; i < 2000; i++ {
+		b := make([]byte, rng.Intn(64))
+		rng.Read(b)
+		tag := rawTag
+		if i%2 == 1 {
+			tag = compressedTag
+		}
+		Acked(NextMark+ackedSep+tag+base64.RawURLEncoding.EncodeToString(b), int64(rng.Intn(20)))
 	}
 }
