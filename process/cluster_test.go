@@ -71,13 +71,20 @@ func createTopic(t testing.TB, brokers []string, name string, partitions int32) 
 }
 
 // produceKeyed produces n messages to topic with the value "v<i>" and the
-// key "k<i mod keys>", so that a key's messages are in its partition in
-// the order of i.
-func produceKeyed(t testing.TB, brokers []string, topic string, from, n, keys int) {
+// key "k<(i/run) mod keys>" (run consecutive messages per key), so that a
+// key's messages are in its partition in the order of i.
+func produceKeyed(t testing.TB, brokers []string, topic string, from, n, keys, run int) {
 	t.Helper()
+	if err := produceKeyedErr(brokers, topic, from, n, keys, run); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// produceKeyedErr is produceKeyed for a goroutine other than the test's.
+func produceKeyedErr(brokers []string, topic string, from, n, keys, run int) error {
 	producer, err := sarama.NewSyncProducer(brokers, saramaConfig())
 	if err != nil {
-		t.Fatalf("producer: %s", err)
+		return fmt.Errorf("producer: %w", err)
 	}
 	defer producer.Close()
 	const chunk = 1000
@@ -85,12 +92,13 @@ func produceKeyed(t testing.TB, brokers []string, topic string, from, n, keys in
 		msgs := make([]*sarama.ProducerMessage, 0, chunk)
 		for j := i; j < min(i+chunk, from+n); j++ {
 			msgs = append(msgs, &sarama.ProducerMessage{Topic: topic,
-				Key: sarama.StringEncoder("k" + strconv.Itoa(j%keys)), Value: sarama.StringEncoder("v" + strconv.Itoa(j))})
+				Key: sarama.StringEncoder("k" + strconv.Itoa(j/run%keys)), Value: sarama.StringEncoder("v" + strconv.Itoa(j))})
 		}
 		if err := producer.SendMessages(msgs); err != nil {
-			t.Fatalf("produce: %s", err)
+			return fmt.Errorf("produce: %w", err)
 		}
 	}
+	return nil
 }
 
 // consumerConfig is the configuration of the tests' consumers.
@@ -230,7 +238,7 @@ func TestPoisonMessage(t *testing.T) {
 	createTopic(t, brokers, topic, 4)
 	createTopic(t, brokers, dlq, 1)
 	const n, poison = 400, "v123"
-	produceKeyed(t, brokers, topic, 0, n, 40)
+	produceKeyed(t, brokers, topic, 0, n, 40, 1)
 
 	acks := &ackLog{acked: make(map[string]int)}
 	config := consumerConfig()
@@ -309,7 +317,7 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	createTopic(t, brokers, topic, 4)
 	createTopic(t, brokers, dlq, 1)
 	const n, poison = 200, "v77"
-	produceKeyed(t, brokers, topic, 0, n, 20)
+	produceKeyed(t, brokers, topic, 0, n, 20, 1)
 
 	routes := make(routeDialer)
 	var proxies []*testcluster.Proxy

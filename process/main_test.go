@@ -1,6 +1,7 @@
 package process
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -12,7 +13,12 @@ var leakOptions = []goleak.Option{
 	goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
 }
 
-// TestMain fails the run when goroutines are left after the tests.
+// TestMain runs a child process of TestByKeyThroughRebalanceAndKill when
+// childEnv is set; else the tests, failing the run when goroutines are
+// left after them.
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
 	goleak.VerifyTestMain(m, leakOptions...)
 }
