@@ -175,6 +175,12 @@ type Consumer interface {
 	// rebalance or Close) does nothing but, for the last case, log a line.
 	Ack(*sarama.ConsumerMessage)
 
+	// Processing returns what a layer that processes this consumer's
+	// messages concurrently needs beyond Messages, Batches and Ack: when a
+	// partition is revoked, a way to give messages back unprocessed, and
+	// the consumer's Metrics (see Processing; package process uses it).
+	Processing() Processing
+
 	// Stats returns the state of each partition this instance runs, and
 	// of those it takes if their departed owner does not return in time
 	// (see PartitionStats.AwaitingReturn), sorted by topic and partition.

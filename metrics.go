@@ -7,7 +7,8 @@ import "time"
 //
 // Its methods are called from the consumer's goroutines, concurrently and
 // without a lock: they must be safe for concurrent use, return quickly, and
-// not call the Consumer. None is called per message: the counts of
+// not call the Consumer. None is called per message (but Retried and
+// DeadLettered, per failure of package process's handlers): the counts of
 // messages handed out and acked, and the gauges (claimed, paused, pending,
 // lag), are read from Consumer.Stats, e.g. at scrape time.
 //
@@ -44,6 +45,22 @@ type Metrics interface {
 	// Paused is called when a partition pauses at MaxPendingAcks (see
 	// ErrMaxPendingAcks).
 	Paused(group string, tp TopicPartition)
+
+	// Retried is called by package process (through
+	// Consumer.Processing) when a handler failed on a message of tp that
+	// will be tried again.
+	Retried(group string, tp TopicPartition)
+
+	// DeadLettered is called by package process when a message of tp was
+	// produced to the dead-letter topic after its last attempt failed
+	// (it is then acked).
+	DeadLettered(group string, tp TopicPartition)
+
+	// InFlight is called by package process, about once a second while a
+	// process.Run runs and once when it returns, with the change of the
+	// number of its handlers running since its last call: the sum of the
+	// deltas is the number running now (0 once every Run returned).
+	InFlight(group string, delta int)
 }
 
 // BaseMetrics implements Metrics with methods that do nothing. Embed it in
@@ -68,6 +85,15 @@ func (BaseMetrics) CommitFailed(string, TopicPartition, error) {}
 
 // Paused implements Metrics.
 func (BaseMetrics) Paused(string, TopicPartition) {}
+
+// Retried implements Metrics.
+func (BaseMetrics) Retried(string, TopicPartition) {}
+
+// DeadLettered implements Metrics.
+func (BaseMetrics) DeadLettered(string, TopicPartition) {}
+
+// InFlight implements Metrics.
+func (BaseMetrics) InFlight(string, int) {}
 
 var _ Metrics = BaseMetrics{}
 

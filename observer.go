@@ -13,8 +13,9 @@ import "github.com/IBM/sarama"
 //   - TakenBack, when the consumer takes it back unread: a batch or message
 //     still in the channel when its partition stops, when Close runs, or
 //     when the fence goes up (Consumer.Messages); or one whose send was cut
-//     short by a stop. A message taken back by the fence is handed out
-//     again later, with a new HandingOut.
+//     short by a stop; or one the user gave back unprocessed
+//     (Processing.GiveBack). A message taken back by the fence is handed
+//     out again later, with a new HandingOut.
 //
 // A message that is handed out and never acked (the user dropped it) gets
 // neither; the consumer holds no reference to it after handing it out.
@@ -50,7 +51,8 @@ type Observer interface {
 
 	// TakenBack is called with a handed-out message that the user never
 	// received: the consumer took it back from the channel, or did not
-	// send it. It will not be acked from this hand-out.
+	// send it; or with one the user gave back (Processing.GiveBack). It
+	// will not be acked from this hand-out.
 	TakenBack(msg *sarama.ConsumerMessage)
 }
 

@@ -28,6 +28,9 @@
 //	kafkaconsumer_commit_seconds                   histogram group
 //	kafkaconsumer_commit_errors_total              counter   group, topic, partition
 //	kafkaconsumer_pauses_total                     counter   group, topic, partition
+//	kafkaconsumer_processing_retries_total         counter   group, topic, partition (package process)
+//	kafkaconsumer_processing_dead_lettered_total   counter   group, topic, partition (package process)
+//	kafkaconsumer_processing_in_flight             gauge     group (package process)
 //	kafkaconsumer_messages_handed_out_total        counter   group, topic, partition (Stats)
 //	kafkaconsumer_messages_acked_total             counter   group, topic, partition (Stats)
 //	kafkaconsumer_partition_claimed                gauge     group, topic, partition (Stats)
@@ -75,6 +78,9 @@ type Metrics struct {
 	commitSeconds      *prometheus.HistogramVec
 	commitErrors       *prometheus.CounterVec
 	pauses             *prometheus.CounterVec
+	retries            *prometheus.CounterVec
+	deadLettered       *prometheus.CounterVec
+	inFlight           *prometheus.GaugeVec
 
 	handedOut, acked, claimed, paused, pausedByUser, pending, lag, buffered, awaiting *prometheus.Desc
 
@@ -111,16 +117,20 @@ func New() *Metrics {
 		commitSeconds:      histogram("commit_seconds", "How long offset commit rounds took.", prometheus.DefBuckets),
 		commitErrors:       counter("commit_errors_total", "Offset commits of a partition that failed.", partitionLabels...),
 		pauses:             counter("pauses_total", "Times a partition paused at MaxPendingAcks.", partitionLabels...),
-		handedOut:          desc("messages_handed_out_total", "Messages handed out on Messages since the instance started running the partition."),
-		acked:              desc("messages_acked_total", "Messages acked since the instance started running the partition."),
-		claimed:            desc("partition_claimed", "1 while the instance holds the partition's claim in ZooKeeper."),
-		paused:             desc("partition_paused", "1 while the partition is paused at MaxPendingAcks."),
-		pausedByUser:       desc("partition_paused_by_user", "1 while the partition is paused by Consumer.Pause."),
-		pending:            desc("partition_pending_messages", "Messages handed out and not acked yet."),
-		lag:                desc("partition_lag_messages", "Messages not processed yet: the high-water mark minus the offset to commit."),
-		buffered:           desc("partition_buffered_bytes", "Bytes of messages fetched for the partition that it has not begun to hand out (its share of Config.MaxBufferedBytes)."),
-		awaiting:           desc("partition_awaiting_return", "1 while the partition awaits the return of its departed owner (RestartGrace), consumed by nobody."),
-		consumers:          make(map[kafkaconsumer.Consumer]string),
+		retries:            counter("processing_retries_total", "Handler failures of package process whose message is tried again.", partitionLabels...),
+		deadLettered:       counter("processing_dead_lettered_total", "Messages that package process produced to the dead-letter topic after their last attempt.", partitionLabels...),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "processing_in_flight",
+			Help: "Handlers of package process running, as of the last second."}, []string{"group"}),
+		handedOut:    desc("messages_handed_out_total", "Messages handed out on Messages since the instance started running the partition."),
+		acked:        desc("messages_acked_total", "Messages acked since the instance started running the partition."),
+		claimed:      desc("partition_claimed", "1 while the instance holds the partition's claim in ZooKeeper."),
+		paused:       desc("partition_paused", "1 while the partition is paused at MaxPendingAcks."),
+		pausedByUser: desc("partition_paused_by_user", "1 while the partition is paused by Consumer.Pause."),
+		pending:      desc("partition_pending_messages", "Messages handed out and not acked yet."),
+		lag:          desc("partition_lag_messages", "Messages not processed yet: the high-water mark minus the offset to commit."),
+		buffered:     desc("partition_buffered_bytes", "Bytes of messages fetched for the partition that it has not begun to hand out (its share of Config.MaxBufferedBytes)."),
+		awaiting:     desc("partition_awaiting_return", "1 while the partition awaits the return of its departed owner (RestartGrace), consumed by nobody."),
+		consumers:    make(map[kafkaconsumer.Consumer]string),
 	}
 }
 
@@ -142,7 +152,8 @@ func (m *Metrics) Forget(c kafkaconsumer.Consumer) {
 
 func (m *Metrics) vecs() []prometheus.Collector {
 	return []prometheus.Collector{m.rebalances, m.rebalanceSeconds, m.partitionsAssigned, m.partitionsRevoked,
-		m.claimWaits, m.claimWaitSeconds, m.registrationsLost, m.commits, m.commitSeconds, m.commitErrors, m.pauses}
+		m.claimWaits, m.claimWaitSeconds, m.registrationsLost, m.commits, m.commitSeconds, m.commitErrors, m.pauses,
+		m.retries, m.deadLettered, m.inFlight}
 }
 
 // Describe implements prometheus.Collector.
@@ -251,4 +262,19 @@ func (m *Metrics) CommitFailed(group string, tp kafkaconsumer.TopicPartition, _ 
 // Paused implements kafkaconsumer.Metrics.
 func (m *Metrics) Paused(group string, tp kafkaconsumer.TopicPartition) {
 	m.pauses.WithLabelValues(partitionValues(group, tp)...).Inc()
+}
+
+// Retried implements kafkaconsumer.Metrics.
+func (m *Metrics) Retried(group string, tp kafkaconsumer.TopicPartition) {
+	m.retries.WithLabelValues(partitionValues(group, tp)...).Inc()
+}
+
+// DeadLettered implements kafkaconsumer.Metrics.
+func (m *Metrics) DeadLettered(group string, tp kafkaconsumer.TopicPartition) {
+	m.deadLettered.WithLabelValues(partitionValues(group, tp)...).Inc()
+}
+
+// InFlight implements kafkaconsumer.Metrics.
+func (m *Metrics) InFlight(group string, delta int) {
+	m.inFlight.WithLabelValues(group).Add(float64(delta))
 }

@@ -276,3 +276,39 @@ func TestAwaitingReturn(t *testing.T) {
 		t.Error("a partition awaiting its owner's return has a pending-messages series")
 	}
 }
+
+// TestProcessingMetrics checks the series of package process's events:
+// retries and dead letters per partition, and the in-flight gauge as the
+// sum of the deltas.
+func TestProcessingMetrics(t *testing.T) {
+	t.Parallel()
+	m := kprom.New()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(m)
+	server := httptest.NewServer(promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	defer server.Close()
+
+	tp := kafkaconsumer.TopicPartition{Topic: "orders", Partition: 3}
+	m.Retried("g", tp)
+	m.Retried("g", tp)
+	m.DeadLettered("g", tp)
+	m.InFlight("g", 5)
+	m.InFlight("g", -2)
+
+	samples := scrape(t, server.URL)
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"kafkaconsumer_processing_retries_total", 2},
+		{"kafkaconsumer_processing_dead_lettered_total", 1},
+		{"kafkaconsumer_processing_in_flight", 3},
+	} {
+		if got, n := sum(samples, c.name, `group="g"`); n != 1 || got != c.want {
+			t.Errorf("%s: %v in %d series, want %v in 1", c.name, got, n, c.want)
+		}
+	}
+	if _, n := sum(samples, "kafkaconsumer_processing_retries_total", `topic="orders"`, `partition="3"`); n != 1 {
+		t.Errorf("retries: no series labelled with the partition: %v", samples["kafkaconsumer_processing_retries_total"])
+	}
+}

@@ -1,0 +1,119 @@
+package kafkaconsumer
+
+// Processing: what a layer that processes a consumer's messages
+// concurrently (package process) needs of the consumer beyond Messages,
+// Batches and Ack: when a partition it holds messages of is revoked, a way
+// to give messages back unprocessed, and the consumer's Metrics.
+
+import (
+	"log/slog"
+
+	"github.com/IBM/sarama"
+)
+
+// Processing is the part of a consumer that a processing layer built on
+// it uses beyond Messages, Batches and Ack: package process runs handlers
+// on it. Get it from Consumer.Processing. Its methods are safe for
+// concurrent use, never block on the network, and may be called after the
+// consumer closed. The zero Processing belongs to no consumer: Revoked
+// returns nil (a channel never closed), Batches false, and the other
+// methods do nothing.
+type Processing struct {
+	cm *consumerManager
+}
+
+// closedSignal is a closed channel: what Revoked returns for a message of
+// a partition this instance does not run.
+var closedSignal = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Processing implements Consumer.
+func (cm *consumerManager) Processing() Processing { return Processing{cm: cm} }
+
+// Batches reports whether the consumer hands out batches (Config.BatchSize
+// is set): then its messages come on Batches, else on Messages.
+func (p Processing) Batches() bool {
+	return p.cm != nil && p.cm.config.BatchSize > 0
+}
+
+// Revoked returns a channel that is closed when this instance begins to
+// give up the partition that handed out msg: the partition stops in a
+// rebalance, at Close or Shutdown, or because its claim was lost with the
+// ZooKeeper session. From then on the partition hands out nothing more
+// and waits, up to MaxProcessingTime, for the acks of what it handed out,
+// or for those messages to be given back (GiveBack); then it commits the
+// acked prefix and releases its claim. The channel is closed already when
+// the instance does not run the partition any more.
+//
+// The channel is that of the partition's run on this instance: when the
+// partition comes back later, its messages have another channel. Revoked
+// costs a map lookup and does not allocate.
+func (p Processing) Revoked(msg *sarama.ConsumerMessage) <-chan struct{} {
+	if p.cm == nil {
+		return nil
+	}
+	if msg == nil {
+		return closedSignal
+	}
+	pm := (*p.cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]
+	if pm == nil || pm.retired.Load() {
+		return closedSignal
+	}
+	return pm.t.Dying()
+}
+
+// GiveBack returns a handed-out message unprocessed: it is not acked, and
+// the partition does not wait for it when it stops. Nothing at or after
+// msg's offset in its partition is committed by this instance any more, so
+// the partition's next owner consumes msg again; acks of later messages
+// are still recorded, but cannot move the commit past msg. Give back the
+// messages whose partition is revoked (Revoked) and that will not be
+// processed, or whose processing was cut short: the partition then stops
+// without waiting out MaxProcessingTime for them. While the partition
+// runs, a message given back holds its commit where it is for as long as
+// this instance runs the partition. Giving back nil, a
+// message acked or given back before, or one of a partition this instance
+// no longer runs does nothing. Config.Observer is told with TakenBack.
+func (p Processing) GiveBack(msg *sarama.ConsumerMessage) {
+	if p.cm == nil || msg == nil {
+		return
+	}
+	cm := p.cm
+	pm := (*cm.pms.Load())[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]
+	if pm == nil || pm.retired.Load() {
+		cm.logf(slog.LevelDebug, "Gave back message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
+		return
+	}
+	pm.withdraw(msg.Offset)
+	cm.tookBack(msg)
+}
+
+// Retried tells Config.Metrics (Metrics.Retried) that the processing of
+// msg failed and will be tried again.
+func (p Processing) Retried(msg *sarama.ConsumerMessage) {
+	if p.cm == nil || msg == nil {
+		return
+	}
+	p.cm.config.metrics().Retried(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
+}
+
+// DeadLettered tells Config.Metrics (Metrics.DeadLettered) that msg was
+// produced to a dead-letter topic after its last attempt failed.
+func (p Processing) DeadLettered(msg *sarama.ConsumerMessage) {
+	if p.cm == nil || msg == nil {
+		return
+	}
+	p.cm.config.metrics().DeadLettered(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
+}
+
+// InFlight tells Config.Metrics (Metrics.InFlight) that the number of
+// handlers running changed by delta since the last call.
+func (p Processing) InFlight(delta int) {
+	if p.cm == nil || delta == 0 {
+		return
+	}
+	p.cm.config.metrics().InFlight(p.cm.group, delta)
+}
