@@ -250,26 +250,29 @@ type Config struct {
 
 	// MaxBufferedBytes bounds the memory of the messages that the instance
 	// has fetched and not handed out yet (their keys, values and headers,
-	// and the messages themselves), for all its partitions together: each
-	// fetch request asks for at most what is free of it (Kafka's
-	// fetch.max.bytes taken from one budget) and holds that until its
-	// response is handled, so that no two requests count the same free
-	// bytes; a broker whose fetched messages all went out may always fetch
-	// (1 byte of a spent budget), so that every partition makes progress.
-	// Beyond it come what a response brings past its request's size
-	// (Kafka answers with at least one record batch, however large, and
-	// the size counts the records' bytes, not the messages' own memory);
-	// the messages of each partition's batch in hand (up to 256, or
-	// BatchSize); and the fetched messages of the partitions paused by
-	// Pause or waiting at MaxPendingAcks, which leave the budget so that
-	// the other partitions do not wait for them. As with sarama's
-	// consumer, a message's key and value point into the fetch response
-	// it came in, which a message kept after its ack keeps alive. PartitionStats.BufferedBytes shows a
-	// partition's share. 0 lifts the bound (Consumer.Fetch.MaxBytes per request
-	// still holds). Default 16 MiB (DefaultMaxBufferedBytes);
-	// BENCHMARKS.md has the memory and throughput it gives. Not used for
-	// partitions in the pre-0.11 message format, which sarama's partition
-	// consumer fetches.
+	// and the messages themselves), for all its partitions together. Each
+	// fetch request reserves at most what is free of it, and at most half
+	// of it, so that one response may arrive while another is handed out;
+	// it asks Kafka for that many bytes divided by the ratio of the
+	// messages' memory to their bytes on the wire in the broker's last
+	// response (Kafka's fetch.max.bytes, within Consumer.Fetch.MaxBytes),
+	// and holds the reservation until its response is handled, so that no
+	// two requests count the same free bytes. A broker whose fetched
+	// messages all went out may always fetch (1 byte of a spent budget),
+	// so that every partition makes progress. Beyond it come what a
+	// response brings past its request's size (Kafka answers with at least
+	// one record batch, however large; compressed records count more than
+	// their wire bytes); the messages of each partition's batch in hand
+	// (up to 256, or BatchSize); and the fetched messages of the
+	// partitions paused by Pause or waiting at MaxPendingAcks, which leave
+	// the budget so that the other partitions do not wait for them. As
+	// with sarama's consumer, a message's key and value point into the
+	// fetch response it came in, which a message kept after its ack keeps
+	// alive. PartitionStats.BufferedBytes shows a partition's share. 0
+	// lifts the bound (Consumer.Fetch.MaxBytes per request still holds).
+	// Default DefaultMaxBufferedBytes; BENCHMARKS.md has the peak RSS and
+	// throughput of a sweep of it. Not used for partitions in the pre-0.11
+	// message format, which sarama's partition consumer fetches.
 	MaxBufferedBytes int64
 
 	// BatchSize, when positive, sets the consumer to batches: it hands out
