@@ -48,7 +48,7 @@ type groupTransport struct {
 	group   string
 	timeout time.Duration // the bound of one request: Net.ReadTimeout
 
-	mu          sync.Mutex   // guards coordinator
+	mu          sync.Mutex  // guards coordinator
 	coordinator *kgo.Broker // the group's coordinator; nil until looked up, and after a failure
 }
 
