@@ -640,12 +640,16 @@ func (k *kafkaCoordinator) guardConsumer() {
 	}
 }
 
-// consumerInterval returns the broker's heartbeat interval.
+// consumerInterval returns the interval between heartbeats: the
+// broker's, or the member's own when shorter (Consumer.Group.Heartbeat.Interval,
+// at most a third of Consumer.Group.Session.Timeout), so that the fence,
+// counted in the member's session timeout, is not raised between two
+// heartbeats answered.
 func (k *kafkaCoordinator) consumerInterval() time.Duration {
 	c := k.consumer
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.interval
+	return min(c.interval, k.heartbeatInterval)
 }
 
 // loseConsumer handles a removal of the membership of loss count lostAt

@@ -7,12 +7,16 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // consumerProtocolTest is kafkaCoordinatorTest for GroupProtocolConsumer:
@@ -118,4 +122,176 @@ func TestIntegrationConsumerProtocolJoinErrors(t *testing.T) {
 	if _, err := Join(uniqueName("kip848"), TopicSubscription(topic), zookeeperPeers, config); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "set Coordinator to CoordinatorKafka") {
 		t.Errorf("Join with GroupProtocolConsumer and CoordinatorZooKeeper = %v, want ErrInvalidConfig", err)
 	}
+}
+
+// TestIntegrationConsumerProtocolKilledInstance: in a consumer-protocol
+// group of three instances consuming under a steady produce rate, one is
+// killed with kill -9; the other two take its partitions once the
+// broker's session timeout (10 s on the test cluster) removed it, nothing
+// is lost, no partition is handed out by two instances at once, no
+// committed offset moves back, and every Close is bounded.
+func TestIntegrationConsumerProtocolKilledInstance(t *testing.T) {
+	consumerProtocolTest(t)
+	needFaults(t)
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.consumerProtocol = true
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitShared(30*time.Second, a, b, c)
+	wait := r.produceSteadily(1000, 3*time.Second)
+
+	a.kill(t)
+	took := r.waitOwnedBy(40*time.Second, b, c)
+	t.Logf("partitions of the killed instance taken over %s after kill -9", took.Round(time.Millisecond))
+	wait()
+	r.finishKafka(sampler)
+}
+
+// TestIntegrationConsumerProtocolCutOff: one instance of a
+// consumer-protocol group of two is cut off from the cluster (its only
+// broker, the coordinator, through a proxy that holds its connections)
+// while a producer writes; it fences itself before the broker removes it,
+// the other takes its partitions, and once the proxy passes again it
+// joins anew and gets a share back. No partition is handed out by two
+// instances at once, no committed offset moves back, nothing is lost.
+func TestIntegrationConsumerProtocolCutOff(t *testing.T) {
+	consumerProtocolTest(t)
+	needFaults(t)
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.consumerProtocol = true
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	proxies := make(map[string]*testcluster.Proxy)
+	routes := make(map[string]string)
+	for _, addr := range kafkaPeers {
+		p, err := testcluster.NewProxy(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		proxies[addr], routes[addr] = p, p.Addr()
+	}
+	r.opts.kafkaProxies = routes
+	a := r.start()
+	r.opts.kafkaProxies = nil
+	b := r.start()
+	r.waitShared(30*time.Second, a, b)
+	wait := r.produceSteadily(1500, 15*time.Second)
+	for _, p := range proxies {
+		p.Hold()
+	}
+	took := r.waitOwnedBy(40*time.Second, b)
+	t.Logf("the other instance took every partition %s after the cut", took.Round(time.Millisecond))
+	for _, p := range proxies {
+		p.Pass()
+	}
+	healed := time.Now()
+	r.waitShared(60*time.Second, a, b)
+	t.Logf("the cut-off instance owned partitions again %s after the heal", time.Since(healed).Round(time.Millisecond))
+	wait()
+	r.finishKafka(sampler)
+}
+
+// TestIntegrationConsumerProtocolZombieCommitRefused: a commit with an
+// epoch the member has left behind, or of a member the group does not
+// know, as a zombie would send it, is refused by the broker
+// (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID), and the committed offset stays
+// the live member's.
+func TestIntegrationConsumerProtocolZombieCommitRefused(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-zombie")
+	client := newTestClient(t)
+	values := produce(t, client, topic, "z", 20)
+	a := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to receive everything", func() bool { return colA.received(values) == len(values) })
+	k := a.(*consumerManager).kafkaActive()
+	newest := newestOffsets(t, client, topic)
+	waitCommitted(t, client, group, topic, newest)
+	live := k.current()
+	if live.generation < 1 {
+		t.Fatalf("member epoch %d, want a member", live.generation)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		member groupMember
+		want   error
+	}{
+		{"an old epoch", groupMember{id: live.id, generation: live.generation - 1}, errStaleMemberEpoch},
+		{"an unknown member", groupMember{id: "zombie", generation: live.generation}, sarama.ErrUnknownMemberId},
+	} {
+		var mu sync.Mutex
+		var reported []error
+		store := newOffsetStore(client, group, func(_ TopicPartition, err error) {
+			mu.Lock()
+			reported = append(reported, err)
+			mu.Unlock()
+		})
+		store.member = func() (int32, string, *string) { return tc.member.generation, tc.member.id, nil }
+		store.send = k.commitConsumer
+		tp := TopicPartition{Topic: topic, Partition: 0}
+		if err := store.reserve(tp); err != nil {
+			t.Fatal(err)
+		}
+		store.set(tp, 0)
+		store.mark(tp, 1) // back to the start: what a zombie's late commit does
+		store.commitRound()
+		mu.Lock()
+		if len(reported) != 1 || !errors.Is(reported[0], tc.want) {
+			t.Errorf("%s: reported %v, want %s", tc.name, reported, tc.want)
+		}
+		mu.Unlock()
+	}
+	if got := committedOffsets(t, client, group, topic); got[0] != newest[0] {
+		t.Errorf("partition 0 committed at %d after the zombie's commits, want %d", got[0], newest[0])
+	}
+	colA.close(t)
+}
+
+// TestIntegrationConsumerProtocolStaticRestart: a static member
+// (InstanceID) that closes leaves with epoch -2: the broker keeps its
+// partitions for it, the other member's do not move, and it gets the
+// same ones back when it returns within the session timeout.
+func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 4)
+	group := uniqueName("kip848-static")
+	client := newTestClient(t)
+	configA := consumerTestConfig()
+	configA.InstanceID = uniqueName("a")
+	var rebalancesB sync.Mutex
+	var changesB []Rebalance
+	configB := consumerTestConfig()
+	configB.InstanceID = uniqueName("b")
+	configB.OnRebalance = func(r Rebalance) {
+		rebalancesB.Lock()
+		changesB = append(changesB, r)
+		rebalancesB.Unlock()
+	}
+	a := joinKafka(t, group, TopicSubscription(topic), configA)
+	colA := collect(a, nil)
+	b := joinKafka(t, group, TopicSubscription(topic), configB)
+	colB := collect(b, nil)
+	waitFor(t, 30*time.Second, "the partitions to split 2/2", func() bool { return len(a.Stats()) == 2 && len(b.Stats()) == 2 })
+	sharesA := fmt.Sprint(a.Stats()[0].TopicPartition, a.Stats()[1].TopicPartition)
+	rebalancesB.Lock()
+	changesB = nil
+	rebalancesB.Unlock()
+
+	colA.close(t)
+	values := produce(t, client, topic, "s", 40)
+	a2 := joinKafka(t, group, TopicSubscription(topic), configA)
+	colA2 := collect(a2, nil)
+	waitFor(t, 30*time.Second, "everything to be received", func() bool { return colA2.received(values)+colB.received(values) == len(values) })
+	if st := a2.Stats(); len(st) != 2 || fmt.Sprint(st[0].TopicPartition, st[1].TopicPartition) != sharesA {
+		t.Errorf("the static member came back with %v, want %s", st, sharesA)
+	}
+	rebalancesB.Lock()
+	if len(changesB) != 0 {
+		t.Errorf("the other member's partitions changed: %v", changesB)
+	}
+	rebalancesB.Unlock()
+	colA2.close(t)
+	colB.close(t)
 }
