@@ -465,10 +465,11 @@ func (k *kafkaCoordinator) lookUpTopicNames(ids [][16]byte) error {
 	for _, id := range ids {
 		req.Topics = append(req.Topics, kmsg.MetadataRequestTopic{TopicID: id})
 	}
-	resp, err := req.RequestWith(context.Background(), c.t.cl)
+	kresp, err := c.t.request(context.Background(), req)
 	if err != nil {
 		return err
 	}
+	resp := kresp.(*kmsg.MetadataResponse)
 	found := 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
