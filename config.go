@@ -162,6 +162,22 @@ type Config struct {
 	// Zookeeper settings, RestartGrace excepted, are unused then.
 	Coordinator Coordinator
 
+	// GroupProtocol is the group protocol of CoordinatorKafka:
+	// GroupProtocolClassic (the default: JoinGroup, SyncGroup, Heartbeat)
+	// or GroupProtocolConsumer (KIP-848's ConsumerGroupHeartbeat, Kafka
+	// 4.0 and later; Kafka's group.protocol). Validate refuses
+	// GroupProtocolConsumer with CoordinatorZooKeeper. See the README,
+	// "Kafka-coordinated groups", and docs/consumer-protocol.md.
+	GroupProtocol GroupProtocol
+
+	// GroupRemoteAssignor is the broker-side assignor that computes the
+	// assignment of a GroupProtocolConsumer group (Kafka's
+	// group.remote.assignor): "uniform" or "range" on Kafka 4, or one
+	// the brokers' group.consumer.assignors name. Default "" is
+	// "uniform". Join fails with an error naming it when the broker does
+	// not know it. Unused with GroupProtocolClassic.
+	GroupRemoteAssignor string
+
 	// Discovery says where the brokers, topics and partitions are found:
 	// DiscoverFromZookeeper (the default) or DiscoverFromKafka, for a
 	// cluster in KRaft mode (Kafka 4 has no other), whose ZooKeeper holds
@@ -536,6 +552,20 @@ var MinKafkaVersionForStaticMembers = sarama.V2_3_0_0
 
 // validateCoordinator checks Coordinator and what CoordinatorKafka needs.
 func (c *Config) validateCoordinator() error {
+	switch c.GroupProtocol {
+	case GroupProtocolClassic:
+		if c.GroupRemoteAssignor != "" {
+			return fmt.Errorf("%w: GroupRemoteAssignor is %q but GroupProtocol is GroupProtocolClassic, whose assignment this library computes; set GroupProtocol to GroupProtocolConsumer, or leave GroupRemoteAssignor empty",
+				ErrInvalidConfig, c.GroupRemoteAssignor)
+		}
+	case GroupProtocolConsumer:
+		if c.Coordinator != CoordinatorKafka {
+			return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but Coordinator is %s: the consumer group protocol is Kafka's group coordinator's; set Coordinator to CoordinatorKafka",
+				ErrInvalidConfig, c.Coordinator)
+		}
+	default:
+		return fmt.Errorf("%w: GroupProtocol must be GroupProtocolClassic or GroupProtocolConsumer, got %s", ErrInvalidConfig, c.GroupProtocol)
+	}
 	switch c.Coordinator {
 	case CoordinatorZooKeeper:
 		return nil
@@ -552,6 +582,9 @@ func (c *Config) validateCoordinator() error {
 	case c.Config != nil && !c.Version.IsAtLeast(MinKafkaVersionForKafkaDiscovery):
 		return fmt.Errorf("%w: Version %s is too old for CoordinatorKafka, which reads Kafka's metadata as DiscoverFromKafka does; use %s or later",
 			ErrInvalidConfig, c.Version, MinKafkaVersionForKafkaDiscovery)
+	case c.GroupProtocol == GroupProtocolConsumer && c.Net.SASL.Enable && !consumerProtocolSASL(c.Net.SASL.Mechanism):
+		return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but Net.SASL.Mechanism (sarama) is %s: its group requests support PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER",
+			ErrInvalidConfig, c.Net.SASL.Mechanism)
 	case c.Config != nil && c.InstanceID != "" && !c.Version.IsAtLeast(MinKafkaVersionForStaticMembers):
 		return fmt.Errorf("%w: InstanceID is set but Version %s is older than %s, the first whose JoinGroup carries a group instance ID (static membership) with CoordinatorKafka",
 			ErrInvalidConfig, c.Version, MinKafkaVersionForStaticMembers)

@@ -64,6 +64,37 @@ func (c Coordinator) String() string {
 	return fmt.Sprintf("Coordinator(%d)", int(c))
 }
 
+// GroupProtocol is the group protocol of a Kafka-coordinated group
+// (Config.GroupProtocol).
+type GroupProtocol int
+
+const (
+	// GroupProtocolClassic is Kafka's classic group protocol: JoinGroup,
+	// SyncGroup, Heartbeat and LeaveGroup, with the assignment computed
+	// by this library on the group's leader (CoordinatorKafka's
+	// documentation). The default.
+	GroupProtocolClassic GroupProtocol = iota
+
+	// GroupProtocolConsumer is the consumer group protocol of KIP-848
+	// (Kafka 4.0 and later): membership by ConsumerGroupHeartbeat, the
+	// assignment computed by the broker's assignor
+	// (Config.GroupRemoteAssignor) and reconciled incrementally, and
+	// commits fenced by the member's epoch. See
+	// docs/consumer-protocol.md.
+	GroupProtocolConsumer
+)
+
+// String returns the name of the constant.
+func (p GroupProtocol) String() string {
+	switch p {
+	case GroupProtocolClassic:
+		return "GroupProtocolClassic"
+	case GroupProtocolConsumer:
+		return "GroupProtocolConsumer"
+	}
+	return fmt.Sprintf("GroupProtocol(%d)", int(p))
+}
+
 // coordinator is the seam: the steps of the manager goroutine that depend
 // on who coordinates the group. The consumer manager holds one (cm.coord),
 // chosen by Join from Config.Coordinator.

@@ -119,6 +119,10 @@ type kafkaCoordinator struct {
 	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
 	// to Errors(): it is reported once, and retried quietly.
 	reportedProtocol bool
+	// consumer is the state of a GroupProtocolConsumer member
+	// (coordinator_kafka848.go); nil with the classic protocol. Set by
+	// connectKafka.
+	consumer *consumerMembership
 	// awaitingUntil, when after now (Unix nanoseconds), is the end of the
 	// wait for a generation that brings this member a partition withheld
 	// from it (expectRebalance): the guard heartbeats every
@@ -212,6 +216,10 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 		return err
 	}
 	cm.offsets.member = k.commitMember
+	if cm.config.GroupProtocol == GroupProtocolConsumer {
+		cm.offsets.send = k.commitConsumer
+		return k.connectConsumer(ctx, brokers)
+	}
 	return k.openGroupClient(ctx, brokers)
 }
 
@@ -261,7 +269,13 @@ func (k *kafkaCoordinator) dialGroupClient(ctx context.Context, brokers []string
 //  4. sleep until the metadata change (then back to 1), the guard asks for
 //     a rebalance (then back to 2: the poller keeps watching), or the
 //     manager is interrupted.
-func (k *kafkaCoordinator) manage() { k.manageUntil(nil) }
+func (k *kafkaCoordinator) manage() {
+	if k.consumer != nil {
+		k.manageConsumer() // GroupProtocolConsumer: coordinator_kafka848.go
+		return
+	}
+	k.manageUntil(nil)
+}
 
 // manageUntil is manage for an instance that follows the group's
 // coordinator switch (sw, coordinator_migrate.go; nil: none). It starts
@@ -446,6 +460,19 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 	cm := k.cm
 	cm.stopGuard()
 	m := k.current()
+	if k.consumer != nil {
+		// GroupProtocolConsumer: a static member leaves too, with epoch
+		// -2, and the broker keeps its partitions for it.
+		if m.generation <= 0 || k.fencedOut.Load() {
+			return
+		}
+		if k.leaveErr = k.leaveConsumer(m); k.leaveErr != nil {
+			cm.logf(slog.LevelWarn, "Failed to leave the group: %s; the coordinator removes this member after its session timeout.", k.leaveErr)
+		} else {
+			cm.logf(slog.LevelInfo, "Left the group.")
+		}
+		return
+	}
 	if m.id == "" || k.instanceID != nil || cm.fenced() {
 		return
 	}
@@ -505,6 +532,9 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 func (k *kafkaCoordinator) close() []error {
 	k.cm.stopGuard()
 	k.calls.Wait()
+	if k.consumer != nil {
+		k.consumer.t.close()
+	}
 	if k.leaveErr != nil {
 		return []error{fmt.Errorf("leave group %s: %w", k.cm.group, k.leaveErr)}
 	}

@@ -183,6 +183,13 @@ func TestValidateCoordinator(t *testing.T) {
 		{"static on 2.3", kafka(func(c *Config) { c.InstanceID, c.Version = "a", sarama.V2_3_0_0 }), ""},
 		{"too old", kafka(func(c *Config) { c.Version = sarama.V0_10_2_0 }), "too old for CoordinatorKafka"},
 		{"unknown", kafka(func(c *Config) { c.Coordinator = 7 }), "Coordinator(7)"},
+		{"consumer protocol", kafka(func(c *Config) { c.GroupProtocol = GroupProtocolConsumer }), ""},
+		{"consumer protocol on zookeeper", kafka(func(c *Config) { c.GroupProtocol, c.Coordinator = GroupProtocolConsumer, CoordinatorZooKeeper }), "set Coordinator to CoordinatorKafka"},
+		{"assignor with classic", kafka(func(c *Config) { c.GroupRemoteAssignor = "range" }), `GroupRemoteAssignor is "range" but GroupProtocol is GroupProtocolClassic`},
+		{"unknown protocol", kafka(func(c *Config) { c.GroupProtocol = 5 }), "GroupProtocol(5)"},
+		{"consumer protocol with GSSAPI", kafka(func(c *Config) {
+			c.GroupProtocol, c.Net.SASL.Enable, c.Net.SASL.Mechanism = GroupProtocolConsumer, true, sarama.SASLTypeGSSAPI
+		}), "support PLAIN, SCRAM-SHA-256"},
 	} {
 		err := tc.config.Validate()
 		switch {

@@ -124,6 +124,22 @@ func (d *kafkaDialer) Dial(network, addr string) (net.Conn, error) {
 	return d.open(func(ctx context.Context) (net.Conn, error) { return d.dial(ctx, network, addr) })
 }
 
+// dialContext is Dial with a context of the caller's too (the group
+// transport's, groupTransport): the dial ends when either ctx is done or
+// the dials are stopped.
+func (d *kafkaDialer) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.redirect != nil {
+		addr = d.redirect(addr)
+	}
+	return d.open(func(setCtx context.Context) (net.Conn, error) {
+		both, cancel := context.WithCancel(setCtx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+		return d.dial(both, network, addr)
+	})
+}
+
 // zookeeperDialer returns a go-zookeeper dialer whose connections record
 // the negotiated session timeout in negotiated, and are kept in conns, so
 // that Close can cut them, and the dial in flight (closeSession). Each

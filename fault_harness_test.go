@@ -110,6 +110,9 @@ func childMain() int {
 	zookeeper := os.Getenv("KC_ZK")
 	if os.Getenv("KC_COORDINATOR") == "kafka" {
 		config.Coordinator = CoordinatorKafka
+		if os.Getenv("KC_GROUP_PROTOCOL") == "consumer" {
+			config.GroupProtocol = GroupProtocolConsumer
+		}
 		config.Brokers = strings.Split(os.Getenv("KC_BROKERS"), ",")
 		config.DiscoveryInterval = time.Second
 		config.Consumer.Group.Session.Timeout = envDuration("KC_SESSION", childKafkaSession)
@@ -309,9 +312,12 @@ type childOptions struct {
 	// kafka makes the group Kafka-coordinated (KC_COORDINATOR=kafka),
 	// with brokers as Config.Brokers and session as the group's session
 	// timeout.
-	kafka       bool
-	brokers     []string
-	readTimeout time.Duration // KC_READ_TIMEOUT: Net.ReadTimeout (0: sarama's)
+	kafka   bool
+	brokers []string
+	// consumerProtocol makes a Kafka-coordinated group use
+	// GroupProtocolConsumer (KC_GROUP_PROTOCOL=consumer).
+	consumerProtocol bool
+	readTimeout      time.Duration // KC_READ_TIMEOUT: Net.ReadTimeout (0: sarama's)
 	// kafkaProxies, per broker address, the proxy the child dials
 	// instead (KC_KAFKA_PROXIES).
 	kafkaProxies map[string]string
@@ -353,6 +359,9 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 	}
 	if opts.kafka {
 		c.cmd.Env = append(c.cmd.Env, "KC_COORDINATOR=kafka")
+	}
+	if opts.consumerProtocol {
+		c.cmd.Env = append(c.cmd.Env, "KC_GROUP_PROTOCOL=consumer")
 	}
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {

@@ -61,6 +61,10 @@ type offsetStore struct {
 	// commits carry: the generation, the member ID and the instance ID
 	// (nil for none). Set before use.
 	member func() (generation int32, memberID string, instanceID *string)
+	// send, when set (GroupProtocolConsumer), sends a commit of tps in
+	// place of the broker: as OffsetCommit v9 with the member's epoch,
+	// through the group transport. Set before use.
+	send func(req *sarama.OffsetCommitRequest, tps []TopicPartition) (*sarama.OffsetCommitResponse, error)
 	// kafkaNow, when set (an instance that follows the group's coordinator
 	// switch, coordinator_migrate.go), tells whether Kafka coordinates
 	// the group now: member applies only then, and commits go without
@@ -462,7 +466,17 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		offset, metadata := commitmark.Encode(b.offset, s.lastProcessed)
 		req.AddBlockWithLeaderEpoch(b.tp.Topic, b.tp.Partition, offset, -1, timestamp, metadata+b.acked)
 	}
-	resp, err := broker.CommitOffset(req)
+	var resp *sarama.OffsetCommitResponse
+	var err error
+	if s.send != nil {
+		sentTPs := make([]TopicPartition, len(batch))
+		for i, b := range batch {
+			sentTPs[i] = b.tp
+		}
+		resp, err = s.send(req, sentTPs)
+	} else {
+		resp, err = broker.CommitOffset(req)
+	}
 	if err != nil {
 		for _, b := range batch {
 			s.report(b.tp, err)
@@ -498,7 +512,8 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress), errors.Is(kerr, sarama.ErrRebalanceInProgress):
 			// The coordinator is loading the group, or the group is
 			// completing a rebalance: the next round commits.
-		case s.asMember() && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId)):
+		case s.asMember() && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId) ||
+			errors.Is(kerr, errFencedMemberEpoch) || errors.Is(kerr, errStaleMemberEpoch)):
 			// Refused as a member's commit. After a generation change
 			// that this round did not see yet, the next round commits
 			// with the new one; else this member was removed, and the

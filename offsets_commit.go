@@ -132,12 +132,19 @@ func (cm *consumerManager) commitRound() {
 
 // commitFailed passes on a failed commit of tp, to Errors() and Metrics.
 // A commit refused with FENCED_INSTANCE_ID is final for a member of
-// Kafka's group (kafkaCoordinator.instanceFenced).
+// Kafka's group (kafkaCoordinator.instanceFenced); one refused with
+// FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID loses a consumer-protocol
+// member's partitions (kafkaCoordinator.commitLost).
 func (cm *consumerManager) commitFailed(tp TopicPartition, err error) {
 	cm.config.metrics().CommitFailed(cm.group, tp, err)
 	cm.sendError(&sarama.ConsumerError{Topic: tp.Topic, Partition: tp.Partition, Err: err})
-	if k := cm.kafkaActive(); k != nil && errors.Is(err, sarama.ErrFencedInstancedId) {
+	k := cm.kafkaActive()
+	switch {
+	case k == nil:
+	case errors.Is(err, sarama.ErrFencedInstancedId):
 		k.instanceFenced(fmt.Errorf("the commit of %s/%d: %w", tp.Topic, tp.Partition, err))
+	case errors.Is(err, errFencedMemberEpoch), errors.Is(err, sarama.ErrUnknownMemberId):
+		k.commitLost() // GroupProtocolConsumer: the partitions are lost
 	}
 }
 

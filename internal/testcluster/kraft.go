@@ -86,6 +86,14 @@ func (c *Cluster) kraftProps(n *node) map[string]string {
 		"advertised.listeners":           "PLAINTEXT://" + n.addr(),
 		"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
 		"inter.broker.listener.name":     "PLAINTEXT",
+		// The consumer group protocol's (KIP-848) session timeout, 45 s
+		// by default and at least that, down to 10 s (at least 6 s), so
+		// that its tests see a killed member replaced in seconds; its
+		// heartbeat interval down to 1 s (at least 500 ms).
+		"group.consumer.session.timeout.ms":        "10000",
+		"group.consumer.min.session.timeout.ms":    "6000",
+		"group.consumer.heartbeat.interval.ms":     "1000",
+		"group.consumer.min.heartbeat.interval.ms": "500",
 	}
 }
 

@@ -1,0 +1,297 @@
+package kafkaconsumer
+
+// GroupProtocolConsumer (KIP-848) against the real cluster, which must
+// run KRaft with Kafka 4.0 or later (make test-kraft KAFKA_VERSION=4.4.0):
+// joining, consuming and committing; two members sharing the partitions,
+// each handed over once; the Join errors.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// consumerProtocolTest is kafkaCoordinatorTest for GroupProtocolConsumer:
+// it skips, saying why, unless the cluster runs KRaft with Kafka 4.0 or
+// later, the first whose brokers enable the consumer group protocol.
+func consumerProtocolTest(t *testing.T) {
+	t.Helper()
+	kafkaCoordinatorTest(t)
+	if os.Getenv("KAFKA_MODE") != "kraft" || !testKafkaVersion().IsAtLeast(sarama.V4_0_0_0) {
+		t.Skipf("GroupProtocolConsumer needs a KRaft cluster of Kafka 4.0 or later (make test-kraft KAFKA_VERSION=4.4.0), not %s in %q mode", testKafkaVersion(), os.Getenv("KAFKA_MODE"))
+	}
+}
+
+// consumerTestConfig is kafkaTestConfig with GroupProtocolConsumer.
+func consumerTestConfig() *Config {
+	config := kafkaTestConfig()
+	config.GroupProtocol = GroupProtocolConsumer
+	return config
+}
+
+// TestIntegrationConsumerProtocolJoinSplitLeave: a member joins with the
+// consumer protocol and consumes everything; a second joins and the
+// broker splits the partitions, each handed over once; the first leaves
+// and the second takes everything; nothing is lost, nothing is delivered
+// twice, every offset is committed, Close is bounded.
+func TestIntegrationConsumerProtocolJoinSplitLeave(t *testing.T) {
+	consumerProtocolTest(t)
+	debugLogs(t)
+	topic := newTopic(t, 8)
+	group := uniqueName("kip848")
+	client := newTestClient(t)
+	var h handOuts
+	first := produce(t, client, topic, "a", 200)
+
+	configA := consumerTestConfig()
+	configA.Observer = handOutObserver{&h, "A"}
+	began := time.Now()
+	a := joinKafka(t, group, TopicSubscription(topic), configA)
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to receive the first messages", func() bool { return colA.received(first) == len(first) })
+	t.Logf("A joined and received %d messages in %s", len(first), time.Since(began).Round(time.Millisecond))
+
+	configB := consumerTestConfig()
+	configB.Observer = handOutObserver{&h, "B"}
+	began = time.Now()
+	b := joinKafka(t, group, TopicSubscription(topic), configB)
+	colB := collect(b, nil)
+	waitFor(t, 30*time.Second, "the partitions to split 4/4", func() bool { return len(a.Stats()) == 4 && len(b.Stats()) == 4 })
+	t.Logf("split settled %s after B's Join", time.Since(began).Round(time.Millisecond))
+	second := produce(t, client, topic, "b", 200)
+	waitFor(t, 30*time.Second, "the second messages", func() bool { return colA.received(second)+colB.received(second) >= len(second) })
+
+	began = time.Now()
+	colA.close(t)
+	closed := time.Since(began)
+	if closed > 10*time.Second {
+		t.Errorf("A's Close took %s", closed)
+	}
+	waitFor(t, 30*time.Second, "B to take every partition", func() bool { return len(b.Stats()) == 8 })
+	t.Logf("A closed in %s; B had all 8 partitions %s after", closed.Round(time.Millisecond), (time.Since(began) - closed).Round(time.Millisecond))
+	third := produce(t, client, topic, "c", 200)
+	waitFor(t, 30*time.Second, "B to receive the third messages", func() bool { return colB.received(third) == len(third) })
+	colB.close(t)
+
+	all := append(append(append([]string(nil), first...), second...), third...)
+	ok, duplicates := union(all, colA, colB)
+	if !ok || duplicates != 0 {
+		t.Errorf("received every message: %t, duplicates %d", ok, duplicates)
+	}
+	for tp, n := range h.switches() {
+		if n > 1 {
+			t.Errorf("%s/%d changed hands %d times: two members handed it out in turn", tp.Topic, tp.Partition, n)
+		}
+	}
+	committed := committedOffsets(t, client, group, topic)
+	for p, want := range newestOffsets(t, client, topic) {
+		if committed[p] != want {
+			t.Errorf("partition %d: committed %d, want %d", p, committed[p], want)
+		}
+	}
+}
+
+// TestIntegrationConsumerProtocolJoinErrors: Join fails, clearly, for an
+// assignor the broker does not know; Validate refuses the consumer
+// protocol with the ZooKeeper coordinator.
+func TestIntegrationConsumerProtocolJoinErrors(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 1)
+	config := consumerTestConfig()
+	config.GroupRemoteAssignor = "nosuch"
+	c, err := Join(uniqueName("kip848"), TopicSubscription(topic), "", config)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Join with GroupRemoteAssignor nosuch succeeded")
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("Join with GroupRemoteAssignor nosuch = %v, want ErrInvalidConfig naming it", err)
+	}
+
+	config = consumerTestConfig()
+	config.Coordinator = CoordinatorZooKeeper
+	config.Brokers = nil
+	if _, err := Join(uniqueName("kip848"), TopicSubscription(topic), zookeeperPeers, config); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "set Coordinator to CoordinatorKafka") {
+		t.Errorf("Join with GroupProtocolConsumer and CoordinatorZooKeeper = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestIntegrationConsumerProtocolKilledInstance: in a consumer-protocol
+// group of three instances consuming under a steady produce rate, one is
+// killed with kill -9; the other two take its partitions once the
+// broker's session timeout (10 s on the test cluster) removed it, nothing
+// is lost, no partition is handed out by two instances at once, no
+// committed offset moves back, and every Close is bounded.
+func TestIntegrationConsumerProtocolKilledInstance(t *testing.T) {
+	consumerProtocolTest(t)
+	needFaults(t)
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.consumerProtocol = true
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	a, b, c := r.start(), r.start(), r.start()
+	r.waitShared(30*time.Second, a, b, c)
+	wait := r.produceSteadily(1000, 3*time.Second)
+
+	a.kill(t)
+	took := r.waitOwnedBy(40*time.Second, b, c)
+	t.Logf("partitions of the killed instance taken over %s after kill -9", took.Round(time.Millisecond))
+	wait()
+	r.finishKafka(sampler)
+}
+
+// TestIntegrationConsumerProtocolCutOff: one instance of a
+// consumer-protocol group of two is cut off from the cluster (its only
+// broker, the coordinator, through a proxy that holds its connections)
+// while a producer writes; it fences itself before the broker removes it,
+// the other takes its partitions, and once the proxy passes again it
+// joins anew and gets a share back. No partition is handed out by two
+// instances at once, no committed offset moves back, nothing is lost.
+func TestIntegrationConsumerProtocolCutOff(t *testing.T) {
+	consumerProtocolTest(t)
+	needFaults(t)
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	r.opts.consumerProtocol = true
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	proxies := make(map[string]*testcluster.Proxy)
+	routes := make(map[string]string)
+	for _, addr := range kafkaPeers {
+		p, err := testcluster.NewProxy(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		proxies[addr], routes[addr] = p, p.Addr()
+	}
+	r.opts.kafkaProxies = routes
+	a := r.start()
+	r.opts.kafkaProxies = nil
+	b := r.start()
+	r.waitShared(30*time.Second, a, b)
+	wait := r.produceSteadily(1500, 15*time.Second)
+	for _, p := range proxies {
+		p.Hold()
+	}
+	took := r.waitOwnedBy(40*time.Second, b)
+	t.Logf("the other instance took every partition %s after the cut", took.Round(time.Millisecond))
+	for _, p := range proxies {
+		p.Pass()
+	}
+	healed := time.Now()
+	r.waitShared(60*time.Second, a, b)
+	t.Logf("the cut-off instance owned partitions again %s after the heal", time.Since(healed).Round(time.Millisecond))
+	wait()
+	r.finishKafka(sampler)
+}
+
+// TestIntegrationConsumerProtocolZombieCommitRefused: a commit with an
+// epoch the member has left behind, or of a member the group does not
+// know, as a zombie would send it, is refused by the broker
+// (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID), and the committed offset stays
+// the live member's.
+func TestIntegrationConsumerProtocolZombieCommitRefused(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-zombie")
+	client := newTestClient(t)
+	values := produce(t, client, topic, "z", 20)
+	a := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to receive everything", func() bool { return colA.received(values) == len(values) })
+	k := a.(*consumerManager).kafkaActive()
+	newest := newestOffsets(t, client, topic)
+	waitCommitted(t, client, group, topic, newest)
+	live := k.current()
+	if live.generation < 1 {
+		t.Fatalf("member epoch %d, want a member", live.generation)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		member groupMember
+		want   error
+	}{
+		{"an old epoch", groupMember{id: live.id, generation: live.generation - 1}, errStaleMemberEpoch},
+		{"an unknown member", groupMember{id: "zombie", generation: live.generation}, sarama.ErrUnknownMemberId},
+	} {
+		var mu sync.Mutex
+		var reported []error
+		store := newOffsetStore(client, group, func(_ TopicPartition, err error) {
+			mu.Lock()
+			reported = append(reported, err)
+			mu.Unlock()
+		})
+		store.member = func() (int32, string, *string) { return tc.member.generation, tc.member.id, nil }
+		store.send = k.commitConsumer
+		tp := TopicPartition{Topic: topic, Partition: 0}
+		if err := store.reserve(tp); err != nil {
+			t.Fatal(err)
+		}
+		store.set(tp, 0)
+		store.mark(tp, 1) // back to the start: what a zombie's late commit does
+		store.commitRound()
+		mu.Lock()
+		if len(reported) != 1 || !errors.Is(reported[0], tc.want) {
+			t.Errorf("%s: reported %v, want %s", tc.name, reported, tc.want)
+		}
+		mu.Unlock()
+	}
+	if got := committedOffsets(t, client, group, topic); got[0] != newest[0] {
+		t.Errorf("partition 0 committed at %d after the zombie's commits, want %d", got[0], newest[0])
+	}
+	colA.close(t)
+}
+
+// TestIntegrationConsumerProtocolStaticRestart: a static member
+// (InstanceID) that closes leaves with epoch -2: the broker keeps its
+// partitions for it, the other member's do not move, and it gets the
+// same ones back when it returns within the session timeout.
+func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 4)
+	group := uniqueName("kip848-static")
+	client := newTestClient(t)
+	configA := consumerTestConfig()
+	configA.InstanceID = uniqueName("a")
+	var rebalancesB sync.Mutex
+	var changesB []Rebalance
+	configB := consumerTestConfig()
+	configB.InstanceID = uniqueName("b")
+	configB.OnRebalance = func(r Rebalance) {
+		rebalancesB.Lock()
+		changesB = append(changesB, r)
+		rebalancesB.Unlock()
+	}
+	a := joinKafka(t, group, TopicSubscription(topic), configA)
+	colA := collect(a, nil)
+	b := joinKafka(t, group, TopicSubscription(topic), configB)
+	colB := collect(b, nil)
+	waitFor(t, 30*time.Second, "the partitions to split 2/2", func() bool { return len(a.Stats()) == 2 && len(b.Stats()) == 2 })
+	sharesA := fmt.Sprint(a.Stats()[0].TopicPartition, a.Stats()[1].TopicPartition)
+	rebalancesB.Lock()
+	changesB = nil
+	rebalancesB.Unlock()
+
+	colA.close(t)
+	values := produce(t, client, topic, "s", 40)
+	a2 := joinKafka(t, group, TopicSubscription(topic), configA)
+	colA2 := collect(a2, nil)
+	waitFor(t, 30*time.Second, "everything to be received", func() bool { return colA2.received(values)+colB.received(values) == len(values) })
+	if st := a2.Stats(); len(st) != 2 || fmt.Sprint(st[0].TopicPartition, st[1].TopicPartition) != sharesA {
+		t.Errorf("the static member came back with %v, want %s", st, sharesA)
+	}
+	rebalancesB.Lock()
+	if len(changesB) != 0 {
+		t.Errorf("the other member's partitions changed: %v", changesB)
+	}
+	rebalancesB.Unlock()
+	colA2.close(t)
+	colB.close(t)
+}
