@@ -630,3 +630,8 @@ func TestClaimBatchCreatesTheTopicsNodesTogether(t *testing.T) {
 	}
 	wantCalls(t, fake, "Multi", 2, "the one that found no parents, and its retry")
 }
+
+func (r *rendezvousZK) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	r.meet("GetW", p)
+	return r.fakeZK.GetW(p)
+}
