@@ -281,7 +281,9 @@ func (b *claimBatch) claimed(tp TopicPartition) (claimed, known bool) {
 // connection one after the other, without waiting for the answers
 // between them, so the chunks cost about one round trip rather than one
 // each. The chunks that found a parent missing (a new group, or a topic new
-// to it) are created again once the parents of all of them are.
+// to it) are created again once the parents of all of them are. When the
+// join found the group's owners node missing (ownersMissing), the first
+// batch creates the parents first: its multis would all fail for them.
 func (b *claimBatch) run() map[TopicPartition]bool {
 	var chunks [][]TopicPartition
 	for start := 0; start < len(b.tps); start += claimChunk {
@@ -290,6 +292,9 @@ func (b *claimBatch) run() map[TopicPartition]bool {
 	all := make([]int, len(chunks))
 	for i := range all {
 		all[i] = i
+	}
+	if b.cm.ownersMissing.Swap(false) {
+		_ = b.mkdirs(b.tps) // what failed is created after the multis, or reported
 	}
 	errs := make([]error, len(chunks))
 	create := func(i int) { errs[i] = b.create(chunks[i]) }

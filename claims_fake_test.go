@@ -635,3 +635,35 @@ func (r *rendezvousZK) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	r.meet("GetW", p)
 	return r.fakeZK.GetW(p)
 }
+
+// TestClaimBatchOfANewGroupCreatesTheParentsFirst: when the join found the
+// group's owners node missing, the first batch creates the owner nodes'
+// parents before its multis, which would all fail for them: one multi per
+// chunk, not two. A later batch finds the parents again as it goes.
+func TestClaimBatchOfANewGroupCreatesTheParentsFirst(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	if sealed, err := cm.ownersSealed(); sealed || err != nil {
+		t.Fatalf("ownersSealed() = %t, %v in a new group", sealed, err)
+	}
+	if !cm.ownersMissing.Load() {
+		t.Fatal("the join's read of the owners node did not record it missing")
+	}
+	tps := append(batchOf("t", 2), batchOf("u", 2)...)
+	batch := newClaimBatch(cm, tps)
+	for _, tp := range tps {
+		if claimed, known := batch.claimed(tp); !claimed || !known {
+			t.Fatalf("%v: claimed %t, known %t", tp, claimed, known)
+		}
+		wantOwner(t, fake, ownerPath(tp.Topic, tp.Partition), "me")
+	}
+	wantCalls(t, fake, "Multi", 1, "the parents were created first")
+	if cm.ownersMissing.Load() {
+		t.Fatal("the hint outlived the first batch")
+	}
+	next := newClaimBatch(cm, batchOf("v", 2))
+	if claimed, known := next.claimed(TopicPartition{Topic: "v", Partition: 0}); !claimed || !known {
+		t.Fatalf("v/0 of a later batch: claimed %t, known %t", claimed, known)
+	}
+	wantCalls(t, fake, "Multi", 3, "a later batch's topic new to the group: the multi, its parent, the retry")
+}
