@@ -246,7 +246,9 @@ const claimChunk = 250
 // partition would cost a round trip each (BENCHMARKS.md, round 4). A multi
 // is atomic: when one partition of a chunk is still owned (by an instance
 // that is letting go of it), none of the chunk is created, and each
-// partition manager claims its partition alone, as without the batch.
+// partition manager claims its partition alone, as without the batch. The
+// chunks are independent of each other: each is claimed, or not, on its
+// own.
 //
 // The first partition manager that claims (claimed) runs the multis on its
 // own goroutine; the others wait for it, without a deadline (as for a
@@ -274,16 +276,43 @@ func (b *claimBatch) claimed(tp TopicPartition) (claimed, known bool) {
 	return claimed, known
 }
 
-// run creates the owner nodes chunk by chunk.
+// run creates the owner nodes, the multis of all the chunks at once:
+// go-zookeeper sends the requests of concurrent callers on the session's
+// connection one after the other, without waiting for the answers
+// between them, so the chunks cost about one round trip rather than one
+// each. The chunks that found a parent missing (a new group, or a topic new
+// to it) are created again once the parents of all of them are. When the
+// join found the group's owners node missing (ownersMissing), the first
+// batch creates the parents first: its multis would all fail for them.
 func (b *claimBatch) run() map[TopicPartition]bool {
-	result := make(map[TopicPartition]bool, len(b.tps))
+	var chunks [][]TopicPartition
 	for start := 0; start < len(b.tps); start += claimChunk {
-		chunk := b.tps[start:min(start+claimChunk, len(b.tps))]
-		err := b.create(chunk)
-		if errors.Is(err, zk.ErrNoNode) && b.mkdirs(chunk) == nil {
-			err = b.create(chunk)
+		chunks = append(chunks, b.tps[start:min(start+claimChunk, len(b.tps))])
+	}
+	all := make([]int, len(chunks))
+	for i := range all {
+		all[i] = i
+	}
+	if b.cm.ownersMissing.Swap(false) {
+		_ = b.mkdirs(b.tps) // what failed is created after the multis, or reported
+	}
+	errs := make([]error, len(chunks))
+	create := func(i int) { errs[i] = b.create(chunks[i]) }
+	concurrently(all, create)
+	var missing []int // the chunks whose parents were missing
+	var orphans []TopicPartition
+	for i, err := range errs {
+		if errors.Is(err, zk.ErrNoNode) {
+			missing = append(missing, i)
+			orphans = append(orphans, chunks[i]...)
 		}
-		switch {
+	}
+	if len(missing) > 0 && b.mkdirs(orphans) == nil {
+		concurrently(missing, create)
+	}
+	result := make(map[TopicPartition]bool, len(b.tps))
+	for i, chunk := range chunks {
+		switch err := errs[i]; {
 		case err == nil:
 			for _, tp := range chunk {
 				result[tp] = true
@@ -298,6 +327,20 @@ func (b *claimBatch) run() map[TopicPartition]bool {
 		}
 	}
 	return result
+}
+
+// concurrently runs f for each of is, each on a goroutine of its own, and
+// returns once all of them returned.
+func concurrently(is []int, f func(i int)) {
+	var wg sync.WaitGroup
+	for _, i := range is {
+		wg.Add(1)
+		go func() { // owned by concurrently, which waits for it
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // create runs one multi of the chunk's owner nodes; it returns the error of
@@ -318,16 +361,43 @@ func (b *claimBatch) create(chunk []TopicPartition) error {
 	return err
 }
 
-// mkdirs creates the owner nodes' parents of the chunk's topics.
-func (b *claimBatch) mkdirs(chunk []TopicPartition) error {
+// mkdirs creates the owner nodes' parents of the topics of tps, all at
+// once, as run sends its multis; when the group's node of the owners is
+// missing too (a new group), it creates that first, and then the topics'
+// nodes that found it missing, again all at once.
+func (b *claimBatch) mkdirs(tps []TopicPartition) error {
+	var dirs []string
 	seen := make(map[string]bool)
-	for _, tp := range chunk {
+	for _, tp := range tps {
 		if !seen[tp.Topic] {
 			seen[tp.Topic] = true
-			if err := b.cm.mkdirs(path.Dir(b.cm.ownerNode(tp))); err != nil {
-				return err
-			}
+			dirs = append(dirs, path.Dir(b.cm.ownerNode(tp)))
 		}
 	}
-	return nil
+	all := make([]int, len(dirs))
+	for i := range all {
+		all[i] = i
+	}
+	errs := make([]error, len(dirs))
+	create := func(i int) {
+		_, err := b.cm.zkConn.Create(dirs[i], nil, 0, b.cm.nodeACL(dirs[i]))
+		if errors.Is(err, zk.ErrNodeExists) {
+			err = nil
+		}
+		errs[i] = err
+	}
+	concurrently(all, create)
+	var orphans []int // the topics' nodes whose parent was missing
+	for i, err := range errs {
+		if errors.Is(err, zk.ErrNoNode) {
+			orphans = append(orphans, i)
+		}
+	}
+	if len(orphans) > 0 {
+		if err := b.cm.mkdirs(path.Dir(dirs[orphans[0]])); err != nil {
+			return err
+		}
+		concurrently(orphans, create)
+	}
+	return errors.Join(errs...)
 }

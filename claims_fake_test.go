@@ -6,6 +6,8 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"path"
+	"sync"
 	"testing"
 	"time"
 
@@ -511,4 +513,157 @@ func claimWaitingForOwner(t *testing.T, metrics func(*partitionManager) Metrics)
 	done = runDone(pm.claim)
 	waitFor(t, 3*time.Second, "a watch on the owner node", func() bool { return fake.watched(node) == 1 })
 	return cm, fake, pm, node, done
+}
+
+// rendezvousZK is a fake session whose calls that match hold until n of
+// them are held together (or until a deadline, for a caller that sends
+// them one at a time): it shows how many of those requests the caller had
+// in flight at once. Once n met, the calls pass.
+type rendezvousZK struct {
+	*fakeZK
+	match func(op, p string) bool
+	n     int
+
+	mu   sync.Mutex
+	held int
+	most int           // the most calls held together
+	met  chan struct{} // closed when n are held
+}
+
+func newRendezvousZK(fake *fakeZK, n int, match func(op, p string) bool) *rendezvousZK {
+	return &rendezvousZK{fakeZK: fake, match: match, n: n, met: make(chan struct{})}
+}
+
+func (r *rendezvousZK) meet(op, p string) {
+	if !r.match(op, p) {
+		return
+	}
+	r.mu.Lock()
+	r.held++
+	r.most = max(r.most, r.held)
+	if r.held == r.n {
+		close(r.met)
+	}
+	r.mu.Unlock()
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	select {
+	case <-r.met:
+	case <-deadline.C:
+	}
+	r.mu.Lock()
+	r.held--
+	r.mu.Unlock()
+}
+
+// together returns the most calls that were held at once.
+func (r *rendezvousZK) together() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.most
+}
+
+func (r *rendezvousZK) Multi(ops ...interface{}) ([]zk.MultiResponse, error) {
+	r.meet("Multi", "")
+	return r.fakeZK.Multi(ops...)
+}
+
+func (r *rendezvousZK) Create(p string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	r.meet("Create", p)
+	return r.fakeZK.Create(p, data, flags, acl)
+}
+
+// TestClaimBatchSendsItsChunksTogether: the multis of a batch's chunks are
+// in flight together (go-zookeeper pipelines them on the session's
+// connection), not one round trip after the other; a chunk with an owned
+// partition still fails alone, and the others claim.
+func TestClaimBatchSendsItsChunksTogether(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	fake.put("/consumers/g/owners/t", nil, 0)
+	owned := int32(claimChunk + 5) // in the second chunk
+	fake.put(ownerPath("t", owned), []byte("other"), otherSession)
+	rv := newRendezvousZK(fake, 3, func(op, _ string) bool { return op == "Multi" })
+	cm.zkConn = rv
+	tps := batchOf("t", 2*claimChunk+1)
+	batch := newClaimBatch(cm, tps)
+	for i, tp := range tps {
+		claimed, known := batch.claimed(tp)
+		second := i >= claimChunk && i < 2*claimChunk
+		if claimed == second || !known {
+			t.Fatalf("%v: claimed %t, known %t", tp, claimed, known)
+		}
+	}
+	if n := rv.together(); n != 3 {
+		t.Fatalf("at most %d of the 3 chunks' multis were in flight together, want 3", n)
+	}
+	if n := fake.count("Multi"); n != 3 {
+		t.Fatalf("%d multis for %d partitions, want 3", n, len(tps))
+	}
+}
+
+// TestClaimBatchCreatesTheTopicsNodesTogether: in a new group, the nodes of
+// the owners of each topic are missing; the batch creates them all at
+// once (after the group's nodes, which they need), not one round trip
+// after the other, and then claims every partition.
+func TestClaimBatchCreatesTheTopicsNodesTogether(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	topics := []string{"t", "u", "v"}
+	rv := newRendezvousZK(fake, len(topics), func(op, p string) bool {
+		return op == "Create" && path.Dir(p) == "/consumers/g/owners"
+	})
+	cm.zkConn = rv
+	var tps []TopicPartition
+	for _, topic := range topics {
+		tps = append(tps, batchOf(topic, 2)...)
+	}
+	batch := newClaimBatch(cm, tps)
+	for _, tp := range tps {
+		if claimed, known := batch.claimed(tp); !claimed || !known {
+			t.Fatalf("%v: claimed %t, known %t", tp, claimed, known)
+		}
+		wantOwner(t, fake, ownerPath(tp.Topic, tp.Partition), "me")
+	}
+	if n := rv.together(); n != len(topics) {
+		t.Fatalf("at most %d of the %d topics' nodes were created together, want %d", n, len(topics), len(topics))
+	}
+	wantCalls(t, fake, "Multi", 2, "the one that found no parents, and its retry")
+}
+
+func (r *rendezvousZK) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	r.meet("GetW", p)
+	return r.fakeZK.GetW(p)
+}
+
+// TestClaimBatchOfANewGroupCreatesTheParentsFirst: when the join found the
+// group's owners node missing, the first batch creates the owner nodes'
+// parents before its multis, which would all fail for them: one multi per
+// chunk, not two. A later batch finds the parents again as it goes.
+func TestClaimBatchOfANewGroupCreatesTheParentsFirst(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	if sealed, err := cm.ownersSealed(); sealed || err != nil {
+		t.Fatalf("ownersSealed() = %t, %v in a new group", sealed, err)
+	}
+	if !cm.ownersMissing.Load() {
+		t.Fatal("the join's read of the owners node did not record it missing")
+	}
+	tps := append(batchOf("t", 2), batchOf("u", 2)...)
+	batch := newClaimBatch(cm, tps)
+	for _, tp := range tps {
+		if claimed, known := batch.claimed(tp); !claimed || !known {
+			t.Fatalf("%v: claimed %t, known %t", tp, claimed, known)
+		}
+		wantOwner(t, fake, ownerPath(tp.Topic, tp.Partition), "me")
+	}
+	wantCalls(t, fake, "Multi", 1, "the parents were created first")
+	if cm.ownersMissing.Load() {
+		t.Fatal("the hint outlived the first batch")
+	}
+	next := newClaimBatch(cm, batchOf("v", 2))
+	if claimed, known := next.claimed(TopicPartition{Topic: "v", Partition: 0}); !claimed || !known {
+		t.Fatalf("v/0 of a later batch: claimed %t, known %t", claimed, known)
+	}
+	wantCalls(t, fake, "Multi", 3, "a later batch's topic new to the group: the multi, its parent, the retry")
 }

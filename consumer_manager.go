@@ -90,6 +90,11 @@ type consumerManager struct {
 	// registered tells whether the instance's registration node is ours to
 	// delete. Used by run and, after it, by closeConnections.
 	registered bool
+	// ownersMissing is set when the join found the group's owners node
+	// missing (a new group): the first batch of claims creates the
+	// topics' nodes below it before its multis, instead of after they
+	// failed for them (claimBatch.run). Taken by that batch.
+	ownersMissing atomic.Bool
 
 	client       sarama.Client // the first fetcher's, also for metadata
 	offsetClient sarama.Client // the offset store's (see openKafka)

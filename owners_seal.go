@@ -154,10 +154,12 @@ func (cm *consumerManager) openOwners() error {
 	return cm.setSealed(cm.groupNode("owners"), false)
 }
 
-// ownersSealed tells whether owners/ is sealed.
+// ownersSealed tells whether owners/ is sealed. When owners/ is missing, it
+// records so in ownersMissing, for the first batch of claims.
 func (cm *consumerManager) ownersSealed() (bool, error) {
 	acl, _, err := cm.zkConn.GetACL(cm.groupNode("owners"))
 	if errors.Is(err, zk.ErrNoNode) {
+		cm.ownersMissing.Store(true)
 		return false, nil
 	}
 	return err == nil && isSealed(acl), err

@@ -163,6 +163,7 @@ func (ss *staticSubscription) watchPartitionsCached(r topicWatcher, cache *watch
 
 	for {
 		cache.begin()
+		cache.prefetch(r, names)
 		var (
 			result  kazoo.PartitionList
 			missing []string
@@ -248,6 +249,13 @@ func (rs *regexpSubscription) watchPartitionsCached(r topicWatcher, cache *watch
 		return nil, nil, fmt.Errorf("watch topic list: %w", err)
 	}
 	sort.Sort(topics) // the cache's copy: sorted once, then already in order
+	var selected []string
+	for _, topic := range topics {
+		if rs.selects(topic.Name, internal) {
+			selected = append(selected, topic.Name)
+		}
+	}
+	cache.prefetch(r, selected)
 
 	var result kazoo.PartitionList
 	for _, topic := range topics {

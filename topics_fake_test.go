@@ -256,3 +256,42 @@ func TestWatchPartitionsCustomWithoutKazoo(t *testing.T) {
 		t.Fatalf("watchPartitions = %v, want errNoKazoo", err)
 	}
 }
+
+// TestSessionTopicsReadTogether: the topics of a subscription are read
+// with their requests in flight together, not one round trip after the
+// other; a topic whose watch has not fired is not read again.
+func TestSessionTopicsReadTogether(t *testing.T) {
+	t.Parallel()
+	for _, pattern := range []bool{false, true} {
+		cm, fake := fakeSessionManager(t)
+		topics := []string{"t", "u", "v"}
+		for _, topic := range topics {
+			putTopic(fake, "", topic, 2)
+		}
+		cm.subscription = TopicSubscription(topics...)
+		if pattern {
+			cm.subscription = WhitelistSubscription(regexp.MustCompile(`^[tuv]$`))
+		}
+		rv := newRendezvousZK(fake, len(topics), func(op, p string) bool {
+			return op == "GetW" && strings.HasPrefix(p, "/brokers/topics/")
+		})
+		cm.zkConn = rv
+		partitions, changed := watchOnce(t, cm)
+		if got, want := describe(partitions), "t/0:1 t/1:2 u/0:1 u/1:2 v/0:1 v/1:2"; got != want {
+			t.Fatalf("pattern %t: partitions %s, want %s", pattern, got, want)
+		}
+		if n := rv.together(); n != len(topics) {
+			t.Fatalf("pattern %t: at most %d of the %d topics were read together, want %d", pattern, n, len(topics), len(topics))
+		}
+		fake.set("/brokers/topics/u", topicData(3))
+		receiveWithin(t, changed, "the topic's watch")
+		calls := fake.count("GetW")
+		if partitions, _ = watchOnce(t, cm); len(partitions) != 7 {
+			t.Fatalf("pattern %t: %d partitions after u grew to 3, want 7", pattern, len(partitions))
+		}
+		if n := fake.count("GetW") - calls; n != 1 {
+			t.Fatalf("pattern %t: %d topics read again after one changed, want 1", pattern, n)
+		}
+		cm.watches.stop()
+	}
+}

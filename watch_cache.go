@@ -8,6 +8,7 @@ package kafkaconsumer
 import (
 	"log/slog"
 	"reflect"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/wvanbergen/kazoo-go"
@@ -124,6 +125,50 @@ func (c *watchCache) watchTopics(r topicWatcher) (kazoo.TopicList, error) {
 	c.list.round = c.round
 	c.used = append(c.used, c.list)
 	return c.list.topics, nil
+}
+
+// prefetchLimit is the most topic reads prefetch has in flight at once.
+const prefetchLimit = 64
+
+// prefetch reads the nodes of the named topics whose watch is missing or
+// fired, several at once (go-zookeeper sends the requests of concurrent
+// callers without waiting for the answers between them), and keeps each
+// read with its watch for watchTopic, which then makes no request for it:
+// a subscription of 50 topics cost 50 round trips one after the other. A
+// read that set no watch (it failed) is left to watchTopic, which reads
+// again and reports. Called within a round, like watchTopic.
+func (c *watchCache) prefetch(r topicWatcher, names []string) {
+	var stale []string
+	for _, name := range names {
+		if w := c.topics[name]; w == nil || w.hasFired() {
+			stale = append(stale, name)
+		}
+	}
+	if len(stale) < 2 {
+		return
+	}
+	reads := make([]pendingWatch, len(stale))
+	slots := make(chan struct{}, prefetchLimit)
+	var wg sync.WaitGroup
+	for i, name := range stale {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() { // owned by prefetch, which waits for it
+			defer wg.Done()
+			defer func() { <-slots }()
+			reads[i].partitions, reads[i].changed, reads[i].err = r.watchTopic(name)
+		}()
+	}
+	wg.Wait()
+	for i, name := range stale {
+		if reads[i].changed.set() {
+			if c.topics == nil {
+				c.topics = make(map[string]*pendingWatch)
+			}
+			w := reads[i]
+			c.topics[name] = &w
+		}
+	}
 }
 
 // watchTopic returns the partitions of the topic and adds the watch on its
