@@ -296,7 +296,10 @@ func (s *scheduler) handle(it *item) error {
 // once the scheduler stops).
 //
 // In order: a revoked run's or a stopping scheduler's item that failed is
-// given back; one that succeeded is acked unless its run was revoked. A
+// given back, and so is one that failed once Run's context ended (its
+// handler saw its context done before Run stopped the scheduler: not a
+// failed attempt); one that succeeded is acked unless its run was
+// revoked. A
 // failed item with attempts left waits for its retry; one without goes to
 // its dead letter, or, without a dead-letter topic, fails Run. A failed
 // produce waits and produces again.
@@ -313,7 +316,7 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 			s.src.DeadLettered(it.msg)
 		}
 		s.complete(l, !run.over)
-	case run.over || s.stopping:
+	case run.over || s.stopping || s.ctx.Err() != nil:
 		s.complete(l, false)
 	case it.deadLetter:
 		it.produces++
