@@ -243,10 +243,9 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 // (ErrGaveUp). Once ctx is done it starts no handler. It returns only
 // after every handler it started returned: it cancels their context
 // first (a handler that then fails is not a failed attempt), stops
-// retries, and gives back the
-// messages it did not handle (kafkaconsumer.Processing.GiveBack), so that
-// a partition's commit stays before them and c's Close or Shutdown does
-// not wait for them. Stop c after Run returned (or to make it return);
+// retries, and gives back the messages it did not handle
+// (kafkaconsumer.Processing.GiveBack), so that a partition's commit
+// stays before them and c's Close or Shutdown does not wait for them. Stop c after Run returned (or to make it return);
 // Run does not close it. It returns nil when ctx was done or c closed, an
 // error wrapping ErrInvalidOptions at once for bad arguments, or the
 // error wrapping ErrGaveUp. Call Run once per consumer.
