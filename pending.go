@@ -29,14 +29,17 @@ type slot struct {
 // it with its mutex.
 type pendingAcks struct {
 	ring  []slot
-	head  int   // index in ring of the oldest entry
-	n     int   // entries in use
-	limit int   // most entries it holds
-	open  int   // entries in slotPending
-	done  int64 // one past the last acked offset dropped from the prefix, or -1
-	// stuck is set when a withdrawn entry reached the head: nothing after it
-	// may be committed any more. The entries after it stay, for the acked
-	// set of the final commit (ackedRanges).
+	head  int // index in ring of the oldest entry
+	n     int // entries in use
+	limit int // most entries it holds
+	open  int // entries in slotPending
+	// done is one past the last acked offset dropped from the prefix, or
+	// -1; once stuck, the withdrawn offset.
+	done int64
+	// stuck is set when a withdrawn entry reached the head: the commit
+	// point stays at its offset (done), nothing after it may be committed
+	// any more. The entries after it stay, for the acked set of the final
+	// commit (ackedRanges).
 	stuck bool
 	// held is set by hold: push refuses until the commit point moves.
 	held bool
@@ -227,7 +230,11 @@ func (p *pendingAcks) resolve(offset int64, state slotState) (known, advanced bo
 		p.head = (p.head + 1) & mask
 		p.n--
 		if s.state == slotWithdrawn {
-			p.stuck = true
+			// The commit point is the withdrawn offset, not one past the
+			// last acked: offsets between them hold no message (a
+			// transaction marker), and the commit must not step back
+			// from where the head's offset put it.
+			p.done, p.stuck = s.offset, true
 			break
 		}
 		p.done = s.offset + 1

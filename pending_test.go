@@ -364,3 +364,54 @@ func TestPendingAckedRanges(t *testing.T) {
 		t.Fatalf("ackedRanges after a withdrawn head = %v, want %v", got, want)
 	}
 }
+
+// TestPendingAcksWithdrawnAfterGap: a withdrawn head that follows offsets
+// holding no message (a transaction marker, or offsets skipTo named)
+// keeps the commit point at the withdrawn offset, where it was before the
+// withdrawal, and the acks after it stay in the acked set: the commit
+// point does not step back to the end of the acked prefix before the gap
+// (the offset store ignores a mark that steps back, so the acked set of
+// the commit would not change any more).
+func TestPendingAcksWithdrawnAfterGap(t *testing.T) {
+	t.Parallel()
+	p := newPendingAcks(10)
+	p.push(9)
+	p.ack(9)
+	p.push(11) // 10: a marker
+	p.push(12)
+	if c := p.commitOffset(); c != 11 {
+		t.Fatalf("commitOffset with 11 pending = %d, want 11", c)
+	}
+	p.withdraw(11)
+	p.ack(12)
+	if c := p.commitOffset(); c != 11 {
+		t.Fatalf("commitOffset after the withdrawal of 11 = %d, want 11", c)
+	}
+	if got, want := p.ackedRanges(nil), []commitmark.Range{{From: 12, To: 13}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ackedRanges = %v, want %v", got, want)
+	}
+
+	q := newPendingAcks(10)
+	q.push(0)
+	q.ack(0)
+	q.skipTo(3) // 1 and 2 hold nothing to hand out
+	q.push(3)
+	if c := q.commitOffset(); c != 3 {
+		t.Fatalf("commitOffset with 3 pending = %d, want 3", c)
+	}
+	q.withdraw(3)
+	if c := q.commitOffset(); c != 3 {
+		t.Fatalf("commitOffset after the withdrawal of 3 = %d, want 3", c)
+	}
+
+	// Nothing acked before the withdrawn head: the commit point is its
+	// offset, the first handed out.
+	r := newPendingAcks(10)
+	r.push(7)
+	r.push(8)
+	r.ack(8)
+	r.withdraw(7)
+	if c := r.commitOffset(); c != 7 {
+		t.Fatalf("commitOffset after the withdrawal of the first entry = %d, want 7", c)
+	}
+}

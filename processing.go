@@ -74,7 +74,11 @@ func (p Processing) Revoked(msg *sarama.ConsumerMessage) <-chan struct{} {
 // processed, or whose processing was cut short: the partition then stops
 // without waiting out MaxProcessingTime for them. While the partition
 // runs, a message given back holds its commit where it is for as long as
-// this instance runs the partition. Giving back nil, a
+// this instance runs the partition, and the messages handed out after it
+// stay pending: after MaxPendingAcks of them the partition pauses
+// (ErrMaxPendingAcks). With Config.DurableAcks, the acks of later
+// messages go in the acked set of the commit at msg's offset, so that
+// the next owner consumes msg again but not them. Giving back nil, a
 // message acked or given back before, or one of a partition this instance
 // no longer runs does nothing. Config.Observer is told with TakenBack.
 func (p Processing) GiveBack(msg *sarama.ConsumerMessage) {

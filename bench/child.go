@@ -43,8 +43,10 @@ type childSpec struct {
 	// Partitions is the partition count of each topic.
 	Partitions []int32
 	// Targets, per topic and partition (drain): the partition is done once
-	// a message at this offset or later was consumed.
-	Targets [][]int64
+	// a message at this offset or later was consumed, or, with
+	// CountTargets, once this many messages were.
+	Targets      [][]int64
+	CountTargets bool
 	// Messages is the count of messages to consume (drain), for the result.
 	Messages  int64
 	Brokers   []string
@@ -65,6 +67,10 @@ type childSpec struct {
 	RestartGrace time.Duration
 	// Timeout bounds a drain.
 	Timeout time.Duration
+	// Work, when set (the processing workload), is what the handler waits
+	// on every message, an I/O call; Concurrency is process.Run's.
+	Work        time.Duration
+	Concurrency int
 	// CPUProfile, if set, is where a drain writes a CPU profile of its
 	// measured part.
 	CPUProfile string
@@ -128,6 +134,7 @@ type partState struct {
 type tracker struct {
 	base      map[string]int // topic -> index of its partition 0 in parts
 	parts     []partState
+	counting  bool // targets are message counts (childSpec.CountTargets)
 	remaining atomic.Int64
 	first     atomic.Int64 // unix ns of the first message, or 0
 	doneAt    atomic.Int64 // unix ns when the last partition reached its target
@@ -135,7 +142,7 @@ type tracker struct {
 }
 
 func newTracker(spec *childSpec) *tracker {
-	t := &tracker{base: make(map[string]int), done: make(chan struct{})}
+	t := &tracker{base: make(map[string]int), counting: spec.CountTargets, done: make(chan struct{})}
 	n := 0
 	for i, topic := range spec.Topics {
 		t.base[topic] = n
@@ -153,11 +160,15 @@ func newTracker(spec *childSpec) *tracker {
 
 func (t *tracker) handle(topic string, partition int32, offset int64, _ []byte) {
 	ps := &t.parts[t.base[topic]+int(partition)]
-	ps.received.Add(1)
+	received := ps.received.Add(1)
 	if t.first.Load() == 0 {
 		t.first.CompareAndSwap(0, time.Now().UnixNano())
 	}
-	if offset >= ps.target && !ps.done.Load() && ps.done.CompareAndSwap(false, true) {
+	reached := offset >= ps.target
+	if t.counting {
+		reached = received >= ps.target
+	}
+	if reached && !ps.done.Load() && ps.done.CompareAndSwap(false, true) {
 		if t.remaining.Add(-1) == 0 {
 			t.doneAt.Store(time.Now().UnixNano())
 			close(t.done)

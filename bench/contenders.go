@@ -51,8 +51,10 @@ const batchSize = 1000
 // the shape of kafkaconsumer's Messages channel, without groups or acks.
 const rawFanIn = "sarama-fanin"
 
-// allContenders are the contenders run by default.
-var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch}
+// allContenders are the contenders run by default (each workload runs
+// those of them it has).
+var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch,
+	process16, process64, process256}
 
 // tableOrder is the order of the table rows.
 var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
@@ -79,6 +81,9 @@ type instance interface {
 // Only sarama-raw uses share: it has no group, so its instances split the
 // partitions statically.
 func startInstance(spec *childSpec, share int, h handler) (instance, error) {
+	if spec.Work > 0 {
+		return startProcessing(spec, h)
+	}
 	switch spec.Contender {
 	case rawSarama:
 		return startRaw(spec, share, h)
@@ -236,7 +241,13 @@ type saramaGroupInstance struct {
 	done   chan struct{} // closed when the Consume loop ends
 }
 
-type saramaHandler struct{ h handler }
+// saramaHandler handles each claim's messages one after the other on the
+// claim's goroutine, waiting work (the processing workload) before it
+// marks each one.
+type saramaHandler struct {
+	h    handler
+	work time.Duration
+}
 
 func (saramaHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
@@ -246,6 +257,9 @@ func (sh saramaHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sar
 		case msg, ok := <-claim.Messages():
 			if !ok {
 				return nil
+			}
+			if sh.work > 0 {
+				time.Sleep(sh.work) // the I/O call
 			}
 			sess.MarkMessage(msg, "")
 			sh.h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
@@ -275,7 +289,7 @@ func startSaramaGroup(spec *childSpec, h handler) (instance, error) {
 	go func() {
 		defer close(s.done)
 		for ctx.Err() == nil {
-			if err := cg.Consume(ctx, spec.Topics, saramaHandler{h}); err != nil {
+			if err := cg.Consume(ctx, spec.Topics, saramaHandler{h: h, work: spec.Work}); err != nil {
 				if errors.Is(err, sarama.ErrClosedConsumerGroup) {
 					return
 				}

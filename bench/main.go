@@ -1,10 +1,13 @@
 // Command bench measures kafkaconsumer (coordinated by ZooKeeper, and by
 // Kafka's group coordinator: kafkaconsumer-kafka) against its peers: raw
 // sarama partition consumers (the ceiling: no group, no marks), sarama's
-// ConsumerGroup, and franz-go's group consumer, on four workloads:
-// throughput with one instance, throughput with four instances, rebalance
-// latency under a steady produce rate (join, graceful leave, kill), and
-// start-up with 1,000 partitions.
+// ConsumerGroup, and franz-go's group consumer, on these workloads by
+// default: throughput with one instance, throughput with four instances,
+// rebalance latency under a steady produce rate (join, graceful leave,
+// kill), start-up with 1,000 partitions, and a mass move. Two more run
+// only when named in -workloads: the scale sweep, and the processing
+// workload (a handler that waits for an I/O call on every message:
+// package process by key against the peers' goroutine per partition).
 //
 // It runs against the cluster named by ZOOKEEPER_PEERS and KAFKA_PEERS, or
 // starts one with internal/testcluster when they are unset. It prints
@@ -33,7 +36,7 @@ import (
 // those it may name.
 var (
 	defaultWorkloads = []string{"throughput", "group", "rebalance", "startup", "massmove"}
-	allWorkloads     = append(slices.Clone(defaultWorkloads), "scale")
+	allWorkloads     = append(slices.Clone(defaultWorkloads), "scale", "processing")
 )
 
 type options struct {
@@ -59,6 +62,10 @@ type options struct {
 
 	scaleInstances, scalePartitions []int
 
+	processingMessages int64
+	processingKeys     int
+	work               time.Duration
+
 	jsonOut, pngOut, mdOut string
 	profileDir             string
 	maxBufferedBytes       int64
@@ -76,7 +83,7 @@ func main() {
 		messages              int64
 	)
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
-	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) runs only when named")
+	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) and the processing workload (processing) run only when named")
 	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated); sarama-fanin, a diagnostic, runs only when named")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
@@ -90,6 +97,9 @@ func main() {
 	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")
 	flag.IntVar(&o.massMovePartitions, "massmove-partitions", 1000, "mass-move workload: partitions of the topic")
 	flag.IntVar(&o.massMoveRate, "massmove-rate", 5000, "mass-move workload: messages produced per second, spread evenly over the partitions")
+	flag.Int64Var(&o.processingMessages, "processing-messages", 500_000, "processing workload: messages in the topic")
+	flag.IntVar(&o.processingKeys, "processing-keys", 10_000, "processing workload: distinct keys of the messages")
+	flag.DurationVar(&o.work, "work", time.Millisecond, "processing workload: what the handler waits on every message (an I/O call)")
 	scaleInstances := flag.String("scale-instances", "8,16,32", "scale workload: instance counts (comma-separated)")
 	scalePartitions := flag.String("scale-partitions", "500,1000,2000", "scale workload: partition counts (comma-separated); every pair of an instance count and a partition count is one cell")
 	flag.StringVar(&o.jsonOut, "json", "results.json", "where to write the figures as JSON (empty: nowhere)")
@@ -114,9 +124,12 @@ func main() {
 		}
 	}
 	for _, c := range o.contenders {
-		if !slices.Contains(throughputOrder, c) {
-			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(throughputOrder, ", "))
+		if known := append(slices.Clone(throughputOrder), processingOrder...); !slices.Contains(known, c) {
+			log.Fatalf("unknown contender %q (know %s)", c, strings.Join(known, ", "))
 		}
+	}
+	if o.work <= 0 {
+		log.Fatal("-work must be positive")
 	}
 	if o.runs < 1 {
 		log.Fatal("-runs must be at least 1")
@@ -170,6 +183,8 @@ func runAll(cl *cluster, o *options) (*results, error) {
 			res.MassMove, err = runMassMove(cl, o)
 		case "scale":
 			res.Scale, err = runScale(cl, o)
+		case "processing":
+			res.Processing, err = runProcessing(cl, o)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", w, err)

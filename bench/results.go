@@ -15,6 +15,7 @@ type results struct {
 	Startup         *drainTable     `json:"startup,omitempty"`
 	MassMove        *massMoveTable  `json:"mass_move,omitempty"`
 	Scale           *scaleTable     `json:"scale,omitempty"`
+	Processing      *drainTable     `json:"processing,omitempty"`
 }
 
 type meta struct {
@@ -35,13 +36,17 @@ type meta struct {
 
 // drainTable is the result of a drain workload (throughput, group, startup).
 type drainTable struct {
-	Workload   string     `json:"workload"`
-	Topic      string     `json:"topic,omitempty"`
-	Topics     int        `json:"topics,omitempty"`
-	Partitions int        `json:"partitions"`
-	Messages   int64      `json:"messages,omitempty"`
-	Size       int        `json:"size,omitempty"`
-	Instances  int        `json:"instances"`
+	Workload   string `json:"workload"`
+	Topic      string `json:"topic,omitempty"`
+	Topics     int    `json:"topics,omitempty"`
+	Partitions int    `json:"partitions"`
+	Messages   int64  `json:"messages,omitempty"`
+	Size       int    `json:"size,omitempty"`
+	Instances  int    `json:"instances"`
+	// Keys and WorkMillis are the processing workload's: distinct keys,
+	// and what the handler waits per message.
+	Keys       int        `json:"keys,omitempty"`
+	WorkMillis float64    `json:"work_ms,omitempty"`
 	Rows       []drainRow `json:"rows"`
 }
 
@@ -62,8 +67,12 @@ type drainRow struct {
 	// Ratio is the contender's median divided by sarama-raw's median of
 	// the same bench run: msgs/s for throughput (higher is better), seconds
 	// for start-up (lower is better).
-	Ratio float64       `json:"ratio_to_raw,omitempty"`
-	Runs  []childResult `json:"runs"`
+	Ratio float64 `json:"ratio_to_raw,omitempty"`
+	// RatioToPeer (the processing workload) is the contender's msgs/s
+	// divided by the best of sarama-group's and franz-go's in the same
+	// bench run.
+	RatioToPeer float64       `json:"ratio_to_best_peer,omitempty"`
+	Runs        []childResult `json:"runs"`
 }
 
 func median(xs []float64) float64 {
@@ -111,6 +120,20 @@ func drainRowOf(contender string, rs []childResult, n int64, size int) drainRow 
 }
 
 func (t *drainTable) setRatios() {
+	if t.Workload == "processing" {
+		var best float64
+		for _, r := range t.Rows {
+			if slices.Contains(processingPeers, r.Contender) {
+				best = max(best, r.MsgsPerSec)
+			}
+		}
+		if best > 0 {
+			for i := range t.Rows {
+				t.Rows[i].RatioToPeer = t.Rows[i].MsgsPerSec / best
+			}
+		}
+		return
+	}
 	var raw *drainRow
 	for i := range t.Rows {
 		if t.Rows[i].Contender == rawSarama {
@@ -238,6 +261,27 @@ func markdown(res *results) string {
 				ph["leave-one"].MedianEvent, ph["leave-one"].MaxEvent, timedOut(ph["leave-one"]), ph["leave-one"].ZKPerEvent,
 				ph["join-all"].Seconds, timedOut(ph["join-all"]), ph["join-all"].ZKPerEvent,
 				ph["leave-all"].Seconds, c.RSSPerInstanceMB, c.IdleZKPerSecond)
+		}
+		b.WriteString("\n")
+	}
+	if t := res.Processing; t != nil {
+		fmt.Fprintf(&b, "### Processing: one instance, a handler that waits %gms per message (an I/O call), %d messages of %d bytes, %d keys, %d partitions\n\n",
+			t.WorkMillis, t.Messages, t.Size, t.Keys, t.Partitions)
+		b.WriteString("sarama-group and franz-go handle each partition on a goroutine of its own, one message after the other; " +
+			"process-N is process.Run by key (ByKey) at Concurrency N. msgs/s: from the first message until every message was handled.\n\n")
+		b.WriteString("| contender | msgs/s | ratio to best peer | s | CPU s | CPU µs/msg | peak RSS MiB | allocs/msg | 1st msg s | duplicates |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range t.Rows {
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.0f |\n",
+				r.Contender, r.MsgsPerSec, ratio(r.RatioToPeer), r.Seconds, r.CPUSeconds, r.CPUPerMsgUs, r.PeakRSSMB,
+				r.AllocsPerMsg, r.FirstSeconds, r.Duplicates)
+		}
+		if r := t.row(process256); r != nil && r.RatioToPeer > 0 {
+			met := "met"
+			if r.RatioToPeer < 10 {
+				met = "missed"
+			}
+			fmt.Fprintf(&b, "\nTarget: process-256 at 10 × the best peer or more: %.2f ×, %s.\n", r.RatioToPeer, met)
 		}
 		b.WriteString("\n")
 	}

@@ -240,11 +240,12 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 //
 // Run returns when ctx is done, when c closes (its channel is closed), or
 // when a message's last attempt failed without a dead-letter topic
-// (ErrGaveUp). It returns only after every handler it started returned:
-// it cancels their context first, stops retries, and gives back the
-// messages it did not handle (kafkaconsumer.Processing.GiveBack), so that
-// a partition's commit stays before them and c's Close or Shutdown does
-// not wait for them. Stop c after Run returned (or to make it return);
+// (ErrGaveUp). Once ctx is done it starts no handler. It returns only
+// after every handler it started returned: it cancels their context
+// first (a handler that then fails is not a failed attempt), stops
+// retries, and gives back the messages it did not handle
+// (kafkaconsumer.Processing.GiveBack), so that a partition's commit
+// stays before them and c's Close or Shutdown does not wait for them. Stop c after Run returned (or to make it return);
 // Run does not close it. It returns nil when ctx was done or c closed, an
 // error wrapping ErrInvalidOptions at once for bad arguments, or the
 // error wrapping ErrGaveUp. Call Run once per consumer.

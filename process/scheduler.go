@@ -107,7 +107,8 @@ type scheduler struct {
 	runs  map[kafkaconsumer.TopicPartition]*partitionRun // the latest run of each partition
 	// running counts the workers that run an item.
 	running int
-	// stopping is set by stop: no item starts any more.
+	// stopping is set by stop: no item starts any more (nor once ctx is
+	// done, see take).
 	stopping bool
 	nextID   uint64 // the last id of a lane of one message
 	err      error  // the first fatal error (ErrGaveUp)
@@ -247,9 +248,14 @@ func (s *scheduler) push(l *lane) {
 }
 
 // take waits for a lane whose first item may run, marks both busy and
-// running, and returns them; nil once the scheduler stops. s.mu is held.
+// running, and returns them; nil once the scheduler stops, or once Run's
+// context ended: no handler starts with its context done, and stop gives
+// back what waits. s.mu is held.
 func (s *scheduler) take() (*lane, *item) {
 	for {
+		if s.ctx.Err() != nil {
+			return nil, nil
+		}
 		for len(s.ready) > 0 {
 			l := s.ready[0]
 			s.ready[0] = nil
@@ -296,7 +302,10 @@ func (s *scheduler) handle(it *item) error {
 // once the scheduler stops).
 //
 // In order: a revoked run's or a stopping scheduler's item that failed is
-// given back; one that succeeded is acked unless its run was revoked. A
+// given back, and so is one that failed once Run's context ended (its
+// handler saw its context done before Run stopped the scheduler: not a
+// failed attempt); one that succeeded is acked unless its run was
+// revoked. A
 // failed item with attempts left waits for its retry; one without goes to
 // its dead letter, or, without a dead-letter topic, fails Run. A failed
 // produce waits and produces again.
@@ -313,7 +322,7 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 			s.src.DeadLettered(it.msg)
 		}
 		s.complete(l, !run.over)
-	case run.over || s.stopping:
+	case run.over || s.stopping || s.ctx.Err() != nil:
 		s.complete(l, false)
 	case it.deadLetter:
 		it.produces++

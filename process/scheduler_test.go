@@ -481,6 +481,71 @@ func TestStopGivesBack(t *testing.T) {
 	}
 }
 
+// TestContextEndGivesBack: Run's context ends while a handler runs; the
+// handler sees its context done at once and returns its error before Run
+// stops the scheduler. That is not a failed attempt: the message is given
+// back, and Run returns nil, not ErrGaveUp.
+func TestContextEndGivesBack(t *testing.T) {
+	t.Parallel()
+	src := newFakeSource()
+	var started atomic.Int32
+	handler := func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		started.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newScheduler(ctx, src, handler, Options{Concurrency: 1, Ordering: ByKey})
+	s.start()
+	msgs := messages(1, 1, 1)
+	s.add(msgs...)
+	waitFor(t, 10*time.Second, "the handler to run", func() bool { return started.Load() == 1 })
+	cancel() // Run's context: Run stops the scheduler once it sees it
+	waitFor(t, 10*time.Second, "the handler's outcome", func() bool { return src.settled() == 1 })
+	if err := stopWithin(t, s, 10*time.Second); err != nil {
+		t.Fatalf("stop after the context's end: %v", err)
+	}
+	if acked, back := src.outcome(msgs[0]); acked != 0 || back != 1 {
+		t.Fatalf("acked %d, given back %d; want 0 and 1", acked, back)
+	}
+}
+
+// TestContextEndStartsNothing: once Run's context ended, no handler
+// starts, even before Run stops the scheduler: the message of a key
+// queued behind one whose handler returns as the context ends is given
+// back unhandled, not handled with a context done (a handler that
+// ignores its context would handle it, and it would be acked after Run
+// was told to stop).
+func TestContextEndStartsNothing(t *testing.T) {
+	t.Parallel()
+	src := newFakeSource()
+	var calls atomic.Int32
+	handler := func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newScheduler(ctx, src, handler, Options{Concurrency: 1, Ordering: ByKey})
+	s.start()
+	msgs := messages(2, 1, 1) // one key: the second waits behind the first
+	s.add(msgs...)
+	waitFor(t, 10*time.Second, "the first handler to run", func() bool { return calls.Load() == 1 })
+	cancel()
+	waitFor(t, 10*time.Second, "the first message's outcome", func() bool { return src.settled() >= 1 })
+	if err := stopWithin(t, s, 10*time.Second); err != nil {
+		t.Fatalf("stop after the context's end: %v", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d handler calls, want 1: a handler started after Run's context ended", n)
+	}
+	for _, msg := range msgs {
+		if acked, back := src.outcome(msg); acked != 0 || back != 1 {
+			t.Fatalf("offset %d: acked %d, given back %d; want 0 and 1", msg.Offset, acked, back)
+		}
+	}
+}
+
 // TestBackoff checks the waits' bounds: between half and the whole of the
 // doubled Backoff, capped at MaxBackoff.
 func TestBackoff(t *testing.T) {
