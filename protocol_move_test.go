@@ -52,3 +52,70 @@ func TestIntegrationConsumerProtocolRollingMove(t *testing.T) {
 	wait()
 	r.finishKafka(sampler)
 }
+
+// TestMigrationSwitchBackWaitsForConsumerProtocolMembers: an instance
+// that follows the coordinator switch runs under Kafka beside a
+// consumer-protocol member (CoordinatorKafka, GroupProtocolConsumer: the
+// broker converted the group); the switch goes back to zookeeper. Kafka
+// 4 describes a consumer-protocol group to DescribeGroups as Dead with
+// no members, yet the consumer-protocol member still owns its
+// partitions: the follower must not register in ZooKeeper (and claim
+// them) until that member left. Once it closed, the follower registers
+// and takes every partition.
+func TestMigrationSwitchBackWaitsForConsumerProtocolMembers(t *testing.T) {
+	consumerProtocolTest(t)
+	debugLogs(t)
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("switch848")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	config := testConfig()
+	config.Discovery = DiscoverFromKafka
+	config.Brokers = kafkaPeers
+	config.DiscoveryInterval = testDiscoveryInterval
+	a := join(t, group, TopicSubscription(topic), config)
+	colA := collect(a, nil)
+	defer colA.close(t)
+	waitFor(t, 30*time.Second, "A to claim every partition in ZooKeeper", func() bool { return claimedCount(a) == partitions })
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, 60*time.Second, "A to run every partition under Kafka", func() bool { return onKafka(a) && claimedCount(a) == partitions })
+
+	b := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colB := collect(b, nil)
+	closedB := false
+	defer func() {
+		if !closedB {
+			colB.close(t)
+		}
+	}()
+	waitFor(t, 60*time.Second, "A and B to share the partitions", func() bool {
+		return len(b.Stats()) > 0 && claimedCount(a) > 0 && claimedCount(a)+len(b.Stats()) == partitions
+	})
+
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	ids := func() []string {
+		children, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+		if err != nil {
+			return nil
+		}
+		return children
+	}
+	// A follower that left Kafka's group asks every 200 ms whether it is
+	// Empty (kafkaPollInterval): a second after it left, B holding every
+	// partition, it has asked several times.
+	var left time.Time
+	waitFor(t, 60*time.Second, "A to leave Kafka's group and ask a while, or to register in ZooKeeper", func() bool {
+		if left.IsZero() && !onKafka(a) {
+			left = time.Now()
+		}
+		return len(ids()) > 0 || !left.IsZero() && len(b.Stats()) == partitions && time.Since(left) > 5*kafkaPollInterval
+	})
+	if registered := ids(); len(registered) > 0 {
+		t.Fatalf("A registered in ZooKeeper (%v) while the consumer-protocol member B still owned %d partitions", registered, len(b.Stats()))
+	}
+	colB.close(t)
+	closedB = true
+	waitFor(t, 60*time.Second, "A to register in ZooKeeper and claim every partition", func() bool {
+		return len(ids()) == 1 && claimedCount(a) == partitions
+	})
+}
