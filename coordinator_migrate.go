@@ -23,8 +23,10 @@ package kafkaconsumer
 // Back to ZooKeeper. A member of Kafka's group that sees the switch say
 // zookeeper stops every partition with its final commit (its generation),
 // leaves the group (LeaveGroup, a static member's included), and waits
-// until Kafka's group is Empty (DescribeGroups) before it registers in
-// ZooKeeper and claims again (awaitKafkaEmpty).
+// until Kafka's group is Empty (DescribeGroups; for a group converted to
+// the consumer protocol by members of CoordinatorKafka, which Kafka 4
+// describes as Dead with no members, ListGroups v5) before it registers
+// in ZooKeeper and claims again (awaitKafkaEmpty).
 //
 // One owner at a time across the switch:
 //
