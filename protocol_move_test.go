@@ -1,0 +1,121 @@
+package kafkaconsumer
+
+// The move of a Kafka-coordinated group between the classic protocol and
+// the consumer protocol (KIP-848), live, by a rolling restart with
+// Config.GroupProtocol changed (docs/consumer-protocol.md, "Moving a
+// group"): the brokers' group.consumer.migration.policy (bidirectional by
+// default) converts the group while members of both protocols share it.
+
+import (
+	"testing"
+	"time"
+)
+
+// TestIntegrationConsumerProtocolRollingMove: a classic group of three
+// instances (child processes) under a steady load is moved to the
+// consumer protocol by a rolling restart (each classic instance is
+// replaced by a consumer-protocol one, one at a time), and back the same
+// way. After each step the live instances share every partition. Nothing
+// is lost, no partition is handed out by two instances at once, no
+// committed offset moves back, every Close is bounded.
+func TestIntegrationConsumerProtocolRollingMove(t *testing.T) {
+	consumerProtocolTest(t)
+	needFaults(t)
+	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
+	sampler := sampleCommitted(t, r.client, r.group, r.topic)
+	start := func(consumer bool) *child {
+		r.opts.consumerProtocol = consumer
+		return r.start()
+	}
+	live := []*child{start(false), start(false), start(false)}
+	r.waitShared(30*time.Second, live...)
+	wait := r.produceSteadily(3000, 40*time.Second)
+	roll := func(to bool) {
+		name := "classic"
+		if to {
+			name = "consumer"
+		}
+		began := time.Now()
+		for i := range live {
+			next := start(to)
+			live[i].terminate(t)
+			live[i] = next
+			step := time.Now()
+			r.waitShared(60*time.Second, live...)
+			t.Logf("to the %s protocol: instance %d of %d replaced; the group shared every partition %s after the old one closed",
+				name, i+1, len(live), time.Since(step).Round(time.Millisecond))
+		}
+		t.Logf("the group moved to the %s protocol in %s", name, time.Since(began).Round(time.Millisecond))
+	}
+	roll(true)
+	roll(false)
+	wait()
+	r.finishKafka(sampler)
+}
+
+// TestMigrationSwitchBackWaitsForConsumerProtocolMembers: an instance
+// that follows the coordinator switch runs under Kafka beside a
+// consumer-protocol member (CoordinatorKafka, GroupProtocolConsumer: the
+// broker converted the group); the switch goes back to zookeeper. Kafka
+// 4 describes a consumer-protocol group to DescribeGroups as Dead with
+// no members, yet the consumer-protocol member still owns its
+// partitions: the follower must not register in ZooKeeper (and claim
+// them) until that member left. Once it closed, the follower registers
+// and takes every partition.
+func TestMigrationSwitchBackWaitsForConsumerProtocolMembers(t *testing.T) {
+	consumerProtocolTest(t)
+	debugLogs(t)
+	const partitions = 4
+	topic := newTopic(t, partitions)
+	group := uniqueName("switch848")
+	conn, chroot := testZookeeper(t, zookeeperPeers)
+	config := testConfig()
+	config.Discovery = DiscoverFromKafka
+	config.Brokers = kafkaPeers
+	config.DiscoveryInterval = testDiscoveryInterval
+	a := join(t, group, TopicSubscription(topic), config)
+	colA := collect(a, nil)
+	defer colA.close(t)
+	waitFor(t, 30*time.Second, "A to claim every partition in ZooKeeper", func() bool { return claimedCount(a) == partitions })
+	setSwitch(t, conn, chroot, group, switchKafka)
+	waitFor(t, 60*time.Second, "A to run every partition under Kafka", func() bool { return onKafka(a) && claimedCount(a) == partitions })
+
+	b := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colB := collect(b, nil)
+	closedB := false
+	defer func() {
+		if !closedB {
+			colB.close(t)
+		}
+	}()
+	waitFor(t, 60*time.Second, "A and B to share the partitions", func() bool {
+		return len(b.Stats()) > 0 && claimedCount(a) > 0 && claimedCount(a)+len(b.Stats()) == partitions
+	})
+
+	setSwitch(t, conn, chroot, group, switchZookeeper)
+	ids := func() []string {
+		children, _, err := conn.Children(chroot + "/consumers/" + group + "/ids")
+		if err != nil {
+			return nil
+		}
+		return children
+	}
+	// A follower that left Kafka's group asks every 200 ms whether it is
+	// Empty (kafkaPollInterval): a second after it left, B holding every
+	// partition, it has asked several times.
+	var left time.Time
+	waitFor(t, 60*time.Second, "A to leave Kafka's group and ask a while, or to register in ZooKeeper", func() bool {
+		if left.IsZero() && !onKafka(a) {
+			left = time.Now()
+		}
+		return len(ids()) > 0 || !left.IsZero() && len(b.Stats()) == partitions && time.Since(left) > 5*kafkaPollInterval
+	})
+	if registered := ids(); len(registered) > 0 {
+		t.Fatalf("A registered in ZooKeeper (%v) while the consumer-protocol member B still owned %d partitions", registered, len(b.Stats()))
+	}
+	colB.close(t)
+	closedB = true
+	waitFor(t, 60*time.Second, "A to register in ZooKeeper and claim every partition", func() bool {
+		return len(ids()) == 1 && claimedCount(a) == partitions
+	})
+}
