@@ -218,6 +218,8 @@ func TestSubscribedTopics(t *testing.T) {
 			{Library: LibraryOriginal, Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}},
 		}, []string{"__consumer_offsets", "audit"}},
 		{"bad regexp", []Instance{{Pattern: "white_list", Subscription: map[string]int{`(`: 1}}}, nil},
+		{"consumer-protocol regex: whole names, no internal topics", []Instance{{TopicRegex: `orders\..*|__.*`}}, []string{"orders.eu", "orders.us"}},
+		{"consumer-protocol regex: not a part of a name", []Instance{{TopicRegex: `orders`}}, nil},
 		{"union of instances", []Instance{
 			{Pattern: "static", Subscription: map[string]int{"audit": 1}},
 			{Pattern: "white_list", Subscription: map[string]int{`\.us$`: 1}},
