@@ -105,7 +105,10 @@ func (k *kafkaSession) supportsConsumerGroupDescribe() (bool, error) {
 // and returns those of Kafka's consumer group protocol, by name; the
 // others (classic groups, unknown ones: GROUP_ID_NOT_FOUND) are left
 // out. It returns an empty map, and no error, when the brokers do not
-// support the request: they keep classic groups only.
+// support the request, or support it without the protocol enabled
+// (UNSUPPORTED_VERSION: Kafka 3.7 to 3.9 list it in ApiVersions but
+// answer so unless group.coordinator.rebalance.protocols has
+// "consumer"): they keep classic groups only.
 func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.ConsumerGroupDescribeResponseGroup, error) {
 	found := make(map[string]*kmsg.ConsumerGroupDescribeResponseGroup)
 	if len(names) == 0 {
@@ -133,7 +136,7 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 		switch err := kerr.ErrorForCode(g.ErrorCode); {
 		case err == nil:
 			found[g.Group] = g
-		case errors.Is(err, kerr.GroupIDNotFound):
+		case errors.Is(err, kerr.GroupIDNotFound), errors.Is(err, kerr.UnsupportedVersion):
 		default:
 			if g.ErrorMessage != nil && *g.ErrorMessage != "" {
 				err = fmt.Errorf("%w: %s", err, *g.ErrorMessage)

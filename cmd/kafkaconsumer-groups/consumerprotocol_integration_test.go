@@ -11,14 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // consumerProtocolPeers returns the test cluster's brokers (KAFKA_PEERS)
 // and its ZooKeeper (ZOOKEEPER_PEERS, "" when unset), or skips the test:
 // under -short, without a cluster, or when its brokers do not answer
-// ConsumerGroupDescribe (API key 69): Kafka's consumer group protocol
-// needs Kafka 4.0 or later, such as make test-kraft KAFKA_VERSION=4.4.0.
+// ConsumerGroupDescribe (API key 69) with the protocol enabled (Kafka
+// 3.9 lists the request in ApiVersions, but answers UNSUPPORTED_VERSION):
+// Kafka's consumer group protocol needs Kafka 4.0 or later, such as make
+// test-kraft KAFKA_VERSION=4.4.0.
 func consumerProtocolPeers(t *testing.T) (string, []string) {
 	t.Helper()
 	if testing.Short() {
@@ -32,16 +36,40 @@ func consumerProtocolPeers(t *testing.T) (string, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	supported, err := k.supportsConsumerGroupDescribe()
+	supported, err := consumerProtocolEnabled(k)
 	k.close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !supported {
-		t.Skipf("the brokers %s (Kafka %s) do not answer ConsumerGroupDescribe (API key 69): Kafka's consumer group protocol needs Kafka 4.0 or later (make test-kraft KAFKA_VERSION=4.4.0)",
+		t.Skipf("the brokers %s (Kafka %s) keep no consumer-protocol groups (ConsumerGroupDescribe, API key 69, unsupported or disabled): Kafka's consumer group protocol needs Kafka 4.0 or later (make test-kraft KAFKA_VERSION=4.4.0)",
 			strings.Join(brokers, ","), os.Getenv("KAFKA_VERSION"))
 	}
 	return os.Getenv("ZOOKEEPER_PEERS"), brokers
+}
+
+// consumerProtocolEnabled tells whether k's brokers keep groups of
+// Kafka's consumer group protocol: they list ConsumerGroupDescribe, and
+// answer it for a group nobody uses with GROUP_ID_NOT_FOUND.
+func consumerProtocolEnabled(k *kafkaSession) (bool, error) {
+	if ok, err := k.supportsConsumerGroupDescribe(); err != nil || !ok {
+		return false, err
+	}
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{fmt.Sprintf("cli-848-probe.%d", time.Now().UnixNano())}
+	resp, err := k.request(req)
+	described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
+	if described == nil || len(described.Groups) != 1 {
+		return false, fmt.Errorf("describe a group nobody uses: %v", err)
+	}
+	switch code := kerr.ErrorForCode(described.Groups[0].ErrorCode); {
+	case errors.Is(code, kerr.GroupIDNotFound):
+		return true, nil
+	case errors.Is(code, kerr.UnsupportedVersion):
+		return false, nil
+	default:
+		return false, fmt.Errorf("describe a group nobody uses: %v", code)
+	}
 }
 
 // startConsumerProtocolMember starts a franz-go consumer of the group in
