@@ -50,16 +50,19 @@ var consumerGroupDescribeKey = kmsg.NewPtrConsumerGroupDescribeRequest().Key()
 
 // franzClient returns the session's franz-go client, opening it on the
 // first call. It starts no connection: each request dials as needed,
-// within the session's deadline.
+// within the session's deadline, and retries what Kafka says to retry
+// (COORDINATOR_NOT_AVAILABLE while a new cluster creates its offsets
+// topic, NOT_COORDINATOR while the group moves) until then.
 func (k *kafkaSession) franzClient() (*kgo.Client, error) {
 	if k.franz != nil {
 		return k.franz, nil
 	}
+	remaining := max(time.Until(k.deadline), time.Millisecond)
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(k.brokers...),
 		kgo.ClientID("kafkaconsumer-groups"),
-		kgo.DialTimeout(max(time.Until(k.deadline), time.Millisecond)),
-		kgo.RequestRetries(1),
+		kgo.DialTimeout(remaining),
+		kgo.RetryTimeout(remaining),
 	}, k.access.franzOptions()...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -117,22 +120,48 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 	if ok, err := k.supportsConsumerGroupDescribe(); err != nil || !ok {
 		return found, err
 	}
+	// Retry what Kafka says to retry (COORDINATOR_NOT_AVAILABLE while a
+	// new cluster creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS)
+	// until the deadline, with a capped backoff; franz-go does not retry
+	// a failure to find a coordinator.
+	backoff := 100 * time.Millisecond
+	for {
+		found, err := k.describeConsumerGroups(names)
+		if err == nil {
+			return found, nil
+		}
+		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
+			return nil, k.err("describe consumer group", err)
+		}
+		timer := time.NewTimer(backoff)
+		<-timer.C
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// describeConsumerGroups sends ConsumerGroupDescribe once, for
+// consumerGroups. A group missing from the answer (its coordinator could
+// not be found) or answered with another error than those
+// consumerGroups leaves out fails it all, naming the group.
+func (k *kafkaSession) describeConsumerGroups(names []string) (map[string]*kmsg.ConsumerGroupDescribeResponseGroup, error) {
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = names
-	what := "describe consumer group " + strings.Join(names, ",")
-	resp, err := k.request(req)
-	var kafkaErr *kerr.Error
-	if err != nil && !errors.As(err, &kafkaErr) {
-		return nil, k.err(what, err)
-	}
-	// The merged answer holds every group; err is the first group's
-	// error, looked at per group below.
+	resp, reqErr := k.request(req)
+	// The merged answer holds the groups of the brokers that answered;
+	// reqErr is the first error, of a request or of a group.
 	described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
-	if described == nil {
-		return nil, k.err(what, err)
+	var kafkaErr *kerr.Error
+	if described == nil || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
+		if reqErr == nil {
+			reqErr = errors.New("no answer")
+		}
+		return nil, reqErr
 	}
+	found := make(map[string]*kmsg.ConsumerGroupDescribeResponseGroup, len(names))
+	answered := make(map[string]bool, len(names))
 	for i := range described.Groups {
 		g := &described.Groups[i]
+		answered[g.Group] = true
 		switch err := kerr.ErrorForCode(g.ErrorCode); {
 		case err == nil:
 			found[g.Group] = g
@@ -141,7 +170,15 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 			if g.ErrorMessage != nil && *g.ErrorMessage != "" {
 				err = fmt.Errorf("%w: %s", err, *g.ErrorMessage)
 			}
-			return nil, k.err("describe consumer group "+g.Group, err)
+			return nil, fmt.Errorf("%s: %w", g.Group, err)
+		}
+	}
+	for _, name := range names {
+		if !answered[name] {
+			if reqErr == nil {
+				reqErr = errors.New("not in the answer")
+			}
+			return nil, fmt.Errorf("%s: %w", name, reqErr)
 		}
 	}
 	return found, nil

@@ -55,20 +55,26 @@ func consumerProtocolEnabled(k *kafkaSession) (bool, error) {
 	if ok, err := k.supportsConsumerGroupDescribe(); err != nil || !ok {
 		return false, err
 	}
+	// A new cluster's coordinator is not available until its offsets
+	// topic is created: retried within the session's deadline.
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{fmt.Sprintf("cli-848-probe.%d", time.Now().UnixNano())}
-	resp, err := k.request(req)
-	described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
-	if described == nil || len(described.Groups) != 1 {
-		return false, fmt.Errorf("describe a group nobody uses: %v", err)
-	}
-	switch code := kerr.ErrorForCode(described.Groups[0].ErrorCode); {
-	case errors.Is(code, kerr.GroupIDNotFound):
-		return true, nil
-	case errors.Is(code, kerr.UnsupportedVersion):
-		return false, nil
-	default:
-		return false, fmt.Errorf("describe a group nobody uses: %v", code)
+	for {
+		resp, err := k.request(req)
+		described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
+		code := err
+		if described != nil && len(described.Groups) == 1 {
+			code = kerr.ErrorForCode(described.Groups[0].ErrorCode)
+		}
+		switch {
+		case errors.Is(code, kerr.GroupIDNotFound):
+			return true, nil
+		case errors.Is(code, kerr.UnsupportedVersion):
+			return false, nil
+		case !kerr.IsRetriable(code) || time.Now().After(k.deadline):
+			return false, fmt.Errorf("describe a group nobody uses: %v", code)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval, not synchronisation
 	}
 }
 
