@@ -10,7 +10,9 @@
 #   make test-kraft    the integration suite (not the fault
 #                      suite) with Config.Discovery DiscoverFromKafka against
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
-#                      KAFKA_VERSION=4.4.0 for Kafka 4
+#                      KAFKA_VERSION=4.4.0 for Kafka 4; and the tests of
+#                      kafkaconsumer-groups on groups of Kafka's consumer
+#                      group protocol (KIP-848), which skip before Kafka 4
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make bench         the benchmark program (bench/)
 #   make demo          the example group (examples/)
@@ -124,12 +126,17 @@ test-run:
 # and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
 # of their own or read /brokers, and stay with make test.
 KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
+# The tool's tests of groups of Kafka's consumer group protocol (KIP-848),
+# which only a Kafka 4 cluster keeps (they skip on older brokers, so make
+# test runs them too, skipping): make test-kraft KAFKA_VERSION=4.4.0.
+KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
 	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext ZOOKEEPER_SECURITY=plaintext MODE=kraft && \
 	source .cluster/env && \
-	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' .
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' . && \
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TOOL_TESTS)' ./cmd/kafkaconsumer-groups
 
 # PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
 test-matrix: fmt-check vet

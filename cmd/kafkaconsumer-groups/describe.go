@@ -16,6 +16,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/wvanbergen/kazoo-go"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
@@ -41,6 +42,10 @@ const (
 	// LibraryOther is a member of a Kafka-coordinated group that is not
 	// of this library: another client's consumer under the group's name.
 	LibraryOther = "other"
+	// LibraryUnknown is a member of a group of Kafka's consumer group
+	// protocol, whose client Kafka does not describe (its members have
+	// no user data).
+	LibraryUnknown = "unknown"
 )
 
 // Who coordinates a group. See GroupDescription.Coordinator.
@@ -87,6 +92,20 @@ type GroupDescription struct {
 	// says it (Empty, PreparingRebalance, CompletingRebalance, Stable,
 	// Dead), when Coordinator is CoordinatorKafka.
 	KafkaState string `json:"kafka_state,omitempty"`
+	// GroupProtocol is GroupProtocolClassic or GroupProtocolConsumer: the
+	// protocol of the group in Kafka, when Coordinator is
+	// CoordinatorKafka. A consumer-protocol group's KafkaState is one of
+	// Empty, Assigning, Reconciling, Stable (or Dead, NotReady).
+	GroupProtocol string `json:"group_protocol,omitempty"`
+	// GroupEpoch, AssignmentEpoch and Assignor are set for a group of
+	// Kafka's consumer group protocol: the epoch of the group (bumped by
+	// every change of its members or their subscriptions), the epoch of
+	// the target assignment the broker's assignor computed last (equal
+	// to GroupEpoch once it is computed), and the name of that assignor
+	// (uniform, range).
+	GroupEpoch      *int32 `json:"group_epoch,omitempty"`
+	AssignmentEpoch *int32 `json:"assignment_epoch,omitempty"`
+	Assignor        string `json:"assignor,omitempty"`
 	// Zookeeper is the ZooKeeper connection string; "" when none was
 	// given (a Kafka-coordinated group described with --bootstrap-server
 	// alone).
@@ -140,8 +159,24 @@ type Instance struct {
 	ClientID   string `json:"client_id,omitempty"`
 	ClientHost string `json:"client_host,omitempty"`
 	// Topics are the topics a member of a Kafka-coordinated group
-	// subscribes to, from its member metadata, sorted.
+	// subscribes to, from its member metadata (consumer protocol: as it
+	// last heartbeat them), sorted.
 	Topics []string `json:"topics,omitempty"`
+	// TopicRegex is the regular expression a member of a consumer-protocol
+	// group subscribes with (KIP-848: the broker resolves it), if any.
+	TopicRegex string `json:"topic_regex,omitempty"`
+	// Rack is the rack a member of a consumer-protocol group said it is
+	// in, if any.
+	Rack string `json:"rack,omitempty"`
+	// MemberEpoch is the member epoch of a member of a consumer-protocol
+	// group: the group epoch whose assignment it has reconciled with.
+	MemberEpoch *int32 `json:"member_epoch,omitempty"`
+	// MemberProtocol is how a member of a consumer-protocol group joined:
+	// GroupProtocolConsumer (heartbeats), or GroupProtocolClassic (a
+	// classic client in a group the broker converted, during a move);
+	// empty when the broker does not say (before ConsumerGroupDescribe
+	// v1, Kafka 4.0).
+	MemberProtocol string `json:"member_protocol,omitempty"`
 	// Pattern is the kind of subscription: static, white_list or black_list.
 	Pattern string `json:"pattern,omitempty"`
 	// Subscription maps topics (static) or regular expressions (white and
@@ -152,8 +187,9 @@ type Instance struct {
 	// field that marks it), else LibraryOriginal: one of the original
 	// wvanbergen/kafka library, as in a group that is being upgraded (or
 	// of another client that writes the same layout), or, in a
-	// Kafka-coordinated group, LibraryOther; empty when the registration
-	// is unreadable.
+	// Kafka-coordinated group, LibraryOther (LibraryUnknown in a group of
+	// Kafka's consumer group protocol); empty when the registration is
+	// unreadable.
 	Library string `json:"library"`
 	// Migration is the version of the coordinator switch the instance
 	// follows ("migration" in its registration or user data; 0: it does
@@ -166,8 +202,14 @@ type Instance struct {
 	// after a restart.
 	Static bool `json:"static,omitempty"`
 	// Owned are the partitions the instance has claimed (a member of a
-	// Kafka-coordinated group: those of its assignment), sorted.
+	// Kafka-coordinated group: those of its assignment; consumer
+	// protocol: its current assignment, as reconciled), sorted.
 	Owned []TopicPartition `json:"owned"`
+	// TargetAssignment is, for a member of a consumer-protocol group, the
+	// partitions the broker's assignor gave it, sorted: Owned once the
+	// member has reconciled (revoked what it must give up, then taken
+	// what is freed); nil for others.
+	TargetAssignment *[]TopicPartition `json:"target_assignment,omitempty"`
 	// Error says why the registration could not be read, if it could not.
 	Error string `json:"error,omitempty"`
 }
@@ -209,6 +251,10 @@ type Partition struct {
 	// GroupDescription.Departed) whose return the partition awaits,
 	// claimed by nobody meanwhile; "" otherwise.
 	AwaitingReturn string `json:"awaiting_return,omitempty"`
+	// TargetOwner is, in a consumer-protocol group, the member whose
+	// target assignment holds the partition: the Owner it will have
+	// when the members have reconciled; "" otherwise.
+	TargetOwner string `json:"target_owner,omitempty"`
 	// Committed is the group's committed offset in Kafka: the next message
 	// the group will read (one more than Kafka holds for a group whose
 	// instances set CommitLastProcessed).
@@ -228,6 +274,9 @@ type GroupSummary struct {
 	Group string `json:"group"`
 	// Coordinator is CoordinatorZooKeeper or CoordinatorKafka.
 	Coordinator string `json:"coordinator"`
+	// GroupProtocol is the protocol of a Kafka-coordinated group:
+	// GroupProtocolClassic or GroupProtocolConsumer.
+	GroupProtocol string `json:"group_protocol,omitempty"`
 	// Instances is the number of registered instances, or of members of
 	// a Kafka-coordinated group.
 	Instances int `json:"instances"`
@@ -327,11 +376,9 @@ func listGroups(zookeeper string, zkAccess zookeeperAccess, timeout time.Duratio
 		}
 		defer k.close()
 		for _, i := range switched {
-			g, err := k.group(groups[i].Group)
-			if err != nil {
+			if groups[i].GroupProtocol, groups[i].Instances, err = k.members(groups[i].Group); err != nil {
 				return err
 			}
-			groups[i].Instances = len(g.Members)
 		}
 		extra, err := k.kafkaGroups(known)
 		if err != nil {
@@ -688,13 +735,23 @@ func (s *zkSession) describeInKafka(group string, access kafkaAccess, switched b
 		return nil, nil
 	}
 	defer k.close()
+	desc := &GroupDescription{Group: group, Zookeeper: s.zookeeper, Brokers: k.brokers}
+	cg, err := k.consumerGroup(group)
+	switch {
+	case err != nil:
+		// sarama reached these brokers: a failure here is not one of
+		// the ZooKeeper description's, but this client's.
+		return nil, err
+	case cg != nil:
+		return k.describeConsumerGroup(desc, cg)
+	}
 	if !switched {
 		g, err := k.group(group)
 		if err != nil || !coordinatesGroup(g) {
 			return nil, nil // the ZooKeeper description reports Kafka's errors
 		}
 	}
-	return k.describeKafkaGroup(&GroupDescription{Group: group, Zookeeper: s.zookeeper, Brokers: k.brokers})
+	return k.describeKafkaGroup(desc)
 }
 
 // groupState tells whether the group is empty, stable or rebalancing, from
@@ -801,8 +858,13 @@ type kafkaResult struct {
 // kafkaSession is the tool's client of Kafka for one description, with
 // its deadline.
 type kafkaSession struct {
-	client     sarama.Client
-	admin      sarama.ClusterAdmin // on client; closing it closes client
+	client sarama.Client
+	admin  sarama.ClusterAdmin // on client; closing it closes client
+	// franz is the client for the requests sarama cannot send (those of
+	// Kafka's consumer group protocol, consumerprotocol.go): opened by
+	// franzClient on first use, closed by close.
+	franz      *kgo.Client
+	access     kafkaAccess
 	brokers    []string
 	deadline   time.Time
 	timeoutMsg string
@@ -811,7 +873,7 @@ type kafkaSession struct {
 // openKafka connects to brokers as access says, and gives up at the
 // deadline; timeoutMsg says what did not answer in time.
 func openKafka(brokers []string, access kafkaAccess, deadline time.Time, timeoutMsg string) (*kafkaSession, error) {
-	k := &kafkaSession{brokers: brokers, deadline: deadline, timeoutMsg: timeoutMsg}
+	k := &kafkaSession{brokers: brokers, access: access, deadline: deadline, timeoutMsg: timeoutMsg}
 	remaining := time.Until(deadline)
 	if remaining <= 0 {
 		return nil, fmt.Errorf("%w: %s", ErrTimeout, timeoutMsg)
@@ -839,8 +901,13 @@ func openKafka(brokers []string, access kafkaAccess, deadline time.Time, timeout
 	return k, nil
 }
 
-// close closes the admin and the client.
-func (k *kafkaSession) close() { _ = k.admin.Close() }
+// close closes the admin and the clients.
+func (k *kafkaSession) close() {
+	if k.franz != nil {
+		k.franz.Close()
+	}
+	_ = k.admin.Close()
+}
 
 // err wraps an error of a request: in ErrTimeout past the deadline.
 func (k *kafkaSession) err(what string, err error) error {
@@ -976,6 +1043,18 @@ func subscribedTopics(instances []Instance, kafkaTopics []string) map[string]boo
 	for _, instance := range instances {
 		for _, topic := range instance.Topics {
 			result[topic] = true
+		}
+		// A consumer-protocol member's regular expression, which the
+		// broker resolves (RE2/J, whose syntax Go's regexp shares) over
+		// the topics that are not internal, matching whole names.
+		if instance.TopicRegex != "" {
+			if re, err := regexp.Compile("^(?:" + instance.TopicRegex + ")$"); err == nil {
+				for _, topic := range kafkaTopics {
+					if !internalTopics[topic] && re.MatchString(topic) {
+						result[topic] = true
+					}
+				}
+			}
 		}
 		for key := range instance.Subscription {
 			switch instance.Pattern {

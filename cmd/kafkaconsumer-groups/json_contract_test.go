@@ -14,6 +14,7 @@ package main
 //	coordinator  string, "zookeeper" or "kafka"
 //	instances    integer: registered instances, or members of Kafka's group
 //	error        string, present only when the group's nodes are unreadable
+//	group_protocol  string, "classic" or "consumer", present when coordinator is "kafka"
 //
 // --group NAME --json: one object:
 //
@@ -23,9 +24,14 @@ package main
 //	brokers                         array of strings
 //	kafka_state                     string, present when coordinator is "kafka"
 //	coordinator_broker              string, present then too unless its address could not be read
+//	group_protocol                  string, "classic" or "consumer", present when coordinator is "kafka"
+//	group_epoch, assignment_epoch   integer, present when group_protocol is "consumer"
+//	assignor                        string, present then too
 //	instances                       array of objects:
-//	    id, library                 string
+//	    id, library                 string ("unknown" library: a consumer-protocol member)
 //	    owned                       array of {topic string, partition integer}
+//	    member_epoch                integer, present when group_protocol is "consumer"
+//	    target_assignment           array of {topic string, partition integer}, present then too
 //	partitions                      array of objects:
 //	    topic                       string
 //	    partition                   integer
@@ -75,9 +81,18 @@ var (
 	}
 	// kafkaGroupContract is added to groupContract for a group whose
 	// coordinator is "kafka".
-	kafkaGroupContract = contract{"coordinator_broker": jsonString, "kafka_state": jsonString}
+	kafkaGroupContract = contract{"coordinator_broker": jsonString, "kafka_state": jsonString, "group_protocol": jsonString}
+	// consumerGroupContract is added to those for a group whose
+	// group_protocol is "consumer" (KIP-848).
+	consumerGroupContract = contract{"group_epoch": jsonInteger, "assignment_epoch": jsonInteger, "assignor": jsonString}
 
-	instanceContract       = contract{"id": jsonString, "library": jsonString, "owned": jsonArray}
+	instanceContract = contract{"id": jsonString, "library": jsonString, "owned": jsonArray}
+	// consumerInstanceContract is added to instanceContract for a member
+	// of a group whose group_protocol is "consumer".
+	consumerInstanceContract = contract{"member_epoch": jsonInteger, "target_assignment": jsonArray}
+	// kafkaListContract is added to listContract for a group whose
+	// coordinator is "kafka".
+	kafkaListContract      = contract{"group_protocol": jsonString}
 	topicPartitionContract = contract{"topic": jsonString, "partition": jsonInteger}
 	// partitionContract is for an owned partition: "owner" is absent
 	// when nobody owns it.
@@ -87,6 +102,17 @@ var (
 		"committed": jsonIntegerOrNull, "log_end": jsonIntegerOrNull, "lag": jsonIntegerOrNull,
 	}
 )
+
+// mergeContracts returns the union of contracts.
+func mergeContracts(contracts ...contract) contract {
+	merged := contract{}
+	for _, c := range contracts {
+		for k, v := range c {
+			merged[k] = v
+		}
+	}
+	return merged
+}
 
 // decodeJSON decodes the tool's output, numbers as json.Number so that an
 // integer can be told from a fraction.
@@ -173,8 +199,18 @@ func objects(where string, v any) ([]map[string]any, error) {
 
 // checkListed checks that `--list --json` with args names group with
 // the coordinator and instance count given, in the contract's fields and
-// types.
+// types; a Kafka-coordinated group as a classic one.
 func checkListed(args []string, group, coordinator string, instances int64) error {
+	protocol := ""
+	if coordinator == "kafka" {
+		protocol = GroupProtocolClassic
+	}
+	return checkListedProtocol(args, group, coordinator, protocol, instances)
+}
+
+// checkListedProtocol is checkListed for a group of the protocol given
+// (group_protocol; "" for a ZooKeeper-coordinated group, which has none).
+func checkListedProtocol(args []string, group, coordinator, protocol string, instances int64) error {
 	out, err := runRaw(args)
 	if err != nil {
 		return err
@@ -188,14 +224,19 @@ func checkListed(args []string, group, coordinator string, instances int64) erro
 		return err
 	}
 	for i, g := range groups {
-		if err := checkContract(fmt.Sprintf("the list's [%d]", i), g, listContract); err != nil {
+		c := listContract
+		if g["coordinator"] == "kafka" {
+			c = mergeContracts(listContract, kafkaListContract)
+		}
+		if err := checkContract(fmt.Sprintf("the list's [%d]", i), g, c); err != nil {
 			return err
 		}
 		if g["group"] != group {
 			continue
 		}
-		if n, _ := g["instances"].(json.Number).Int64(); g["coordinator"] != coordinator || n != instances {
-			return violation{fmt.Errorf("the list shows %s with coordinator %v and %d instances, want %s and %d", group, g["coordinator"], n, coordinator, instances)}
+		gotProtocol, _ := g["group_protocol"].(string)
+		if n, _ := g["instances"].(json.Number).Int64(); g["coordinator"] != coordinator || gotProtocol != protocol || n != instances {
+			return violation{fmt.Errorf("the list shows %s with coordinator %v, protocol %q and %d instances, want %s, %q and %d", group, g["coordinator"], gotProtocol, n, coordinator, protocol, instances)}
 		}
 		return nil
 	}
@@ -217,19 +258,16 @@ func checkDescribed(args []string, group, coordinator string, partitions int, me
 	}
 	c := groupContract
 	if coordinator == "kafka" {
-		c = contract{}
-		for k, v := range groupContract {
-			c[k] = v
-		}
-		for k, v := range kafkaGroupContract {
-			c[k] = v
-		}
+		c = mergeContracts(groupContract, kafkaGroupContract)
 	}
 	if err := checkContract("the group", desc, c); err != nil {
 		return err
 	}
 	if desc["group"] != group || desc["coordinator"] != coordinator {
 		return violation{fmt.Errorf("group %v, coordinator %v; want %s, %s", desc["group"], desc["coordinator"], group, coordinator)}
+	}
+	if coordinator == "kafka" && desc["group_protocol"] != GroupProtocolClassic {
+		return violation{fmt.Errorf("group protocol %v, want classic (the library's assignor)", desc["group_protocol"])}
 	}
 	if state := desc["state"]; state != "Stable" {
 		// Values the contract allows, but not yet the state waited for.

@@ -14,6 +14,10 @@ import (
 	"strings"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/scramclient"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/zkbrokers"
@@ -58,6 +62,36 @@ func (a kafkaAccess) configure(cfg *sarama.Config) {
 	default:
 		scramclient.Configure(cfg, a.saslMechanism, a.saslUser, a.saslPassword)
 	}
+}
+
+// franzOptions are the options of a franz-go client that reaches Kafka
+// as configure's sarama configuration does: the same TLS configuration
+// (a clone; franz-go, like sarama, sets its ServerName to the host dialed
+// when empty) and the same SASL mechanism and credentials, with
+// franz-go's own PLAIN and SCRAM clients (pkg/sasl), over the same
+// SaslHandshake v1 and SaslAuthenticate exchange.
+func (a kafkaAccess) franzOptions() []kgo.Opt {
+	var opts []kgo.Opt
+	if a.tls != nil {
+		opts = append(opts, kgo.DialTLSConfig(a.tls.Clone()))
+	}
+	if m := a.franzSASL(); m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts
+}
+
+// franzSASL is the franz-go mechanism of a.saslMechanism, nil for none.
+func (a kafkaAccess) franzSASL() sasl.Mechanism {
+	switch a.saslMechanism {
+	case sarama.SASLTypePlaintext:
+		return plain.Auth{User: a.saslUser, Pass: a.saslPassword}.AsMechanism()
+	case sarama.SASLTypeSCRAMSHA256:
+		return scram.Auth{User: a.saslUser, Pass: a.saslPassword}.AsSha256Mechanism()
+	case sarama.SASLTypeSCRAMSHA512:
+		return scram.Auth{User: a.saslUser, Pass: a.saslPassword}.AsSha512Mechanism()
+	}
+	return nil
 }
 
 // saslMechanisms are the values --sasl-mechanism takes.

@@ -36,6 +36,7 @@ func (k *kafkaSession) describeKafkaGroup(desc *GroupDescription) (*GroupDescrip
 		return nil, err
 	}
 	desc.Coordinator = CoordinatorKafka
+	desc.GroupProtocol = GroupProtocolClassic
 	desc.KafkaState = g.State
 	if b, err := k.client.Coordinator(desc.Group); err == nil {
 		desc.CoordinatorBroker = b.Addr()
@@ -168,30 +169,45 @@ func (desc *GroupDescription) addTotals() {
 }
 
 // kafkaGroups lists the groups that Kafka's group coordinator keeps for
-// the library, except those named in known: the groups of Kafka's
-// consumer protocol whose protocol is the library's assignor, or one of
-// whose members is of the library. An Empty group is not listed: nothing
-// tells it from another client's.
+// the library, except those named in known: the classic groups of
+// Kafka's consumer protocol type whose protocol is the library's
+// assignor, or one of whose members is of the library; and every group
+// of Kafka's consumer group protocol (KIP-848), whose members' clients
+// Kafka does not describe. An Empty group is not listed: nothing tells
+// it from another client's.
 func (k *kafkaSession) kafkaGroups(known map[string]bool) ([]GroupSummary, error) {
-	all, err := k.admin.ListConsumerGroups()
+	all, err := k.listGroups()
 	if err != nil {
-		return nil, k.err("list groups", err)
+		return nil, err
 	}
-	var names []string
-	for name, protocolType := range all {
-		if protocolType == "consumer" && !known[name] {
+	var names, consumerNames []string
+	for name, g := range all {
+		switch {
+		case known[name]:
+		case g.consumerProtocol:
+			consumerNames = append(consumerNames, name)
+		case g.protocolType == "consumer":
 			names = append(names, name)
 		}
 	}
+	var result []GroupSummary
+	consumerGroups, err := k.consumerGroups(consumerNames)
+	if err != nil {
+		return nil, err
+	}
+	for name, g := range consumerGroups {
+		if len(g.Members) > 0 {
+			result = append(result, GroupSummary{Group: name, Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolConsumer, Instances: len(g.Members)})
+		}
+	}
 	if len(names) == 0 {
-		return nil, nil
+		return result, nil
 	}
 	sort.Strings(names)
 	groups, err := k.admin.DescribeConsumerGroups(names)
 	if err != nil {
 		return nil, k.err("describe groups", err)
 	}
-	var result []GroupSummary
 	for _, g := range groups {
 		if !errors.Is(g.Err, sarama.ErrNoError) || len(g.Members) == 0 {
 			continue
@@ -205,7 +221,7 @@ func (k *kafkaSession) kafkaGroups(known map[string]bool) ([]GroupSummary, error
 			}
 		}
 		if ours {
-			result = append(result, GroupSummary{Group: g.GroupId, Coordinator: CoordinatorKafka, Instances: len(g.Members)})
+			result = append(result, GroupSummary{Group: g.GroupId, Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolClassic, Instances: len(g.Members)})
 		}
 	}
 	return result, nil
@@ -219,6 +235,13 @@ func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) 
 		return nil, err
 	}
 	defer k.close()
+	desc := &GroupDescription{Group: group, Brokers: k.brokers}
+	if cg, err := k.consumerGroup(group); err != nil || cg != nil {
+		if err != nil {
+			return nil, err
+		}
+		return k.describeConsumerGroup(desc, cg)
+	}
 	g, err := k.group(group)
 	if err != nil {
 		return nil, err
@@ -226,7 +249,24 @@ func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) 
 	if g.State == kafkaStateDead {
 		return nil, fmt.Errorf("%w %q: Kafka's group coordinator does not know it, and no zookeeper was given (--zookeeper) for a ZooKeeper-coordinated group", ErrUnknownGroup, group)
 	}
-	return k.describeKafkaGroup(&GroupDescription{Group: group, Brokers: k.brokers})
+	return k.describeKafkaGroup(desc)
+}
+
+// members returns the protocol of a Kafka-coordinated group and its
+// number of members.
+func (k *kafkaSession) members(group string) (protocol string, members int, err error) {
+	cg, err := k.consumerGroup(group)
+	if err != nil {
+		return "", 0, err
+	}
+	if cg != nil {
+		return GroupProtocolConsumer, len(cg.Members), nil
+	}
+	g, err := k.group(group)
+	if err != nil {
+		return "", 0, err
+	}
+	return GroupProtocolClassic, len(g.Members), nil
 }
 
 // listFromKafka lists the Kafka-coordinated groups with --bootstrap-server

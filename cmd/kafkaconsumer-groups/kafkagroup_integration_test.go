@@ -237,8 +237,8 @@ func TestDescribeKafkaCoordinatedIntegration(t *testing.T) {
 		if err := runJSON(args, &groups); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(groups, GroupSummary{Group: group, Coordinator: CoordinatorKafka, Instances: 2}) {
-			t.Errorf("%s does not show %s, kafka, 2 members: %+v", strings.Join(args, " "), group, groups)
+		if !slices.Contains(groups, GroupSummary{Group: group, Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolClassic, Instances: 2}) {
+			t.Errorf("%s does not show %s, kafka, classic, 2 members: %+v", strings.Join(args, " "), group, groups)
 		}
 	}
 

@@ -12,7 +12,11 @@
 // state, and the same offsets, with the coordinator named. The tool reads
 // it so when the group's coordinator switch says kafka, when the group
 // has no instance registered in ZooKeeper and Kafka's group coordinator
-// knows it, or when no ZooKeeper is given (--bootstrap-server alone).
+// knows it, or when no ZooKeeper is given (--bootstrap-server alone). A
+// group of Kafka's consumer group protocol (KIP-848, Kafka 4.0 and later)
+// is described with ConsumerGroupDescribe: its members' epochs and
+// target assignments, the group epoch, assignment epoch and assignor
+// (consumerprotocol.go).
 //
 // Usage:
 //
@@ -68,8 +72,9 @@ Shows a kafkaconsumer group: its registered instances and subscriptions, which
 instance owns which partition (from ZooKeeper), and per partition the committed
 offset, log-end offset and lag (from Kafka, brokers found through ZooKeeper).
 A group that Kafka's group coordinator keeps (CoordinatorKafka, or migrated) is
-read from Kafka: its members, assignments and state. --bootstrap-server without
---zookeeper reads Kafka alone, for such groups.
+read from Kafka: its members, assignments and state; a group of Kafka's consumer
+group protocol (KIP-848) also its epochs and target assignments.
+--bootstrap-server without --zookeeper reads Kafka alone, for such groups.
 
 Kafka flags, for secured brokers: --tls (implied by any --tls-* flag), --tls-ca,
 --tls-cert and --tls-key, --tls-insecure-skip-verify; --sasl-mechanism with

@@ -20,14 +20,27 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 	}
 	ew := &errWriter{w: w}
 	kafka := desc.Coordinator == CoordinatorKafka
+	consumerProtocol := desc.GroupProtocol == GroupProtocolConsumer
 	where := fmt.Sprintf("zookeeper %s, kafka %s", desc.Zookeeper, strings.Join(desc.Brokers, ","))
 	if kafka {
 		where = "coordinator kafka"
 		if desc.CoordinatorBroker != "" {
 			where += " at " + desc.CoordinatorBroker
 		}
+		if consumerProtocol {
+			where += ", consumer protocol"
+		}
 		if desc.KafkaState != "" {
 			where += ", state " + desc.KafkaState
+		}
+		if desc.GroupEpoch != nil {
+			where += fmt.Sprintf(", group epoch %d", *desc.GroupEpoch)
+		}
+		if desc.AssignmentEpoch != nil {
+			where += fmt.Sprintf(", assignment epoch %d", *desc.AssignmentEpoch)
+		}
+		if desc.Assignor != "" {
+			where += ", assignor " + desc.Assignor
 		}
 		where += "; "
 		if desc.Zookeeper != "" {
@@ -45,6 +58,8 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		fmt.Fprintln(ew, "No member is in Kafka's group.")
 	case len(desc.Instances) == 0:
 		fmt.Fprintln(ew, "No instance is registered.")
+	case consumerProtocol:
+		renderConsumerMembers(ew, desc.Instances)
 	default:
 		// A Kafka-coordinated group's members have no registration time;
 		// Kafka names their client and host instead.
@@ -113,6 +128,9 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 					owner += " (not registered)"
 				}
 			}
+			if p.TargetOwner != "" && p.TargetOwner != p.Owner {
+				owner += " (to " + p.TargetOwner + ")"
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, owner,
 				formatOffset(p.Committed), formatOffset(p.LogEnd), formatOffset(p.Lag))
 		}
@@ -141,16 +159,19 @@ func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
 		return ew.err
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tCOORDINATOR\tINSTANCES")
+	fmt.Fprintln(tw, "GROUP\tCOORDINATOR\tPROTOCOL\tINSTANCES")
 	for _, g := range groups {
-		coordinator, instances := g.Coordinator, strconv.Itoa(g.Instances)
+		coordinator, protocol, instances := g.Coordinator, g.GroupProtocol, strconv.Itoa(g.Instances)
 		if coordinator == "" {
 			coordinator = "-"
+		}
+		if protocol == "" {
+			protocol = "-"
 		}
 		if g.Error != "" {
 			instances = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, coordinator, instances)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Group, coordinator, protocol, instances)
 	}
 	_ = tw.Flush()
 	for _, g := range groups {
@@ -159,6 +180,35 @@ func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
 		}
 	}
 	return ew.err
+}
+
+// renderConsumerMembers writes the members of a consumer-protocol group:
+// their member epoch, subscription, client, and how many partitions they
+// own and are to own (their target assignment).
+func renderConsumerMembers(w io.Writer, instances []Instance) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tEPOCH\tSUBSCRIPTION\tCLIENT\tPARTITIONS\tTARGET")
+	for _, instance := range instances {
+		id := instance.ID
+		switch {
+		case instance.InstanceID != "":
+			id += " (static " + instance.InstanceID + ")"
+		case instance.Static:
+			id += " (static)"
+		}
+		if instance.MemberProtocol == GroupProtocolClassic {
+			id += " (classic)"
+		}
+		epoch, target := "-", "-"
+		if instance.MemberEpoch != nil {
+			epoch = strconv.Itoa(int(*instance.MemberEpoch))
+		}
+		if instance.TargetAssignment != nil {
+			target = strconv.Itoa(len(*instance.TargetAssignment))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", id, epoch, formatSubscription(instance), formatClient(instance), len(instance.Owned), target)
+	}
+	_ = tw.Flush()
 }
 
 // withEmptySlices returns desc, or a copy whose nil lists are empty, so
@@ -199,8 +249,12 @@ func formatClient(instance Instance) string {
 }
 
 // formatSubscription returns "static: a,b" or "white_list: ^re$"; for a
-// member of a Kafka-coordinated group, its topics "a,b".
+// member of a Kafka-coordinated group, its topics "a,b", or its regular
+// expression "regex: re" (consumer protocol).
 func formatSubscription(instance Instance) string {
+	if instance.TopicRegex != "" {
+		return strings.TrimPrefix(strings.Join(instance.Topics, ",")+" regex: "+instance.TopicRegex, " ")
+	}
 	if len(instance.Topics) > 0 && len(instance.Subscription) == 0 {
 		return strings.Join(instance.Topics, ",")
 	}

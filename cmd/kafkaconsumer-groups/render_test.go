@@ -141,12 +141,12 @@ func TestRenderJSON(t *testing.T) {
 
 func TestRenderGroups(t *testing.T) {
 	t.Parallel()
-	groups := []GroupSummary{{Group: "a", Coordinator: CoordinatorZooKeeper, Instances: 2}, {Group: "bb", Coordinator: CoordinatorKafka, Instances: 0}}
+	groups := []GroupSummary{{Group: "a", Coordinator: CoordinatorZooKeeper, Instances: 2}, {Group: "bb", Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolConsumer, Instances: 0}}
 	var buf bytes.Buffer
 	if err := renderGroups(&buf, groups, false); err != nil {
 		t.Fatal(err)
 	}
-	if want := "GROUP  COORDINATOR  INSTANCES\na      zookeeper    2\nbb     kafka        0\n"; buf.String() != want {
+	if want := "GROUP  COORDINATOR  PROTOCOL  INSTANCES\na      zookeeper    -         2\nbb     kafka        consumer  0\n"; buf.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}
 	buf.Reset()
@@ -154,7 +154,7 @@ func TestRenderGroups(t *testing.T) {
 	if err := renderGroups(&buf, refused, false); err != nil {
 		t.Fatal(err)
 	}
-	if want := "GROUP  COORDINATOR  INSTANCES\nacl    -            -\nnote: acl: not readable\n"; buf.String() != want {
+	if want := "GROUP  COORDINATOR  PROTOCOL  INSTANCES\nacl    -            -         -\nnote: acl: not readable\n"; buf.String() != want {
 		t.Errorf("a group not readable: got\n%s\nwant\n%s", buf.String(), want)
 	}
 	buf.Reset()
@@ -218,6 +218,8 @@ func TestSubscribedTopics(t *testing.T) {
 			{Library: LibraryOriginal, Pattern: "black_list", Subscription: map[string]int{`^orders\.`: 1}},
 		}, []string{"__consumer_offsets", "audit"}},
 		{"bad regexp", []Instance{{Pattern: "white_list", Subscription: map[string]int{`(`: 1}}}, nil},
+		{"consumer-protocol regex: whole names, no internal topics", []Instance{{TopicRegex: `orders\..*|__.*`}}, []string{"orders.eu", "orders.us"}},
+		{"consumer-protocol regex: not a part of a name", []Instance{{TopicRegex: `orders`}}, nil},
 		{"union of instances", []Instance{
 			{Pattern: "static", Subscription: map[string]int{"audit": 1}},
 			{Pattern: "white_list", Subscription: map[string]int{`\.us$`: 1}},

@@ -17,7 +17,10 @@ import (
 // TestDescribeSecuredIntegration starts a SASL_SSL-only cluster, lets a
 // group consume and commit there, and describes it with the TLS and SASL
 // flags, through ZooKeeper discovery and with --bootstrap-server; without
-// them, or with a wrong password, the command fails and says why.
+// them, or with a wrong password, the command fails and says why. The
+// description asks the tool's franz-go client first (is the group of
+// Kafka's consumer group protocol?), so this checks that it too speaks
+// TLS and SASL as the flags say.
 func TestDescribeSecuredIntegration(t *testing.T) {
 	c := startCluster(t, testcluster.Options{Security: testcluster.SecuritySASLSSL})
 	checkLeaks(t)
