@@ -167,7 +167,7 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 		known = known || key.ApiKey == consumerHeartbeatKey
 	}
 	if !known {
-		return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but the brokers do not support the consumer group protocol (no ConsumerGroupHeartbeat: Kafka 4.0 or later, with group.coordinator.rebalance.protocols including consumer); use GroupProtocolClassic", ErrInvalidConfig)
+		return errProtocolUnsupported(cm.group, " (they do not list ConsumerGroupHeartbeat)")
 	}
 	sel, _ := cm.subscription.(topicSelector)
 	view, err := readMetadata(cm.metadataClient(), sel)
@@ -236,7 +236,7 @@ func (k *kafkaCoordinator) joinError(resp *kmsg.ConsumerGroupHeartbeatResponse, 
 	}
 	switch code := codeOf(resp); code {
 	case kerr.UnsupportedVersion.Code:
-		return fmt.Errorf("%w: join group %s: the brokers do not support the consumer group protocol%s; use GroupProtocolClassic", ErrInvalidConfig, cm.group, msg)
+		return errProtocolUnsupported(cm.group, " (ConsumerGroupHeartbeat answered UNSUPPORTED_VERSION)"+msg)
 	case int16(errUnsupportedAssignor):
 		return fmt.Errorf("%w: join group %s: the brokers do not know the assignor %q of GroupRemoteAssignor%s (group.consumer.assignors)", ErrInvalidConfig, cm.group, c.assignor, msg)
 	case kerr.GroupIDNotFound.Code:
@@ -245,6 +245,16 @@ func (k *kafkaCoordinator) joinError(resp *kmsg.ConsumerGroupHeartbeatResponse, 
 		return fmt.Errorf("%w: %s: join group %s: %w%s", ErrInstanceIDInUse, cm.config.InstanceID, cm.group, err, msg)
 	}
 	return fmt.Errorf("join group %s: %w%s", cm.group, err, msg)
+}
+
+// errProtocolUnsupported returns the error of Join for brokers without
+// the consumer group protocol: it wraps ErrInvalidConfig, and says what
+// the protocol needs and what to use instead; detail says how the brokers
+// told.
+func errProtocolUnsupported(group, detail string) error {
+	return fmt.Errorf("%w: join group %s: GroupProtocol is GroupProtocolConsumer but the brokers do not support the consumer group protocol%s; "+
+		"it needs Kafka 4.0 or later in KRaft mode, with group.coordinator.rebalance.protocols including consumer; use GroupProtocolClassic",
+		ErrInvalidConfig, group, detail)
 }
 
 // partitionTopics returns the sorted names of the topics of partitions.

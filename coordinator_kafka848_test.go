@@ -295,3 +295,51 @@ func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
 	colA2.close(t)
 	colB.close(t)
 }
+
+// TestIntegrationConsumerProtocolUnsupportedBroker: against brokers
+// without the consumer group protocol (ZooKeeper-mode brokers never have
+// it: the default test cluster, Kafka 3.9.1), Join with
+// GroupProtocolConsumer fails at once with an error wrapping
+// ErrInvalidConfig that names the cause and the way out, and leaves
+// nothing running: no goroutine, no connection open at the brokers.
+func TestIntegrationConsumerProtocolUnsupportedBroker(t *testing.T) {
+	needCluster(t)
+	if os.Getenv("KAFKA_MODE") == "kraft" {
+		t.Skip("ZooKeeper-mode brokers only: KRaft brokers may have the consumer group protocol")
+	}
+	if !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
+		t.Skipf("CoordinatorKafka supports Kafka 2.4 and later, not %s", testKafkaVersion())
+	}
+	verifyNoClusterLeaks(t)
+	topic := newTopic(t, 1)
+	kp := newKafkaProxies(t, nil)
+	config := consumerTestConfig()
+	began := time.Now()
+	c, err := joinWithHooks(uniqueName("kip848-unsupported"), TopicSubscription(topic), "", config, &testHooks{kafkaAddress: kp.address})
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("Join with GroupProtocolConsumer against Kafka %s in ZooKeeper mode succeeded", testKafkaVersion())
+	}
+	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Join = %v, want an error wrapping ErrInvalidConfig", err)
+	}
+	for _, text := range []string{"do not support the consumer group protocol", "Kafka 4.0 or later in KRaft mode", "group.coordinator.rebalance.protocols", "use GroupProtocolClassic"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("Join = %q, want it to say %q", err, text)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("Join took %s to fail, want at most 10s", took)
+	}
+	waitFor(t, 10*time.Second, "every connection through the proxies to close", func() bool {
+		open := 0
+		kp.mu.Lock()
+		for _, p := range kp.byAdr {
+			open += p.Conns()
+		}
+		kp.mu.Unlock()
+		return open == 0
+	})
+}
