@@ -7,8 +7,10 @@ package kafkaconsumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -188,4 +190,78 @@ func TestIntegrationConsumerProtocolSecured(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "every connection through the proxy to close after Close", func() bool { return d.open() == 0 })
 	})
+}
+
+// consumerProtocolSerialTest is consumerProtocolTest for a test that
+// checks for leaked goroutines itself: not parallel, so that no other
+// test's goroutines run meanwhile.
+func consumerProtocolSerialTest(t *testing.T) {
+	t.Helper()
+	needCluster(t)
+	if os.Getenv("KAFKA_MODE") != "kraft" || !testKafkaVersion().IsAtLeast(sarama.V4_0_0_0) {
+		t.Skipf("GroupProtocolConsumer needs a KRaft cluster of Kafka 4.0 or later (make test-kraft KAFKA_VERSION=4.4.0), not %s in %q mode", testKafkaVersion(), os.Getenv("KAFKA_MODE"))
+	}
+}
+
+// openThrough returns the connections open through the proxies of kp.
+func openThrough(kp *kafkaProxies) int {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	n := 0
+	for _, p := range kp.byAdr {
+		n += p.Conns()
+	}
+	return n
+}
+
+// TestIntegrationConsumerProtocolCloseCutsConnections: every Kafka
+// connection of a consumer-protocol member (the group transport's and
+// sarama's) goes through proxies; after Close none is open at the
+// proxies and no goroutine is left, both when the brokers answer and
+// when the proxies hold every connection (the member cut off, its
+// heartbeat in flight): then Close is bounded too, and its connections
+// are closed on the client's side at once.
+func TestIntegrationConsumerProtocolCloseCutsConnections(t *testing.T) {
+	consumerProtocolSerialTest(t)
+	verifyNoClusterLeaks(t)
+	topic := newTopic(t, 4)
+	client := newTestClient(t)
+	for _, cut := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cut %t", cut), func(t *testing.T) {
+			kp := newKafkaProxies(t, nil)
+			group := uniqueName("kip848-close")
+			c, err := joinWithHooks(group, TopicSubscription(topic), "", consumerTestConfig(), &testHooks{kafkaAddress: kp.address})
+			if err != nil {
+				t.Fatalf("Join = %s", err)
+			}
+			col := collect(c, nil)
+			values := produce(t, client, topic, group, 20)
+			waitFor(t, 30*time.Second, "the messages", func() bool { return col.has(values) })
+			cm := c.(*consumerManager)
+			t.Logf("%d connections open through the proxies, %d in the consumer's dialer", openThrough(kp), openConns(cm.dialer.connSet))
+			if cut {
+				kp.hold(t)
+			}
+			began := time.Now()
+			err = c.Close()
+			took := time.Since(began)
+			t.Logf("Close took %s: %v", took.Round(time.Millisecond), err)
+			if err != nil && !cut {
+				t.Errorf("Close = %v", err)
+			}
+			if cut && !errors.Is(err, ErrCommitTimeout) {
+				t.Errorf("Close cut off = %v, want ErrCommitTimeout", err)
+			}
+			if bound := testConfig().MaxProcessingTime + consumerTestConfig().Consumer.Group.Session.Timeout + 10*time.Second; took > bound {
+				t.Errorf("Close took %s, want at most %s", took, bound)
+			}
+			if n := openConns(cm.dialer.connSet); n != 0 {
+				t.Errorf("%d connections of the consumer's dialer open after Close", n)
+			}
+			if cut {
+				kp.faultAll(t, func(p *testcluster.Proxy) error { p.Pass(); return nil })
+			}
+			waitFor(t, 10*time.Second, "every connection through the proxies to close", func() bool { return openThrough(kp) == 0 })
+		})
+	}
 }
