@@ -240,7 +240,8 @@ func (k *kafkaCoordinator) joinError(resp *kmsg.ConsumerGroupHeartbeatResponse, 
 	case int16(errUnsupportedAssignor):
 		return fmt.Errorf("%w: join group %s: the brokers do not know the assignor %q of GroupRemoteAssignor%s (group.consumer.assignors)", ErrInvalidConfig, cm.group, c.assignor, msg)
 	case kerr.GroupIDNotFound.Code:
-		return fmt.Errorf("join group %s: %w%s: the group is not a consumer-protocol group (a classic group of that name, with members?)", cm.group, err, msg)
+		return fmt.Errorf("join group %s: %w%s: it is not a consumer-protocol group but a classic group with members that the brokers do not convert "+
+			"(their protocol type is not consumer, or group.consumer.migration.policy forbids the upgrade); join it with GroupProtocolClassic", cm.group, err, msg)
 	case int16(errUnreleasedInstanceID), kerr.FencedInstanceID.Code:
 		return fmt.Errorf("%w: %s: join group %s: %w%s", ErrInstanceIDInUse, cm.config.InstanceID, cm.group, err, msg)
 	}

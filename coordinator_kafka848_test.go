@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
@@ -342,4 +343,83 @@ func TestIntegrationConsumerProtocolUnsupportedBroker(t *testing.T) {
 		kp.mu.Unlock()
 		return open == 0
 	})
+}
+
+// TestIntegrationConsumerProtocolGroupIDNotFound: Join with
+// GroupProtocolConsumer to a group that is a live classic group the
+// broker cannot convert to the consumer protocol (its members' protocol
+// type is not "consumer": a Kafka Connect group, say) fails with
+// GROUP_ID_NOT_FOUND, fast, with an error that says why, and leaves the
+// classic group's member in place.
+func TestIntegrationConsumerProtocolGroupIDNotFound(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-connect")
+	client := newTestClient(t)
+	member := joinForeignClassicGroup(t, client, group)
+
+	began := time.Now()
+	c, err := Join(group, TopicSubscription(topic), "", consumerTestConfig())
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Join with GroupProtocolConsumer to a live classic group of protocol type connect succeeded")
+	}
+	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
+	if !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Errorf("Join = %v, want an error wrapping GROUP_ID_NOT_FOUND", err)
+	}
+	for _, text := range []string{"not a consumer-protocol group", "classic group", "group.consumer.migration.policy"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("Join = %q, want it to say %q", err, text)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("Join took %s to fail, want at most 10s", took)
+	}
+	admin := newTestAdmin(t, client)
+	groups, err := admin.DescribeConsumerGroups([]string{group})
+	if err != nil || len(groups) != 1 || len(groups[0].Members) != 1 || groups[0].Members[member] == nil {
+		t.Errorf("the classic group after the failed Join: %+v, %v; want its one member %s", groups, err, member)
+	}
+}
+
+// joinForeignClassicGroup makes group a live classic group of protocol
+// type "connect", as a Kafka Connect worker's, with one member (a 60 s
+// session, no heartbeats), which leaves at the end of the test; it
+// returns the member's ID.
+func joinForeignClassicGroup(t *testing.T, client sarama.Client, group string) string {
+	t.Helper()
+	if err := client.RefreshCoordinator(group); err != nil {
+		t.Fatal(err)
+	}
+	coordinator, err := client.Coordinator(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: "connect"}
+	join.AddGroupProtocol("sessioned", []byte{0})
+	joined, err := coordinator.JoinGroup(join)
+	if err == nil && !errors.Is(joined.Err, sarama.ErrNoError) {
+		err = joined.Err
+	}
+	if err != nil {
+		t.Fatalf("JoinGroup of protocol type connect: %v", err)
+	}
+	member := joined.MemberId
+	t.Cleanup(func() {
+		if _, err := coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member}); err != nil {
+			t.Errorf("LeaveGroup of the connect member: %v", err)
+		}
+	})
+	sync := &sarama.SyncGroupRequest{Version: 1, GroupId: group, GenerationId: joined.GenerationId, MemberId: member}
+	sync.AddGroupAssignment(member, []byte{0})
+	synced, err := coordinator.SyncGroup(sync)
+	if err == nil && !errors.Is(synced.Err, sarama.ErrNoError) {
+		err = synced.Err
+	}
+	if err != nil {
+		t.Fatalf("SyncGroup of protocol type connect: %v", err)
+	}
+	return member
 }
