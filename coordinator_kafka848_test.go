@@ -423,3 +423,77 @@ func joinForeignClassicGroup(t *testing.T, client sarama.Client, group string) s
 	}
 	return member
 }
+
+// TestIntegrationConsumerProtocolStaleEpochCommitRetried: a commit
+// refused STALE_MEMBER_EPOCH because the member's epoch moved on while it
+// was in flight is not reported, and the offset store's next round
+// commits it with the newer epoch.
+func TestIntegrationConsumerProtocolStaleEpochCommitRetried(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-stale")
+	client := newTestClient(t)
+	values := produce(t, client, topic, "s", 20)
+	a := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to receive everything", func() bool { return colA.received(values) == len(values) })
+	k := a.(*consumerManager).kafkaActive()
+	waitCommitted(t, client, group, topic, newestOffsets(t, client, topic))
+	live := k.current()
+
+	var mu sync.Mutex
+	var reported []error
+	stale, sent := true, 0 // guarded by mu
+	store := newOffsetStore(client, group, func(_ TopicPartition, err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	})
+	store.member = func() (int32, string, *string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stale {
+			return live.generation - 1, live.id, nil
+		}
+		return k.current().generation, live.id, nil
+	}
+	var refusals []error
+	store.send = func(req *sarama.OffsetCommitRequest, tps []TopicPartition) (*sarama.OffsetCommitResponse, error) {
+		resp, err := k.commitConsumer(req, tps)
+		mu.Lock()
+		defer mu.Unlock()
+		sent++
+		if err == nil {
+			for _, partitions := range resp.Errors {
+				for _, e := range partitions {
+					if !errors.Is(e, sarama.ErrNoError) {
+						refusals = append(refusals, e)
+					}
+				}
+			}
+		}
+		stale = false // the heartbeat's answer with the newer epoch came meanwhile
+		return resp, err
+	}
+	tp := TopicPartition{Topic: topic, Partition: 0}
+	if err := store.reserve(tp); err != nil {
+		t.Fatal(err)
+	}
+	store.set(tp, 0)
+	store.mark(tp, 3)
+	store.commitRound() // refused: STALE_MEMBER_EPOCH
+	store.commitRound() // with the newer epoch
+	mu.Lock()
+	t.Logf("%d commits sent; refused: %v; reported: %v", sent, refusals, reported)
+	if len(refusals) != 1 || !errors.Is(refusals[0], errStaleMemberEpoch) {
+		t.Errorf("the first commit was refused with %v, want STALE_MEMBER_EPOCH", refusals)
+	}
+	if len(reported) != 0 {
+		t.Errorf("reported %v, want nothing: the refusal was of an epoch left behind", reported)
+	}
+	mu.Unlock()
+	if got := committedOffsets(t, client, group, topic); got[0] != 3 {
+		t.Errorf("partition 0 committed at %d, want 3, the retried commit's", got[0])
+	}
+	colA.close(t)
+}
