@@ -81,6 +81,35 @@ const (
 	consumerRetryAfterFailed = 500 * time.Millisecond
 )
 
+// protocolError is a sarama.KError that sarama does not name: one of the
+// consumer group protocol's (FENCED_MEMBER_EPOCH to STALE_MEMBER_EPOCH).
+// Its text is franz-go's (the code's name and Kafka's message); errors.Is
+// matches it to the sarama.KError, and it unwraps to franz-go's
+// kerr.Error.
+type protocolError sarama.KError
+
+// Error implements error.
+func (e protocolError) Error() string { return kerr.ErrorForCode(int16(e)).Error() }
+
+// Is reports whether target is the sarama.KError of e.
+func (e protocolError) Is(target error) bool {
+	k, ok := target.(sarama.KError)
+	return ok && k == sarama.KError(e)
+}
+
+// Unwrap returns franz-go's error of the code.
+func (e protocolError) Unwrap() error { return kerr.ErrorForCode(int16(e)) }
+
+// namedKError returns err, or the protocolError of a sarama.KError of the
+// consumer group protocol, whose own text sarama does not know ("Unknown
+// error, how did this happen?").
+func namedKError(err error) error {
+	if k, ok := err.(sarama.KError); ok && k >= errFencedMemberEpoch && k <= errStaleMemberEpoch {
+		return protocolError(k)
+	}
+	return err
+}
+
 // consumerMembership is the state of a GroupProtocolConsumer member that
 // the kafkaCoordinator keeps besides its member (ID and epoch).
 type consumerMembership struct {
