@@ -34,6 +34,9 @@
 #                      runs KRaft brokers (broker+controller) and a stand-alone
 #                      ZooKeeper for the groups only; Kafka 4 runs only so:
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
+#                      (SECURITY=plaintext or mixed; mixed's EXTERNAL
+#                      listener then takes SCRAM-SHA-512/256, PLAIN and
+#                      OAUTHBEARER)
 #   make cluster-down  stop it and remove .cluster/
 #   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
 #                      .soak/): see the target below. SOAK_COORDINATOR=kafka

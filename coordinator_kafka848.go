@@ -81,6 +81,35 @@ const (
 	consumerRetryAfterFailed = 500 * time.Millisecond
 )
 
+// protocolError is a sarama.KError that sarama does not name: one of the
+// consumer group protocol's (FENCED_MEMBER_EPOCH to STALE_MEMBER_EPOCH).
+// Its text is franz-go's (the code's name and Kafka's message); errors.Is
+// matches it to the sarama.KError, and it unwraps to franz-go's
+// kerr.Error.
+type protocolError sarama.KError
+
+// Error implements error.
+func (e protocolError) Error() string { return kerr.ErrorForCode(int16(e)).Error() }
+
+// Is reports whether target is the sarama.KError of e.
+func (e protocolError) Is(target error) bool {
+	k, ok := target.(sarama.KError)
+	return ok && k == sarama.KError(e)
+}
+
+// Unwrap returns franz-go's error of the code.
+func (e protocolError) Unwrap() error { return kerr.ErrorForCode(int16(e)) }
+
+// namedKError returns err, or the protocolError of a sarama.KError of the
+// consumer group protocol, whose own text sarama does not know ("Unknown
+// error, how did this happen?").
+func namedKError(err error) error {
+	if k, ok := err.(sarama.KError); ok && k >= errFencedMemberEpoch && k <= errStaleMemberEpoch {
+		return protocolError(k)
+	}
+	return err
+}
+
 // consumerMembership is the state of a GroupProtocolConsumer member that
 // the kafkaCoordinator keeps besides its member (ID and epoch).
 type consumerMembership struct {
@@ -167,7 +196,7 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 		known = known || key.ApiKey == consumerHeartbeatKey
 	}
 	if !known {
-		return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but the brokers do not support the consumer group protocol (no ConsumerGroupHeartbeat: Kafka 4.0 or later, with group.coordinator.rebalance.protocols including consumer); use GroupProtocolClassic", ErrInvalidConfig)
+		return errProtocolUnsupported(cm.group, " (they do not list ConsumerGroupHeartbeat)")
 	}
 	sel, _ := cm.subscription.(topicSelector)
 	view, err := readMetadata(cm.metadataClient(), sel)
@@ -236,15 +265,26 @@ func (k *kafkaCoordinator) joinError(resp *kmsg.ConsumerGroupHeartbeatResponse, 
 	}
 	switch code := codeOf(resp); code {
 	case kerr.UnsupportedVersion.Code:
-		return fmt.Errorf("%w: join group %s: the brokers do not support the consumer group protocol%s; use GroupProtocolClassic", ErrInvalidConfig, cm.group, msg)
+		return errProtocolUnsupported(cm.group, " (ConsumerGroupHeartbeat answered UNSUPPORTED_VERSION)"+msg)
 	case int16(errUnsupportedAssignor):
 		return fmt.Errorf("%w: join group %s: the brokers do not know the assignor %q of GroupRemoteAssignor%s (group.consumer.assignors)", ErrInvalidConfig, cm.group, c.assignor, msg)
 	case kerr.GroupIDNotFound.Code:
-		return fmt.Errorf("join group %s: %w%s: the group is not a consumer-protocol group (a classic group of that name, with members?)", cm.group, err, msg)
+		return fmt.Errorf("join group %s: %w%s: it is not a consumer-protocol group but a classic group with members that the brokers do not convert "+
+			"(their protocol type is not consumer, or group.consumer.migration.policy forbids the upgrade); join it with GroupProtocolClassic", cm.group, err, msg)
 	case int16(errUnreleasedInstanceID), kerr.FencedInstanceID.Code:
 		return fmt.Errorf("%w: %s: join group %s: %w%s", ErrInstanceIDInUse, cm.config.InstanceID, cm.group, err, msg)
 	}
 	return fmt.Errorf("join group %s: %w%s", cm.group, err, msg)
+}
+
+// errProtocolUnsupported returns the error of Join for brokers without
+// the consumer group protocol: it wraps ErrInvalidConfig, and says what
+// the protocol needs and what to use instead; detail says how the brokers
+// told.
+func errProtocolUnsupported(group, detail string) error {
+	return fmt.Errorf("%w: join group %s: GroupProtocol is GroupProtocolConsumer but the brokers do not support the consumer group protocol%s; "+
+		"it needs Kafka 4.0 or later in KRaft mode, with group.coordinator.rebalance.protocols including consumer; use GroupProtocolClassic",
+		ErrInvalidConfig, group, detail)
 }
 
 // partitionTopics returns the sorted names of the topics of partitions.

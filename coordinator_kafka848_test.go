@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
@@ -294,4 +295,205 @@ func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
 	rebalancesB.Unlock()
 	colA2.close(t)
 	colB.close(t)
+}
+
+// TestIntegrationConsumerProtocolUnsupportedBroker: against brokers
+// without the consumer group protocol (ZooKeeper-mode brokers never have
+// it: the default test cluster, Kafka 3.9.1), Join with
+// GroupProtocolConsumer fails at once with an error wrapping
+// ErrInvalidConfig that names the cause and the way out, and leaves
+// nothing running: no goroutine, no connection open at the brokers.
+func TestIntegrationConsumerProtocolUnsupportedBroker(t *testing.T) {
+	needCluster(t)
+	if os.Getenv("KAFKA_MODE") == "kraft" {
+		t.Skip("ZooKeeper-mode brokers only: KRaft brokers may have the consumer group protocol")
+	}
+	if !testKafkaVersion().IsAtLeast(sarama.V2_4_0_0) {
+		t.Skipf("CoordinatorKafka supports Kafka 2.4 and later, not %s", testKafkaVersion())
+	}
+	verifyNoClusterLeaks(t)
+	topic := newTopic(t, 1)
+	kp := newKafkaProxies(t, nil)
+	config := consumerTestConfig()
+	began := time.Now()
+	c, err := joinWithHooks(uniqueName("kip848-unsupported"), TopicSubscription(topic), "", config, &testHooks{kafkaAddress: kp.address})
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("Join with GroupProtocolConsumer against Kafka %s in ZooKeeper mode succeeded", testKafkaVersion())
+	}
+	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Join = %v, want an error wrapping ErrInvalidConfig", err)
+	}
+	for _, text := range []string{"do not support the consumer group protocol", "Kafka 4.0 or later in KRaft mode", "group.coordinator.rebalance.protocols", "use GroupProtocolClassic"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("Join = %q, want it to say %q", err, text)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("Join took %s to fail, want at most 10s", took)
+	}
+	waitFor(t, 10*time.Second, "every connection through the proxies to close", func() bool {
+		open := 0
+		kp.mu.Lock()
+		for _, p := range kp.byAdr {
+			open += p.Conns()
+		}
+		kp.mu.Unlock()
+		return open == 0
+	})
+}
+
+// TestIntegrationConsumerProtocolGroupIDNotFound: Join with
+// GroupProtocolConsumer to a group that is a live classic group the
+// broker cannot convert to the consumer protocol (its members' protocol
+// type is not "consumer": a Kafka Connect group, say) fails with
+// GROUP_ID_NOT_FOUND, fast, with an error that says why, and leaves the
+// classic group's member in place.
+func TestIntegrationConsumerProtocolGroupIDNotFound(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-connect")
+	client := newTestClient(t)
+	member := joinForeignClassicGroup(t, client, group)
+
+	began := time.Now()
+	c, err := Join(group, TopicSubscription(topic), "", consumerTestConfig())
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Join with GroupProtocolConsumer to a live classic group of protocol type connect succeeded")
+	}
+	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
+	if !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Errorf("Join = %v, want an error wrapping GROUP_ID_NOT_FOUND", err)
+	}
+	for _, text := range []string{"not a consumer-protocol group", "classic group", "group.consumer.migration.policy"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("Join = %q, want it to say %q", err, text)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("Join took %s to fail, want at most 10s", took)
+	}
+	admin := newTestAdmin(t, client)
+	groups, err := admin.DescribeConsumerGroups([]string{group})
+	if err != nil || len(groups) != 1 || len(groups[0].Members) != 1 || groups[0].Members[member] == nil {
+		t.Errorf("the classic group after the failed Join: %+v, %v; want its one member %s", groups, err, member)
+	}
+}
+
+// joinForeignClassicGroup makes group a live classic group of protocol
+// type "connect", as a Kafka Connect worker's, with one member (a 60 s
+// session, no heartbeats), which leaves at the end of the test; it
+// returns the member's ID.
+func joinForeignClassicGroup(t *testing.T, client sarama.Client, group string) string {
+	t.Helper()
+	if err := client.RefreshCoordinator(group); err != nil {
+		t.Fatal(err)
+	}
+	coordinator, err := client.Coordinator(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: "connect"}
+	join.AddGroupProtocol("sessioned", []byte{0})
+	joined, err := coordinator.JoinGroup(join)
+	if err == nil && !errors.Is(joined.Err, sarama.ErrNoError) {
+		err = joined.Err
+	}
+	if err != nil {
+		t.Fatalf("JoinGroup of protocol type connect: %v", err)
+	}
+	member := joined.MemberId
+	t.Cleanup(func() {
+		if _, err := coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member}); err != nil {
+			t.Errorf("LeaveGroup of the connect member: %v", err)
+		}
+	})
+	sync := &sarama.SyncGroupRequest{Version: 1, GroupId: group, GenerationId: joined.GenerationId, MemberId: member}
+	sync.AddGroupAssignment(member, []byte{0})
+	synced, err := coordinator.SyncGroup(sync)
+	if err == nil && !errors.Is(synced.Err, sarama.ErrNoError) {
+		err = synced.Err
+	}
+	if err != nil {
+		t.Fatalf("SyncGroup of protocol type connect: %v", err)
+	}
+	return member
+}
+
+// TestIntegrationConsumerProtocolStaleEpochCommitRetried: a commit
+// refused STALE_MEMBER_EPOCH because the member's epoch moved on while it
+// was in flight is not reported, and the offset store's next round
+// commits it with the newer epoch.
+func TestIntegrationConsumerProtocolStaleEpochCommitRetried(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kip848-stale")
+	client := newTestClient(t)
+	values := produce(t, client, topic, "s", 20)
+	a := joinKafka(t, group, TopicSubscription(topic), consumerTestConfig())
+	colA := collect(a, nil)
+	waitFor(t, 30*time.Second, "A to receive everything", func() bool { return colA.received(values) == len(values) })
+	k := a.(*consumerManager).kafkaActive()
+	waitCommitted(t, client, group, topic, newestOffsets(t, client, topic))
+	live := k.current()
+
+	var mu sync.Mutex
+	var reported []error
+	stale, sent := true, 0 // guarded by mu
+	store := newOffsetStore(client, group, func(_ TopicPartition, err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	})
+	store.member = func() (int32, string, *string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stale {
+			return live.generation - 1, live.id, nil
+		}
+		return k.current().generation, live.id, nil
+	}
+	var refusals []error
+	store.send = func(req *sarama.OffsetCommitRequest, tps []TopicPartition) (*sarama.OffsetCommitResponse, error) {
+		resp, err := k.commitConsumer(req, tps)
+		mu.Lock()
+		defer mu.Unlock()
+		sent++
+		if err == nil {
+			for _, partitions := range resp.Errors {
+				for _, e := range partitions {
+					if !errors.Is(e, sarama.ErrNoError) {
+						refusals = append(refusals, e)
+					}
+				}
+			}
+		}
+		stale = false // the heartbeat's answer with the newer epoch came meanwhile
+		return resp, err
+	}
+	tp := TopicPartition{Topic: topic, Partition: 0}
+	if err := store.reserve(tp); err != nil {
+		t.Fatal(err)
+	}
+	store.set(tp, 0)
+	store.mark(tp, 3)
+	store.commitRound() // refused: STALE_MEMBER_EPOCH
+	store.commitRound() // with the newer epoch
+	mu.Lock()
+	t.Logf("%d commits sent; refused: %v; reported: %v", sent, refusals, reported)
+	if len(refusals) != 1 || !errors.Is(refusals[0], errStaleMemberEpoch) {
+		t.Errorf("the first commit was refused with %v, want STALE_MEMBER_EPOCH", refusals)
+	}
+	if len(reported) != 0 {
+		t.Errorf("reported %v, want nothing: the refusal was of an epoch left behind", reported)
+	}
+	mu.Unlock()
+	if got := committedOffsets(t, client, group, topic); got[0] != 3 {
+		t.Errorf("partition 0 committed at %d, want 3, the retried commit's", got[0])
+	}
+	colA.close(t)
 }

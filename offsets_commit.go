@@ -134,8 +134,11 @@ func (cm *consumerManager) commitRound() {
 // A commit refused with FENCED_INSTANCE_ID is final for a member of
 // Kafka's group (kafkaCoordinator.instanceFenced); one refused with
 // FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID loses a consumer-protocol
-// member's partitions (kafkaCoordinator.commitLost).
+// member's partitions (kafkaCoordinator.commitLost). The consumer
+// protocol's codes, which sarama does not name, are reported by name
+// (namedKError).
 func (cm *consumerManager) commitFailed(tp TopicPartition, err error) {
+	err = namedKError(err)
 	cm.config.metrics().CommitFailed(cm.group, tp, err)
 	cm.sendError(&sarama.ConsumerError{Topic: tp.Topic, Partition: tp.Partition, Err: err})
 	k := cm.kafkaActive()

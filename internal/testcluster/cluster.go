@@ -112,7 +112,9 @@ type Options struct {
 	// Mode is ModeZooKeeper ("" too, the default) or ModeKRaft: KRaft
 	// brokers, each also a controller, from the same Kafka jars, next to
 	// a stand-alone ZooKeeper that only the consumer groups use. ModeKRaft
-	// needs Kafka 3.9 or later and Security SecurityPlaintext without
+	// needs Kafka 3.9 or later and Security SecurityPlaintext or
+	// SecurityMixed (whose EXTERNAL listener then takes PLAIN,
+	// SCRAM-SHA-256 and OAUTHBEARER too: see SecurityMixed) without
 	// ZooKeeper SASL; Kafka 4 or later runs only in it.
 	Mode string
 	// ZooKeeperTickTime is ZooKeeper's tickTime, the unit of its timeouts,
@@ -417,8 +419,8 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, errors.New("testcluster: ZooKeeperQuorumProxies does not go with Detached: the proxies end with the process that calls Start")
 	}
 	if opts.Mode == ModeKRaft {
-		if security != SecurityPlaintext || opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired {
-			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext)
+		if security == SecuritySASLSSL || opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired {
+			return nil, fmt.Errorf("testcluster: Mode %q runs with Security %q or %q and no ZooKeeper SASL only", ModeKRaft, SecurityPlaintext, SecurityMixed)
 		}
 		opts.ZooKeeperVersion = ZooKeeperVersionFor(opts.KafkaVersion, opts.ZooKeeperVersion)
 	}
@@ -517,8 +519,11 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 	if opts.ZooKeepers > 1 {
 		nports += 2 * opts.ZooKeepers
 	}
-	if c.security == SecurityMixed || c.mode == ModeKRaft {
-		nports += opts.Brokers
+	if c.security == SecurityMixed {
+		nports += opts.Brokers // the EXTERNAL listeners
+	}
+	if c.mode == ModeKRaft {
+		nports += opts.Brokers // the CONTROLLER listeners
 	}
 	if c.mode == ModeKRaft {
 		if c.clusterID, err = newClusterID(); err != nil {
@@ -618,7 +623,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.logf("testcluster: ZooKeeper serving at %s (%s, %.1fs)", c.ZookeeperPeers(), c.zkSecurity, time.Since(began).Seconds())
-	if c.security != SecurityPlaintext {
+	if c.security != SecurityPlaintext && c.mode != ModeKRaft { // KRaft: formatStorage added it
 		if err := c.writeSCRAMUser(ctx); err != nil {
 			return nil, err
 		}

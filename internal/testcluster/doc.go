@@ -33,7 +33,11 @@
 // and broker certificate are made at start as PEM files (CAFile), and the
 // SCRAM user SASLUser (password SASLPassword) is written to ZooKeeper
 // before the brokers start; SecureConfig sets a sarama configuration up
-// for the SASL_SSL listener (SecureKafkaPeers).
+// for the SASL_SSL listener (SecureKafkaPeers). ModeKRaft runs with
+// SecurityMixed too: the SCRAM credentials (SHA-512 and SHA-256) go into
+// the metadata log when the storage is formatted, and the EXTERNAL
+// listener also takes PLAIN and OAUTHBEARER (Kafka's unsecured tokens);
+// SASLConfig sets a client up for each of KRaftSASLMechanisms.
 //
 // Options.ZooKeeperSASL, with any Security, starts ZooKeeper with SASL
 // (DIGEST-MD5) enabled but not enforced, and brokers that log in to it as

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/IBM/sarama"
 )
 
 // The cluster modes (Options.Mode).
@@ -70,21 +72,26 @@ func newClusterIDFrom(src io.Reader) (string, error) {
 
 // kraftProps returns the settings of broker n in ModeKRaft that replace
 // the ZooKeeper ones: its role, node id, listeners (PLAINTEXT on its port,
-// CONTROLLER on its controller port) and the static controller quorum of
-// every broker.
+// CONTROLLER on its controller port, and with SecurityMixed EXTERNAL on
+// its secure port) and the static controller quorum of every broker.
 func (c *Cluster) kraftProps(n *node) map[string]string {
 	voters := make([]string, len(c.brokers))
 	for i, b := range c.brokers {
 		voters[i] = fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.controllerPort)
+	}
+	listeners, protocols := "PLAINTEXT://"+n.addr(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	if c.security == SecurityMixed {
+		listeners += "," + externalListener + "://" + n.secureAddr()
+		protocols += "," + externalListener + ":SASL_SSL"
 	}
 	return map[string]string{
 		"process.roles":                  "broker,controller",
 		"node.id":                        strconv.Itoa(n.id),
 		"controller.quorum.voters":       strings.Join(voters, ","),
 		"controller.listener.names":      "CONTROLLER",
-		"listeners":                      "PLAINTEXT://" + n.addr() + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(n.controllerPort),
-		"advertised.listeners":           "PLAINTEXT://" + n.addr(),
-		"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"listeners":                      listeners + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(n.controllerPort),
+		"advertised.listeners":           listeners,
+		"listener.security.protocol.map": protocols,
 		"inter.broker.listener.name":     "PLAINTEXT",
 		// The consumer group protocol's (KIP-848) session timeout, 45 s
 		// by default and at least that, down to 10 s (at least 6 s), so
@@ -107,12 +114,20 @@ var zookeeperOnlyProps = []string{
 
 // formatStorage formats broker n's log directory for the cluster ID
 // (kafka-storage format), which a KRaft broker needs before its first
-// start.
+// start; in a secured mode, with the SCRAM-SHA-512 and SCRAM-SHA-256
+// credentials of SASLUser.
 func (c *Cluster) formatStorage(n *node) error {
 	cmd := exec.CommandContext(c.ctx, c.java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-Dlog4j.configuration=file:"+filepath.Join(n.dir, "log4j.properties"),
 		"-cp", filepath.Join(c.jars, "*"),
 		"kafka.tools.StorageTool", "format", "--cluster-id", c.clusterID, "--config", n.configFile(), "--ignore-formatted")
+	if c.security != SecurityPlaintext {
+		// The SCRAM credentials go into the metadata log (KIP-900):
+		// there is no ZooKeeper for them.
+		for _, m := range []string{sarama.SASLTypeSCRAMSHA512, sarama.SASLTypeSCRAMSHA256} {
+			cmd.Args = append(cmd.Args, "--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", m, SASLUser, c.saslPassword))
+		}
+	}
 	cmd.Dir = n.dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {

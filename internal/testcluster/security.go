@@ -44,9 +44,17 @@ const (
 	SecuritySASLSSL = "sasl_ssl"
 	// SecurityMixed is two listeners: PLAINTEXT (between brokers, and
 	// KafkaPeers) and EXTERNAL, a SASL_SSL one with SCRAM-SHA-512
-	// (SecureKafkaPeers).
+	// (SecureKafkaPeers). In ModeKRaft, EXTERNAL takes every mechanism of
+	// KRaftSASLMechanisms (SASLConfig sets a client up for each).
 	SecurityMixed = "mixed"
 )
+
+// KRaftSASLMechanisms are the SASL mechanisms of the EXTERNAL listener of
+// a SecurityMixed cluster in ModeKRaft: SCRAM-SHA-512 and SCRAM-SHA-256
+// (the credentials of SASLUser), PLAIN (SASLUser, SASLPassword) and
+// OAUTHBEARER with Kafka's unsecured JWS tokens (any token with subject
+// and expiry; UnsecuredToken makes one).
+var KRaftSASLMechanisms = []string{sarama.SASLTypeSCRAMSHA512, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypePlaintext, sarama.SASLTypeOAuth}
 
 // SASLMechanism is the SASL mechanism of a secured cluster.
 const SASLMechanism = sarama.SASLTypeSCRAMSHA512
@@ -385,6 +393,21 @@ func (c *Cluster) securityProps(n *node) (map[string]string, error) {
 			"sasl.enabled.mechanisms":                               SASLMechanism,
 			"listener.name.external.scram-sha-512.sasl.jaas.config": c.jaasConfig(),
 		}
+		if c.mode == ModeKRaft { // kraftProps sets the listeners
+			props["sasl.enabled.mechanisms"] = strings.Join(KRaftSASLMechanisms, ",")
+			props["listener.name.external.scram-sha-256.sasl.jaas.config"] = c.jaasConfig()
+			props["listener.name.external.plain.sasl.jaas.config"] = fmt.Sprintf(
+				`org.apache.kafka.common.security.plain.PlainLoginModule required username="%s" password="%s" user_%s="%s";`,
+				SASLUser, c.saslPassword, SASLUser, c.saslPassword)
+			// Kafka's unsecured JWS tokens (alg none): the validator
+			// takes any token with a subject and an expiry, as the
+			// default callback handler does; named so that a later
+			// default does not change it.
+			props["listener.name.external.oauthbearer.sasl.jaas.config"] = fmt.Sprintf(
+				`org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="%s";`, SASLUser)
+			props["listener.name.external.oauthbearer.sasl.server.callback.handler.class"] =
+				"org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler"
+		}
 		return c.addTLSProps(props)
 	}
 	listener := "PLAINTEXT://" + n.addr()
@@ -438,6 +461,52 @@ func (c *Cluster) SecureConfig(cfg *sarama.Config) error {
 	cfg.Net.TLS.Config = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	scramclient.Configure(cfg, SASLMechanism, SASLUser, c.saslPassword)
 	return nil
+}
+
+// SASLConfig sets cfg up for the cluster's SASL_SSL listener with the
+// SASL mechanism named mechanism, one of KRaftSASLMechanisms: TLS as
+// SecureConfig, and SASLUser's credentials (for OAUTHBEARER, a provider
+// of UnsecuredToken). Only SASLMechanism works but in ModeKRaft with
+// SecurityMixed.
+func (c *Cluster) SASLConfig(cfg *sarama.Config, mechanism string) error {
+	if err := c.SecureConfig(cfg); err != nil {
+		return err
+	}
+	switch mechanism {
+	case sarama.SASLTypeSCRAMSHA512, sarama.SASLTypeSCRAMSHA256:
+		scramclient.Configure(cfg, mechanism, SASLUser, c.saslPassword)
+	case sarama.SASLTypePlaintext:
+		cfg.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		cfg.Net.SASL.User, cfg.Net.SASL.Password = SASLUser, c.saslPassword
+		cfg.Net.SASL.SCRAMClientGeneratorFunc = nil
+	case sarama.SASLTypeOAuth:
+		cfg.Net.SASL.Mechanism = sarama.SASLTypeOAuth
+		cfg.Net.SASL.User, cfg.Net.SASL.Password = "", ""
+		cfg.Net.SASL.SCRAMClientGeneratorFunc = nil
+		cfg.Net.SASL.TokenProvider = unsecuredTokens{}
+	default:
+		return fmt.Errorf("testcluster: SASL mechanism %q is not one of %v", mechanism, KRaftSASLMechanisms)
+	}
+	return nil
+}
+
+// UnsecuredToken returns an unsecured JWS token (alg none) for SASLUser,
+// valid for an hour, as Kafka's OAuthBearerUnsecuredValidatorCallbackHandler
+// takes it.
+func UnsecuredToken() string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	now := time.Now().Unix()
+	header := b64([]byte(`{"alg":"none"}`))
+	payload := b64(fmt.Appendf(nil, `{"sub":%q,"iat":%d,"exp":%d}`, SASLUser, now, now+3600))
+	return header + "." + payload + "."
+}
+
+// unsecuredTokens is a sarama.AccessTokenProvider of UnsecuredToken.
+type unsecuredTokens struct{}
+
+// Token implements sarama.AccessTokenProvider.
+func (unsecuredTokens) Token() (*sarama.AccessToken, error) {
+	return &sarama.AccessToken{Token: UnsecuredToken()}, nil
 }
 
 // loadCAPool returns a pool of the certificates in the PEM file path.
