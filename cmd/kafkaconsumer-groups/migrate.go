@@ -49,7 +49,10 @@ type migration struct {
 	// settle before it judges the members (settledGroup): wait, which
 	// the two waits share, or --timeout with wait 0.
 	settle time.Duration
-	out    io.Writer // progress lines
+	// timeout is --timeout: the time ZooKeeper and Kafka have to answer
+	// each request.
+	timeout time.Duration
+	out     io.Writer // progress lines
 }
 
 // migrateGroup writes the group's coordinator switch after its checks,
@@ -63,24 +66,49 @@ func migrateGroup(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess
 	if m.wait <= 0 {
 		m.settle = timeout
 	}
+	m.timeout = timeout
 	return withZookeeper(zookeeper, zkAccess, timeout+m.settle, func(s *zkSession) error {
-		brokers, err := s.brokers(access)
-		if err != nil {
-			return err
-		}
-		if len(brokers) == 0 {
-			return fmt.Errorf("no Kafka brokers registered in zookeeper %s: give --bootstrap-server", zookeeper)
-		}
-		admin, err := newAdmin(brokers, access, timeout)
+		admin, k, err := s.openMigrate(access, timeout)
 		if err != nil {
 			return err
 		}
 		defer admin.Close()
+		defer k.close()
 		if m.to == switchKafka {
-			return s.migrateToKafka(admin, m)
+			return s.migrateToKafka(admin, k, m)
 		}
-		return s.migrateToZookeeper(admin, m)
+		return s.migrateToZookeeper(admin, k, m)
 	})
+}
+
+// openMigrate connects to the brokers that s.brokers finds: a sarama
+// admin, and a kafkaSession for the requests of Kafka's consumer group
+// protocol (consumerprotocol.go), whose deadline each step renews.
+func (s *zkSession) openMigrate(access kafkaAccess, timeout time.Duration) (sarama.ClusterAdmin, *kafkaSession, error) {
+	brokers, err := s.brokers(access)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(brokers) == 0 {
+		return nil, nil, fmt.Errorf("no Kafka brokers registered in zookeeper %s: give --bootstrap-server", s.zookeeper)
+	}
+	admin, err := newAdmin(brokers, access, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	timeoutMsg := fmt.Sprintf("no answer from kafka %s within %s", strings.Join(brokers, ","), timeout)
+	k, err := openKafka(brokers, access, time.Now().Add(timeout), timeoutMsg)
+	if err != nil {
+		_ = admin.Close()
+		return nil, nil, err
+	}
+	return admin, k, nil
+}
+
+// renew gives the session's requests timeout from now: a migrate that
+// waits asks Kafka again and again, each time within --timeout.
+func (k *kafkaSession) renew(timeout time.Duration) {
+	k.deadline = time.Now().Add(timeout)
 }
 
 // newAdmin connects a cluster admin to brokers.
@@ -170,7 +198,7 @@ func (s *zkSession) writeSwitch(group, value string, version int32) error {
 // migrateToKafka checks that every registered instance follows the
 // switch and that Kafka's group is Empty, writes "kafka", and waits until
 // no instance is registered and Kafka's group is Stable.
-func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error {
+func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
 	ids, err := s.children(path.Join("/consumers", m.group, "ids"))
 	if err != nil {
 		return err
@@ -258,12 +286,13 @@ func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began tim
 }
 
 // migrateToZookeeper checks that every member of Kafka's group follows
-// the switch, writes "zookeeper", and waits until Kafka's group is Empty
+// the switch (a group of the consumer protocol with members is refused:
+// those members run without ZooKeeper), writes "zookeeper", and waits until Kafka's group is Empty
 // and as many instances are registered in ZooKeeper as it had members.
 // A group that rebalances is judged once it settled (settledGroup,
 // within m.settle); the waits for that and for the members to move share
 // m.wait.
-func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) error {
+func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
 	began := time.Now()
 	deadline := began.Add(m.wait)
 	value, version, err := s.readSwitch(m.group)
@@ -277,6 +306,16 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) e
 	g, err := settledGroup(admin, m, began.Add(m.settle))
 	if err != nil {
 		return err
+	}
+	// Kafka 4's DescribeGroups describes a group of the consumer
+	// protocol as Dead with no members: ask ConsumerGroupDescribe.
+	k.renew(m.timeout)
+	st, err := k.protocolStatus(m.group)
+	if err != nil {
+		return err
+	}
+	if st.GroupProtocol == GroupProtocolConsumer && len(st.Members) > 0 {
+		return consumerProtocolRefusal(st)
 	}
 	var refused []string
 	for id, member := range g.Members {
