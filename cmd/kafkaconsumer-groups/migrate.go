@@ -43,8 +43,11 @@ var ErrUnsettled = errors.New("cannot tell yet")
 // migration is what migrate was asked for.
 type migration struct {
 	group string
-	to    string        // switchKafka or switchZookeeper
-	wait  time.Duration // how long to wait for the instances to move; 0: not at all
+	to    string // switchKafka or switchZookeeper
+	// protocol is --protocol: "", GroupProtocolClassic or
+	// GroupProtocolConsumer (with to switchKafka only).
+	protocol string
+	wait     time.Duration // how long to wait for the instances to move; 0: not at all
 	// settle is how long --to zookeeper waits for Kafka's group to
 	// settle before it judges the members (settledGroup): wait, which
 	// the two waits share, or --timeout with wait 0.
@@ -227,9 +230,7 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 	if value == switchKafka {
 		fmt.Fprintf(m.out, "Group %s is coordinated by Kafka already.\n", m.group)
 		if len(ids) > 0 {
-			// Nothing registers while the switch says kafka but an
-			// intruder: the library's seal refuses its claims.
-			return fmt.Errorf("%w: group %s is coordinated by Kafka, but instances registered in ZooKeeper all the same (intruders; ZooKeeper refuses their claims): %s; stop them", ErrRefused, m.group, strings.Join(ids, ", "))
+			return intrudersRefusal(m.group, ids)
 		}
 		return s.awaitKafka(admin, m, time.Now())
 	}
@@ -249,6 +250,14 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 	began := time.Now()
 	fmt.Fprintf(m.out, "Switched group %s to Kafka's group coordinator: %d instances stop their partitions, deregister and join Kafka's group.\n", m.group, len(ids))
 	return s.awaitKafka(admin, m, began)
+}
+
+// intrudersRefusal is the refusal of a group whose switch says kafka
+// while instances are registered in ZooKeeper (ids, sorted): nothing
+// registers then but an intruder, whose claims the library's seal
+// refuses.
+func intrudersRefusal(group string, ids []string) error {
+	return fmt.Errorf("%w: group %s is coordinated by Kafka, but instances registered in ZooKeeper all the same (intruders; ZooKeeper refuses their claims): %s; stop them", ErrRefused, group, strings.Join(ids, ", "))
 }
 
 // awaitKafka waits, up to m.wait, until no instance is registered in

@@ -8,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -145,4 +146,183 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 	if value := readSwitchNode(t, zookeeper, group); value != switchKafka {
 		t.Errorf("the switch says %q after migrate --to zookeeper, want it left at kafka", value)
 	}
+}
+
+// migrateRun is a migrate verb run in the background.
+type migrateRun struct {
+	done           chan struct{} // closed when the run returned
+	code           int           // set before done is closed
+	stdout, stderr bytes.Buffer  // written by the run until done
+}
+
+// startMigrate runs the migrate verb with args in the background; the
+// test waits for it at its end at the latest.
+func startMigrate(t *testing.T, args ...string) *migrateRun {
+	r := &migrateRun{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.code = run(append([]string{"migrate"}, args...), &r.stdout, &r.stderr)
+	}()
+	t.Cleanup(func() { <-r.done })
+	return r
+}
+
+// wait waits up to timeout for the run to return, and returns its exit
+// status.
+func (r *migrateRun) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.code
+	case <-time.After(timeout):
+		t.Fatalf("migrate did not return within %s", timeout)
+		return 0
+	}
+}
+
+// checkProtocolJSON checks the output of migrate --protocol --json: the
+// contract's fields and types, a group done on protocol with members
+// members all of it, switched as given.
+func checkProtocolJSON(t *testing.T, out []byte, group, protocol string, members int, switched bool) {
+	t.Helper()
+	var st map[string]any
+	if err := decodeJSON(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkContract("migrate --json", st, migrateProtocolContract); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := objects("members", st["members"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms {
+		where := fmt.Sprintf("members[%d]", i)
+		if err := checkContract(where, m, protocolMemberContract); err != nil {
+			t.Fatal(err)
+		}
+		if m["member_protocol"] != protocol {
+			t.Errorf("%s uses the %v protocol, want %s", where, m["member_protocol"], protocol)
+		}
+	}
+	count := func(name string) int {
+		n, _ := st[name].(json.Number).Int64()
+		return int(n)
+	}
+	on := count(protocol + "_members")
+	if st["group"] != group || st["coordinator"] != "kafka" || st["switched"] != switched || st["target_protocol"] != protocol ||
+		st["group_protocol"] != protocol || st["kafka_state"] != "Stable" || st["done"] != true ||
+		len(ms) != members || on != members || count("classic_members")+count("consumer_members") != members || count("min_members") > members {
+		t.Errorf("migrate --json: %s; want group %s done, Stable, switched %t, %d members of the %s protocol", out, group, switched, members, protocol)
+	}
+}
+
+// TestMigrateConsumerProtocolIntegration: a group of two instances
+// coordinated by ZooKeeper is moved to Kafka and to the consumer
+// protocol, then back to the classic protocol. migrate --to kafka
+// --protocol consumer switches it to Kafka first, says to restart the
+// instances with GroupProtocolConsumer and waits while the test does so
+// one at a time; it ends done, in the JSON contract's fields. migrate
+// --to kafka --protocol classic, with --bootstrap-server alone, waits
+// for the rolling restart back to classic CoordinatorKafka instances; a
+// last run without --wait finds nothing to do.
+func TestMigrateConsumerProtocolIntegration(t *testing.T) {
+	zookeeper, brokers := consumerProtocolPeers(t)
+	if zookeeper == "" {
+		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
+	}
+	topic := createTopic(t, brokers, 4)
+	group := "cli-848-move." + topic
+	bootstrap := strings.Join(brokers, ",")
+	produce(t, brokers, topic, 40)
+	stops := []func(){
+		joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers)),
+		joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers)),
+	}
+	k, err := openBootstrap(kafkaAccess{bootstrap: brokers}, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	status := func() (*ProtocolStatus, error) {
+		k.renew(20 * time.Second)
+		return k.protocolStatus(group)
+	}
+	waitFor(t, 30*time.Second, "both instances to register in ZooKeeper", func() error {
+		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
+		if err == nil && len(desc.Instances) != 2 {
+			err = fmt.Errorf("%d instances", len(desc.Instances))
+		}
+		return err
+	})
+
+	// To the consumer protocol: the tool switches the group to Kafka and
+	// waits while the instances are restarted one at a time.
+	toConsumer := startMigrate(t, "--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group,
+		"--to", "kafka", "--protocol", "consumer", "--json", "--wait", "120s", "--timeout", "20s")
+	roll := func(to string, zookeeper string, config func() *kafkaconsumer.Config) {
+		waitFor(t, 60*time.Second, "Kafka's group to be Stable with its 2 members", func() error {
+			st, err := status()
+			if err == nil && (st.KafkaState != "Stable" || len(st.Members) != 2) {
+				err = fmt.Errorf("%s", st.summary())
+			}
+			return err
+		})
+		for i := range stops {
+			stop := joinDraining(t, group, topic, zookeeper, config())
+			stops[i]()
+			stops[i] = stop
+			waitFor(t, 60*time.Second, fmt.Sprintf("%d members of the %s protocol", i+1, to), func() error {
+				st, err := status()
+				if err != nil {
+					return err
+				}
+				if n := map[string]int{GroupProtocolClassic: st.ClassicMembers, GroupProtocolConsumer: st.ConsumerMembers}[to]; n != i+1 || len(st.Members) != 2 {
+					return fmt.Errorf("%s", st.summary())
+				}
+				return nil
+			})
+		}
+	}
+	roll(GroupProtocolConsumer, "", func() *kafkaconsumer.Config {
+		config := protocolMigrateConfig(brokers)
+		config.Coordinator = kafkaconsumer.CoordinatorKafka
+		config.GroupProtocol = kafkaconsumer.GroupProtocolConsumer
+		return config
+	})
+	code := toConsumer.wait(t, 150*time.Second)
+	t.Logf("migrate --to kafka --protocol consumer: exit status %d; stderr:\n%s", code, toConsumer.stderr.String())
+	if code != exitOK {
+		t.Fatalf("migrate --to kafka --protocol consumer: exit status %d, want %d", code, exitOK)
+	}
+	for _, want := range []string{"switching it to Kafka's group coordinator first", "GroupProtocolConsumer", "Done after"} {
+		if !strings.Contains(toConsumer.stderr.String(), want) {
+			t.Errorf("migrate --to kafka --protocol consumer did not say %q", want)
+		}
+	}
+	checkProtocolJSON(t, toConsumer.stdout.Bytes(), group, GroupProtocolConsumer, 2, true)
+
+	// Back to the classic protocol, Kafka alone (--zookeeper= overrides
+	// $ZOOKEEPER_PEERS).
+	toClassic := startMigrate(t, "--zookeeper=", "--bootstrap-server", bootstrap, "--group", group,
+		"--to", "kafka", "--protocol", "classic", "--json", "--wait", "120s", "--timeout", "20s")
+	roll(GroupProtocolClassic, "", func() *kafkaconsumer.Config {
+		config := protocolMigrateConfig(brokers)
+		config.Coordinator = kafkaconsumer.CoordinatorKafka
+		return config
+	})
+	code = toClassic.wait(t, 150*time.Second)
+	t.Logf("migrate --to kafka --protocol classic: exit status %d; stderr:\n%s", code, toClassic.stderr.String())
+	if code != exitOK {
+		t.Fatalf("migrate --to kafka --protocol classic: exit status %d, want %d", code, exitOK)
+	}
+	checkProtocolJSON(t, toClassic.stdout.Bytes(), group, GroupProtocolClassic, 2, false)
+
+	// Once there, a run without --wait has nothing to do.
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group,
+		"--to", "kafka", "--protocol", "classic", "--json", "--wait", "0s", "--timeout", "20s")
+	if code != exitOK || !strings.Contains(stderr, "nothing to do") {
+		t.Errorf("migrate --protocol classic --wait 0 on a classic group: exit status %d: %s", code, stderr)
+	}
+	checkProtocolJSON(t, []byte(stdout), group, GroupProtocolClassic, 2, false)
 }
