@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -70,8 +71,51 @@ func migrateArgs(args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// readSwitchNode returns the value of the group's coordinator switch.
-func readSwitchNode(t *testing.T, zookeeper, group string) string {
+// TestMigrateConsumerProtocolRefusesKafkaIntegration: a group whose
+// instance is registered in ZooKeeper shares its name with a group of
+// Kafka's consumer protocol that has a member (franz-go): another
+// consumer uses the name. Kafka 4's DescribeGroups describes that group
+// as Dead with no members; migrate --to kafka must still refuse, as it
+// does for a classic group with members, and leave the switch unset.
+func TestMigrateConsumerProtocolRefusesKafkaIntegration(t *testing.T) {
+	zookeeper, brokers := consumerProtocolPeers(t)
+	if zookeeper == "" {
+		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
+	}
+	topic := createTopic(t, brokers, 2)
+	group := "cli-848-name." + topic
+	joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers))
+	startConsumerProtocolMember(t, brokers, group, topic, "cli-848-namesake", 0)
+	k, err := openBootstrap(kafkaAccess{bootstrap: brokers}, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	waitFor(t, 60*time.Second, "the registration in ZooKeeper and the consumer-protocol member in Kafka", func() error {
+		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
+		if err != nil {
+			return err
+		}
+		k.renew(20 * time.Second)
+		st, err := k.protocolStatus(group)
+		if err == nil && (len(desc.Instances) != 1 || desc.Coordinator != CoordinatorZooKeeper || st.ConsumerMembers != 1) {
+			err = fmt.Errorf("%d instances in ZooKeeper (coordinator %s); %s", len(desc.Instances), desc.Coordinator, st.summary())
+		}
+		return err
+	})
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", strings.Join(brokers, ","), "--group", group, "--to", "kafka", "--wait", "10s", "--timeout", "20s")
+	t.Logf("migrate --to kafka: exit status %d: %s%s", code, stdout, stderr)
+	if code != exitError || !strings.Contains(stderr, "refused") || !strings.Contains(stderr, "cli-848-namesake") {
+		t.Errorf("migrate --to kafka beside a consumer-protocol group of the name: exit status %d, want %d, refused, naming cli-848-namesake", code, exitError)
+	}
+	if value, _ := readSwitchValue(t, zookeeper, group); value == switchKafka {
+		t.Errorf("the switch says kafka after the refusal")
+	}
+}
+
+// readSwitchValue returns the value of the group's coordinator switch,
+// and false when it has none.
+func readSwitchValue(t *testing.T, zookeeper, group string) (string, bool) {
 	t.Helper()
 	nodes, chroot, err := parseZookeeper(zookeeper)
 	if err != nil {
@@ -83,10 +127,13 @@ func readSwitchNode(t *testing.T, zookeeper, group string) string {
 	}
 	defer conn.Close()
 	data, _, err := conn.Get(path.Join(chroot+"/consumers", group, "coordinator"))
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", false
+	}
 	if err != nil {
 		t.Fatalf("read the switch: %s", err)
 	}
-	return string(data)
+	return string(data), true
 }
 
 // TestMigrateConsumerProtocolRefusesZookeeperIntegration: a group moved
@@ -133,6 +180,13 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 		return nil
 	})
 
+	// migrate --to kafka again finds the group coordinated by Kafka, and
+	// Stable with its two members, though DescribeGroups says Dead.
+	code, stdout, stderr = migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "20s", "--timeout", "20s")
+	if code != exitOK || !strings.Contains(stdout, "Stable with 2 members") {
+		t.Errorf("migrate --to kafka on the switched consumer-protocol group: exit status %d: %s%s; want 0, Stable with 2 members", code, stdout, stderr)
+	}
+
 	code, stdout, stderr = migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "zookeeper", "--wait", "20s", "--timeout", "20s")
 	t.Logf("migrate --to zookeeper: exit status %d: %s%s", code, stdout, stderr)
 	if code != exitError {
@@ -143,7 +197,7 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 			t.Errorf("migrate --to zookeeper said %q, want it to contain %q", stderr, want)
 		}
 	}
-	if value := readSwitchNode(t, zookeeper, group); value != switchKafka {
+	if value, _ := readSwitchValue(t, zookeeper, group); value != switchKafka {
 		t.Errorf("the switch says %q after migrate --to zookeeper, want it left at kafka", value)
 	}
 }
