@@ -232,7 +232,7 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 		if len(ids) > 0 {
 			return intrudersRefusal(m.group, ids)
 		}
-		return s.awaitKafka(admin, m, time.Now())
+		return s.awaitKafka(k, m, time.Now())
 	}
 	g, err := kafkaGroup(admin, m.group)
 	if err != nil {
@@ -240,6 +240,16 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 	}
 	if g.State != "Empty" && g.State != "Dead" {
 		return fmt.Errorf("%w: Kafka's group %s is %s with %d members (protocol type %q): another consumer uses the group's name", ErrRefused, m.group, g.State, len(g.Members), g.ProtocolType)
+	}
+	// Kafka 4's DescribeGroups describes a group of the consumer
+	// protocol as Dead with no members: ask ConsumerGroupDescribe.
+	k.renew(m.timeout)
+	st, err := k.protocolStatus(m.group)
+	if err != nil {
+		return err
+	}
+	if len(st.Members) > 0 {
+		return fmt.Errorf("%w: Kafka's group %s is %s with %d members, a group of the consumer protocol (KIP-848): %s: another consumer uses the group's name", ErrRefused, m.group, st.KafkaState, len(st.Members), strings.Join(st.others(""), ", "))
 	}
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: no instance of group %s is registered in ZooKeeper: nothing to migrate (start the instances with Config.Coordinator = CoordinatorKafka)", ErrRefused, m.group)
@@ -249,7 +259,7 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 	}
 	began := time.Now()
 	fmt.Fprintf(m.out, "Switched group %s to Kafka's group coordinator: %d instances stop their partitions, deregister and join Kafka's group.\n", m.group, len(ids))
-	return s.awaitKafka(admin, m, began)
+	return s.awaitKafka(k, m, began)
 }
 
 // intrudersRefusal is the refusal of a group whose switch says kafka
@@ -261,8 +271,10 @@ func intrudersRefusal(group string, ids []string) error {
 }
 
 // awaitKafka waits, up to m.wait, until no instance is registered in
-// ZooKeeper and Kafka's group is Stable.
-func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began time.Time) error {
+// ZooKeeper and Kafka's group is Stable, of either protocol
+// (protocolStatus: once a member of the consumer protocol joined,
+// DescribeGroups describes the group as Dead with no members).
+func (s *zkSession) awaitKafka(k *kafkaSession, m migration, began time.Time) error {
 	if m.wait <= 0 {
 		return nil
 	}
@@ -274,15 +286,16 @@ func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began tim
 			return err
 		}
 		if len(ids) == 0 {
-			g, err := kafkaGroup(admin, m.group)
+			k.renew(m.timeout)
+			st, err := k.protocolStatus(m.group)
 			if err != nil {
 				return err
 			}
-			if g.State == "Stable" && len(g.Members) > 0 {
-				fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is Stable with %d members; no instance is registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, len(g.Members))
+			if st.KafkaState == kafkaStateStable && len(st.Members) > 0 {
+				fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is Stable with %d members; no instance is registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, len(st.Members))
 				return nil
 			}
-			last = fmt.Sprintf("Kafka's group is %s with %d members", g.State, len(g.Members))
+			last = fmt.Sprintf("Kafka's group is %s with %d members", st.KafkaState, len(st.Members))
 		} else {
 			sort.Strings(ids)
 			last = "still registered in ZooKeeper: " + strings.Join(ids, ", ")
