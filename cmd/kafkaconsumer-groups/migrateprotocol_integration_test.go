@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,7 +207,43 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 type migrateRun struct {
 	done           chan struct{} // closed when the run returned
 	code           int           // set before done is closed
-	stdout, stderr bytes.Buffer  // written by the run until done
+	stdout, stderr lockedBuffer  // written by the run until done
+}
+
+// lockedBuffer is a bytes.Buffer that a run writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // guarded by mu
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// awaitSaid waits until the run has written want to stderr: the test
+// restarts the instances once the tool says it waits for that, as a
+// user would.
+func (r *migrateRun) awaitSaid(t *testing.T, want string) {
+	t.Helper()
+	waitFor(t, 90*time.Second, fmt.Sprintf("migrate to say %q", want), func() error {
+		select {
+		case <-r.done:
+			t.Fatalf("migrate returned with exit status %d before it said %q: %s", r.code, want, r.stderr.String())
+		default:
+		}
+		if !strings.Contains(r.stderr.String(), want) {
+			return fmt.Errorf("it said %q", r.stderr.String())
+		}
+		return nil
+	})
 }
 
 // startMigrate runs the migrate verb with args in the background; the
@@ -314,16 +351,12 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 	// waits while the instances are restarted one at a time.
 	toConsumer := startMigrate(t, "--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group,
 		"--to", "kafka", "--protocol", "consumer", "--json", "--wait", "120s", "--timeout", "20s")
-	roll := func(to string, zookeeper string, config func() *kafkaconsumer.Config) {
-		waitFor(t, 60*time.Second, "Kafka's group to be Stable with its 2 members", func() error {
-			st, err := status()
-			if err == nil && (st.KafkaState != "Stable" || len(st.Members) != 2) {
-				err = fmt.Errorf("%s", st.summary())
-			}
-			return err
-		})
+	// roll restarts the instances one at a time as CoordinatorKafka
+	// instances of config, once r says it waits.
+	roll := func(r *migrateRun, to string, config func() *kafkaconsumer.Config) {
+		r.awaitSaid(t, "Waiting until")
 		for i := range stops {
-			stop := joinDraining(t, group, topic, zookeeper, config())
+			stop := joinDraining(t, group, topic, "", config())
 			stops[i]()
 			stops[i] = stop
 			waitFor(t, 60*time.Second, fmt.Sprintf("%d members of the %s protocol", i+1, to), func() error {
@@ -338,7 +371,7 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 			})
 		}
 	}
-	roll(GroupProtocolConsumer, "", func() *kafkaconsumer.Config {
+	roll(toConsumer, GroupProtocolConsumer, func() *kafkaconsumer.Config {
 		config := protocolMigrateConfig(brokers)
 		config.Coordinator = kafkaconsumer.CoordinatorKafka
 		config.GroupProtocol = kafkaconsumer.GroupProtocolConsumer
@@ -354,13 +387,13 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 			t.Errorf("migrate --to kafka --protocol consumer did not say %q", want)
 		}
 	}
-	checkProtocolJSON(t, toConsumer.stdout.Bytes(), group, GroupProtocolConsumer, 2, true)
+	checkProtocolJSON(t, []byte(toConsumer.stdout.String()), group, GroupProtocolConsumer, 2, true)
 
 	// Back to the classic protocol, Kafka alone (--zookeeper= overrides
 	// $ZOOKEEPER_PEERS).
 	toClassic := startMigrate(t, "--zookeeper=", "--bootstrap-server", bootstrap, "--group", group,
 		"--to", "kafka", "--protocol", "classic", "--json", "--wait", "120s", "--timeout", "20s")
-	roll(GroupProtocolClassic, "", func() *kafkaconsumer.Config {
+	roll(toClassic, GroupProtocolClassic, func() *kafkaconsumer.Config {
 		config := protocolMigrateConfig(brokers)
 		config.Coordinator = kafkaconsumer.CoordinatorKafka
 		return config
@@ -370,7 +403,7 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("migrate --to kafka --protocol classic: exit status %d, want %d", code, exitOK)
 	}
-	checkProtocolJSON(t, toClassic.stdout.Bytes(), group, GroupProtocolClassic, 2, false)
+	checkProtocolJSON(t, []byte(toClassic.stdout.String()), group, GroupProtocolClassic, 2, false)
 
 	// Once there, a run without --wait has nothing to do.
 	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group,
