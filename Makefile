@@ -129,10 +129,11 @@ test-run:
 # and the tests of ZooKeeper broker discovery start ZooKeeper-mode clusters
 # of their own or read /brokers, and stay with make test.
 KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
-# The tool's tests of groups of Kafka's consumer group protocol (KIP-848),
-# which only a Kafka 4 cluster keeps (they skip on older brokers, so make
+# The tool's tests of groups of Kafka's consumer group protocol (KIP-848):
+# their description, and the migrate verb beside them; groups which only
+# a Kafka 4 cluster keeps (they skip on older brokers, so make
 # test runs them too, skipping): make test-kraft KAFKA_VERSION=4.4.0.
-KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol
+KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol|TestMigrateConsumerProtocol
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \

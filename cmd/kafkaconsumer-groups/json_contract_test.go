@@ -40,6 +40,19 @@ package main
 //	    committed, log_end, lag     integer, or null when unknown
 //	total_committed, total_log_end, total_lag  integer
 //
+// migrate --to kafka --protocol consumer|classic --json: one object:
+//
+//	group, coordinator ("kafka")          string
+//	switched                              boolean
+//	target_protocol, group_protocol       string, "classic" or "consumer"
+//	kafka_state                           string
+//	members                               array of objects:
+//	    id, client_id, client_host        string
+//	    member_protocol                   string, "classic", "consumer" or "unknown"
+//	classic_members, consumer_members     integer
+//	min_members                           integer
+//	done                                  boolean
+//
 // The values are decoded into map[string]any, not into the tool's own
 // structs, so that a renamed json tag or a changed Go type fails here.
 
@@ -94,6 +107,15 @@ var (
 	// coordinator is "kafka".
 	kafkaListContract      = contract{"group_protocol": jsonString}
 	topicPartitionContract = contract{"topic": jsonString, "partition": jsonInteger}
+	// migrateProtocolContract is the object of migrate --protocol --json,
+	// protocolMemberContract an element of its "members".
+	migrateProtocolContract = contract{
+		"group": jsonString, "coordinator": jsonString, "switched": jsonBoolean,
+		"target_protocol": jsonString, "group_protocol": jsonString, "kafka_state": jsonString,
+		"members": jsonArray, "classic_members": jsonInteger, "consumer_members": jsonInteger,
+		"min_members": jsonInteger, "done": jsonBoolean,
+	}
+	protocolMemberContract = contract{"id": jsonString, "client_id": jsonString, "client_host": jsonString, "member_protocol": jsonString}
 	// partitionContract is for an owned partition: "owner" is absent
 	// when nobody owns it.
 	partitionContract = contract{

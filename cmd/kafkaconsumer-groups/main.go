@@ -25,10 +25,13 @@
 //	kafkaconsumer-groups --zookeeper host:port[,host:port][/chroot] --list [--json]
 //	kafkaconsumer-groups --bootstrap-server host:port[,host:port] --list [--json]
 //	kafkaconsumer-groups migrate --zookeeper host:port[,host:port][/chroot] --group NAME --to kafka|zookeeper [--wait 2m]
+//	kafkaconsumer-groups migrate [--zookeeper ...] [--bootstrap-server ...] --group NAME --to kafka --protocol consumer|classic [--json] [--wait 2m]
 //
 // migrate moves a running group from ZooKeeper's coordination to Kafka's
 // group coordinator, or back (see migrate.go, and the README's "Moving off
-// ZooKeeper").
+// ZooKeeper"). With --protocol it follows the rolling restart that moves
+// a Kafka-coordinated group between Kafka's classic and consumer group
+// protocols (migrateprotocol.go, docs/consumer-protocol.md).
 //
 // The Kafka flags say how to reach secured brokers: --tls, --tls-ca,
 // --tls-cert, --tls-key, --tls-insecure-skip-verify, --sasl-mechanism
@@ -43,6 +46,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -191,6 +195,7 @@ func accesses(af *accessFlags, zf *zookeeperFlags) (kafkaAccess, zookeeperAccess
 
 const migrateUsageText = `Usage:
   kafkaconsumer-groups migrate --zookeeper HOST:PORT[,HOST:PORT][/CHROOT] --group NAME --to kafka|zookeeper [--wait D] [--timeout D] [KAFKA FLAGS]
+  kafkaconsumer-groups migrate [--zookeeper ...|--bootstrap-server ...] --group NAME --to kafka --protocol consumer|classic [--json] [--wait D] [...]
 
 Moves a running group from ZooKeeper's coordination to Kafka's group
 coordinator (--to kafka), or back (--to zookeeper), without stopping it: it
@@ -202,8 +207,20 @@ switch is part of the group: an instance of the original wvanbergen/kafka, a
 kafkaconsumer too old to migrate, or (--to zookeeper) a member without
 ZooKeeper. While Kafka's group rebalances, --to zookeeper waits for it to
 settle (within --wait, or --timeout with --wait 0) before it judges the
-members: Kafka describes their metadata only while the group is Stable.
-See the README, "Moving off ZooKeeper".
+members: Kafka describes their metadata only while the group is Stable. It
+refuses a group whose members use Kafka's consumer protocol (KIP-848): they
+run without ZooKeeper. See the README, "Moving off ZooKeeper".
+
+--to kafka --protocol consumer (or classic) is for the move between Kafka's
+two group protocols, a rolling restart with Config.GroupProtocol changed
+that needs no signal: a group still coordinated by ZooKeeper is switched to
+Kafka first (as --to kafka does); then it reports how many members use each
+protocol, says how to restart them, and waits up to --wait (shared with the
+switch) until every member, at least as many as the group had at the start,
+uses that protocol and the group is Stable. Without ZooKeeper (a
+CoordinatorKafka group), give --bootstrap-server and --zookeeper= (empty).
+--json writes the final state as JSON (progress lines go to stderr). See
+docs/consumer-protocol.md.
 
 Flags:
 `
@@ -215,6 +232,8 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	zookeeper := fs.String("zookeeper", os.Getenv("ZOOKEEPER_PEERS"), "ZooKeeper connection string of the group (default $ZOOKEEPER_PEERS)")
 	group := fs.String("group", "", "the consumer group to migrate")
 	to := fs.String("to", "", "the coordinator to move the group to: kafka, or zookeeper to go back")
+	protocol := fs.String("protocol", "", "with --to kafka: the group protocol to move Kafka's group to, consumer (KIP-848) or classic; report and wait for the rolling restart")
+	asJSON := fs.Bool("json", false, "with --protocol: write the final state as JSON (progress lines go to stderr)")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the instances to move, and (--to zookeeper) first for Kafka's group to settle (0: do not wait for the instances)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up when ZooKeeper or Kafka have not answered within this time")
 	af, zf := addAccessFlags(fs)
@@ -236,25 +255,59 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() > 0:
 		return usageError("unexpected argument %q", fs.Arg(0))
-	case *zookeeper == "":
-		return usageError("--zookeeper is required (or set ZOOKEEPER_PEERS)")
+	case *zookeeper == "" && (*protocol == "" || af.bootstrap == ""):
+		return usageError("--zookeeper is required (or set ZOOKEEPER_PEERS); with --protocol, --bootstrap-server alone will do for a group that Kafka coordinates")
 	case *group == "":
 		return usageError("--group NAME is required")
 	case *to != switchKafka && *to != switchZookeeper:
 		return usageError("--to must be kafka or zookeeper, got %q", *to)
+	case *protocol != "" && *protocol != GroupProtocolConsumer && *protocol != GroupProtocolClassic:
+		return usageError("--protocol must be consumer or classic, got %q", *protocol)
+	case *protocol != "" && *to == switchZookeeper:
+		return usageError("--protocol goes with --to kafka only: Kafka's group protocols are no matter of ZooKeeper's coordination (a group goes back to ZooKeeper from the classic protocol: migrate --to kafka --protocol classic first)")
+	case *asJSON && *protocol == "":
+		return usageError("--json goes with --protocol only")
 	case *timeout <= 0:
 		return usageError("--timeout must be positive, got %s", *timeout)
 	case *wait < 0:
 		return usageError("--wait must not be negative, got %s", *wait)
 	}
-	if _, _, err := parseZookeeper(*zookeeper); err != nil {
-		return usageError("%s", err)
+	if *zookeeper != "" {
+		if _, _, err := parseZookeeper(*zookeeper); err != nil {
+			return usageError("%s", err)
+		}
 	}
 	access, zkAccess, err := accesses(af, zf)
 	if err != nil {
 		return usageError("%s", err)
 	}
+	if *protocol != "" {
+		return runMigrateProtocol(*zookeeper, zkAccess, access, *timeout, migration{group: *group, to: *to, protocol: *protocol, wait: *wait}, *asJSON, stdout, stderr)
+	}
 	if err := migrateGroup(*zookeeper, zkAccess, access, *timeout, migration{group: *group, to: *to, wait: *wait, out: stdout}); err != nil {
+		fmt.Fprintf(stderr, "kafkaconsumer-groups migrate: %s\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// runMigrateProtocol runs migrate --to kafka --protocol: progress lines
+// to stdout, or with asJSON to stderr and the last status as JSON to
+// stdout (written also when the wait ran out, with "done": false).
+func runMigrateProtocol(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess, timeout time.Duration, m migration, asJSON bool, stdout, stderr io.Writer) int {
+	m.out = stdout
+	if asJSON {
+		m.out = stderr
+	}
+	st, err := migrateProtocol(zookeeper, zkAccess, access, timeout, m)
+	if asJSON && st != nil {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if encErr := enc.Encode(st); encErr != nil && err == nil {
+			err = encErr
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "kafkaconsumer-groups migrate: %s\n", err)
 		return exitError
 	}

@@ -43,13 +43,19 @@ var ErrUnsettled = errors.New("cannot tell yet")
 // migration is what migrate was asked for.
 type migration struct {
 	group string
-	to    string        // switchKafka or switchZookeeper
-	wait  time.Duration // how long to wait for the instances to move; 0: not at all
+	to    string // switchKafka or switchZookeeper
+	// protocol is --protocol: "", GroupProtocolClassic or
+	// GroupProtocolConsumer (with to switchKafka only).
+	protocol string
+	wait     time.Duration // how long to wait for the instances to move; 0: not at all
 	// settle is how long --to zookeeper waits for Kafka's group to
 	// settle before it judges the members (settledGroup): wait, which
 	// the two waits share, or --timeout with wait 0.
 	settle time.Duration
-	out    io.Writer // progress lines
+	// timeout is --timeout: the time ZooKeeper and Kafka have to answer
+	// each request.
+	timeout time.Duration
+	out     io.Writer // progress lines
 }
 
 // migrateGroup writes the group's coordinator switch after its checks,
@@ -63,24 +69,49 @@ func migrateGroup(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess
 	if m.wait <= 0 {
 		m.settle = timeout
 	}
+	m.timeout = timeout
 	return withZookeeper(zookeeper, zkAccess, timeout+m.settle, func(s *zkSession) error {
-		brokers, err := s.brokers(access)
-		if err != nil {
-			return err
-		}
-		if len(brokers) == 0 {
-			return fmt.Errorf("no Kafka brokers registered in zookeeper %s: give --bootstrap-server", zookeeper)
-		}
-		admin, err := newAdmin(brokers, access, timeout)
+		admin, k, err := s.openMigrate(access, timeout)
 		if err != nil {
 			return err
 		}
 		defer admin.Close()
+		defer k.close()
 		if m.to == switchKafka {
-			return s.migrateToKafka(admin, m)
+			return s.migrateToKafka(admin, k, m)
 		}
-		return s.migrateToZookeeper(admin, m)
+		return s.migrateToZookeeper(admin, k, m)
 	})
+}
+
+// openMigrate connects to the brokers that s.brokers finds: a sarama
+// admin, and a kafkaSession for the requests of Kafka's consumer group
+// protocol (consumerprotocol.go), whose deadline each step renews.
+func (s *zkSession) openMigrate(access kafkaAccess, timeout time.Duration) (sarama.ClusterAdmin, *kafkaSession, error) {
+	brokers, err := s.brokers(access)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(brokers) == 0 {
+		return nil, nil, fmt.Errorf("no Kafka brokers registered in zookeeper %s: give --bootstrap-server", s.zookeeper)
+	}
+	admin, err := newAdmin(brokers, access, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	timeoutMsg := fmt.Sprintf("no answer from kafka %s within %s", strings.Join(brokers, ","), timeout)
+	k, err := openKafka(brokers, access, time.Now().Add(timeout), timeoutMsg)
+	if err != nil {
+		_ = admin.Close()
+		return nil, nil, err
+	}
+	return admin, k, nil
+}
+
+// renew gives the session's requests timeout from now: a migrate that
+// waits asks Kafka again and again, each time within --timeout.
+func (k *kafkaSession) renew(timeout time.Duration) {
+	k.deadline = time.Now().Add(timeout)
 }
 
 // newAdmin connects a cluster admin to brokers.
@@ -170,7 +201,7 @@ func (s *zkSession) writeSwitch(group, value string, version int32) error {
 // migrateToKafka checks that every registered instance follows the
 // switch and that Kafka's group is Empty, writes "kafka", and waits until
 // no instance is registered and Kafka's group is Stable.
-func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error {
+func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
 	ids, err := s.children(path.Join("/consumers", m.group, "ids"))
 	if err != nil {
 		return err
@@ -199,11 +230,9 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error
 	if value == switchKafka {
 		fmt.Fprintf(m.out, "Group %s is coordinated by Kafka already.\n", m.group)
 		if len(ids) > 0 {
-			// Nothing registers while the switch says kafka but an
-			// intruder: the library's seal refuses its claims.
-			return fmt.Errorf("%w: group %s is coordinated by Kafka, but instances registered in ZooKeeper all the same (intruders; ZooKeeper refuses their claims): %s; stop them", ErrRefused, m.group, strings.Join(ids, ", "))
+			return intrudersRefusal(m.group, ids)
 		}
-		return s.awaitKafka(admin, m, time.Now())
+		return s.awaitKafka(k, m, time.Now())
 	}
 	g, err := kafkaGroup(admin, m.group)
 	if err != nil {
@@ -211,6 +240,16 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error
 	}
 	if g.State != "Empty" && g.State != "Dead" {
 		return fmt.Errorf("%w: Kafka's group %s is %s with %d members (protocol type %q): another consumer uses the group's name", ErrRefused, m.group, g.State, len(g.Members), g.ProtocolType)
+	}
+	// Kafka 4's DescribeGroups describes a group of the consumer
+	// protocol as Dead with no members: ask ConsumerGroupDescribe.
+	k.renew(m.timeout)
+	st, err := k.protocolStatus(m.group)
+	if err != nil {
+		return err
+	}
+	if len(st.Members) > 0 {
+		return fmt.Errorf("%w: Kafka's group %s is %s with %d members, a group of the consumer protocol (KIP-848): %s: another consumer uses the group's name", ErrRefused, m.group, st.KafkaState, len(st.Members), strings.Join(st.others(""), ", "))
 	}
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: no instance of group %s is registered in ZooKeeper: nothing to migrate (start the instances with Config.Coordinator = CoordinatorKafka)", ErrRefused, m.group)
@@ -220,12 +259,22 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, m migration) error
 	}
 	began := time.Now()
 	fmt.Fprintf(m.out, "Switched group %s to Kafka's group coordinator: %d instances stop their partitions, deregister and join Kafka's group.\n", m.group, len(ids))
-	return s.awaitKafka(admin, m, began)
+	return s.awaitKafka(k, m, began)
+}
+
+// intrudersRefusal is the refusal of a group whose switch says kafka
+// while instances are registered in ZooKeeper (ids, sorted): nothing
+// registers then but an intruder, whose claims the library's seal
+// refuses.
+func intrudersRefusal(group string, ids []string) error {
+	return fmt.Errorf("%w: group %s is coordinated by Kafka, but instances registered in ZooKeeper all the same (intruders; ZooKeeper refuses their claims): %s; stop them", ErrRefused, group, strings.Join(ids, ", "))
 }
 
 // awaitKafka waits, up to m.wait, until no instance is registered in
-// ZooKeeper and Kafka's group is Stable.
-func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began time.Time) error {
+// ZooKeeper and Kafka's group is Stable, of either protocol
+// (protocolStatus: once a member of the consumer protocol joined,
+// DescribeGroups describes the group as Dead with no members).
+func (s *zkSession) awaitKafka(k *kafkaSession, m migration, began time.Time) error {
 	if m.wait <= 0 {
 		return nil
 	}
@@ -237,15 +286,16 @@ func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began tim
 			return err
 		}
 		if len(ids) == 0 {
-			g, err := kafkaGroup(admin, m.group)
+			k.renew(m.timeout)
+			st, err := k.protocolStatus(m.group)
 			if err != nil {
 				return err
 			}
-			if g.State == "Stable" && len(g.Members) > 0 {
-				fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is Stable with %d members; no instance is registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, len(g.Members))
+			if st.KafkaState == kafkaStateStable && len(st.Members) > 0 {
+				fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is Stable with %d members; no instance is registered in ZooKeeper.\n", time.Since(began).Round(time.Millisecond), m.group, len(st.Members))
 				return nil
 			}
-			last = fmt.Sprintf("Kafka's group is %s with %d members", g.State, len(g.Members))
+			last = fmt.Sprintf("Kafka's group is %s with %d members", st.KafkaState, len(st.Members))
 		} else {
 			sort.Strings(ids)
 			last = "still registered in ZooKeeper: " + strings.Join(ids, ", ")
@@ -258,12 +308,13 @@ func (s *zkSession) awaitKafka(admin sarama.ClusterAdmin, m migration, began tim
 }
 
 // migrateToZookeeper checks that every member of Kafka's group follows
-// the switch, writes "zookeeper", and waits until Kafka's group is Empty
+// the switch (a group of the consumer protocol with members is refused:
+// those members run without ZooKeeper), writes "zookeeper", and waits until Kafka's group is Empty
 // and as many instances are registered in ZooKeeper as it had members.
 // A group that rebalances is judged once it settled (settledGroup,
 // within m.settle); the waits for that and for the members to move share
 // m.wait.
-func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) error {
+func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
 	began := time.Now()
 	deadline := began.Add(m.wait)
 	value, version, err := s.readSwitch(m.group)
@@ -277,6 +328,16 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, m migration) e
 	g, err := settledGroup(admin, m, began.Add(m.settle))
 	if err != nil {
 		return err
+	}
+	// Kafka 4's DescribeGroups describes a group of the consumer
+	// protocol as Dead with no members: ask ConsumerGroupDescribe.
+	k.renew(m.timeout)
+	st, err := k.protocolStatus(m.group)
+	if err != nil {
+		return err
+	}
+	if st.GroupProtocol == GroupProtocolConsumer && len(st.Members) > 0 {
+		return consumerProtocolRefusal(st)
 	}
 	var refused []string
 	for id, member := range g.Members {
