@@ -33,7 +33,7 @@ const (
 	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
 	DefaultMaxPendingAcks = 16384
 	// DefaultMaxBufferedBytes is the MaxBufferedBytes of NewConfig.
-	DefaultMaxBufferedBytes = 16 << 20
+	DefaultMaxBufferedBytes = 8 << 20
 
 	// DefaultDiscoveryInterval is the DiscoveryInterval of NewConfig.
 	DefaultDiscoveryInterval = 5 * time.Second
