@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // defaultWorkloads run when -workloads is not given; allWorkloads are
@@ -59,6 +61,9 @@ type options struct {
 
 	scaleInstances, scalePartitions []int
 
+	// cluster is -cluster: what cluster to start when none is given.
+	cluster clusterKind
+
 	jsonOut, pngOut, mdOut string
 	profileDir             string
 	maxBufferedBytes       int64
@@ -73,11 +78,13 @@ func main() {
 	var (
 		o                     options
 		workloads, contenders string
+		clusterFlag           string
 		messages              int64
 	)
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
 	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) runs only when named")
-	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated); sarama-fanin, a diagnostic, runs only when named")
+	flag.StringVar(&contenders, "contenders", "", "contenders to run (comma-separated; default "+strings.Join(allContenders, ",")+", and "+strings.Join(consumerProtocolContenders, ",")+" when the brokers serve the consumer group protocol); sarama-fanin, a diagnostic, runs only when named")
+	flag.StringVar(&clusterFlag, "cluster", "zookeeper", "the cluster to start when ZOOKEEPER_PEERS or KAFKA_PEERS is unset: zookeeper (Kafka "+testcluster.DefaultKafkaVersion+" on ZooKeeper), zookeeper-<version>, or kraft-<version> (KRaft brokers of that release, e.g. kraft-4.4.0, and a ZooKeeper for kafkaconsumer's own groups); from Kafka 4.0 the brokers' consumer-protocol session timeout is -session-timeout and their heartbeat interval a third of it")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
@@ -108,6 +115,9 @@ func main() {
 	}
 	o.workloads = splitPeers(workloads)
 	o.contenders = splitPeers(contenders)
+	if o.cluster, err = parseClusterKind(clusterFlag); err != nil {
+		log.Fatal(err)
+	}
 	for _, w := range o.workloads {
 		if !slices.Contains(allWorkloads, w) {
 			log.Fatalf("unknown workload %q", w)
@@ -122,9 +132,21 @@ func main() {
 		log.Fatal("-runs must be at least 1")
 	}
 
-	cl, err := openCluster()
+	cl, err := openCluster(o.cluster, &o)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if len(o.contenders) == 0 {
+		o.contenders = slices.Clone(allContenders)
+		if cl.consumerProtocol {
+			o.contenders = append(o.contenders, consumerProtocolContenders...)
+		}
+	}
+	for _, c := range o.contenders {
+		if slices.Contains(consumerProtocolContenders, c) && !cl.consumerProtocol {
+			cl.close()
+			log.Fatalf("contender %s needs brokers that serve the consumer group protocol (Kafka 4.0 or later, KRaft): e.g. -cluster kraft-4.4.0", c)
+		}
 	}
 	res, err := runAll(cl, &o)
 	cl.close()
@@ -413,17 +435,17 @@ func machine(cl *cluster, o *options) meta {
 		Date:        time.Now().UTC().Format(time.RFC3339),
 		GoVersion:   runtime.Version(),
 		CPUs:        runtime.NumCPU(),
-		Cluster:     "given (ZOOKEEPER_PEERS, KAFKA_PEERS)",
+		Cluster:     cl.describe,
 		Runs:        o.runs,
 		Args:        os.Args[1:],
 		ZKTimeout:   o.sessionTimeout.String(),
 		RebalanceHz: o.rebalanceRate,
 	}
-	if cl.started != nil {
-		m.Cluster = "started by internal/testcluster (1 ZooKeeper, 1 broker)"
-	}
 	session, heartbeat := groupTimeouts(cl, o)
 	m.GroupSession, m.GroupHeartbeat = session.String(), heartbeat.String()
+	if cl.consumerProtocol {
+		m.ConsumerSession, m.ConsumerHeartbeat = cl.consumerSession.String(), cl.consumerHeartbeat.String()
+	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
