@@ -302,6 +302,10 @@ func (c *cluster) fill(topic string, partitions int32, n int64, size int) error 
 	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
 	cfg.Producer.Flush.Messages = 1000
 	cfg.Producer.RequiredAcks = sarama.WaitForLocal
+	// A KRaft broker may refuse a topic just created (NOT_LEADER) for a
+	// moment after its metadata named the leader: retry for a while.
+	cfg.Producer.Retry.Max = 20
+	cfg.Producer.Retry.Backoff = 250 * time.Millisecond
 	producer, err := sarama.NewAsyncProducer(c.brokers, cfg)
 	if err != nil {
 		return err
