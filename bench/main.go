@@ -1,14 +1,18 @@
 // Command bench measures kafkaconsumer (coordinated by ZooKeeper, and by
-// Kafka's group coordinator: kafkaconsumer-kafka) against its peers: raw
-// sarama partition consumers (the ceiling: no group, no marks), sarama's
-// ConsumerGroup, and franz-go's group consumer, on four workloads:
-// throughput with one instance, throughput with four instances, rebalance
-// latency under a steady produce rate (join, graceful leave, kill), and
-// start-up with 1,000 partitions.
+// Kafka's group coordinator: kafkaconsumer-kafka, and on the consumer
+// group protocol of KIP-848: kafkaconsumer-kafka848) against its peers:
+// raw sarama partition consumers (the ceiling: no group, no marks),
+// sarama's ConsumerGroup, and franz-go's group consumer (franz-go-848 on
+// the consumer group protocol), on these workloads: throughput with one
+// instance, throughput with four instances, rebalance latency under a
+// steady produce rate (join, graceful leave, kill, rolling restart),
+// start-up with 1,000 partitions, and a mass move of 500 partitions.
 //
 // It runs against the cluster named by ZOOKEEPER_PEERS and KAFKA_PEERS, or
-// starts one with internal/testcluster when they are unset. It prints
-// Markdown tables, and writes the figures as JSON and a chart as PNG.
+// starts one with internal/testcluster when they are unset (-cluster: on
+// ZooKeeper, or KRaft, e.g. kraft-4.4.0 for the consumer group protocol).
+// It prints Markdown tables, and writes the figures as JSON and a chart
+// as PNG.
 //
 //	cd bench && go run . [flags]
 package main
