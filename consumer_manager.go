@@ -47,6 +47,9 @@ type testHooks struct {
 	// readingMetadata runs on the manager goroutine before each of its
 	// reads of Kafka's metadata (watchMetadata), not the poller's.
 	readingMetadata func()
+	// consumerHeartbeat runs before each ConsumerGroupHeartbeat of a
+	// GroupProtocolConsumer member.
+	consumerHeartbeat func()
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the

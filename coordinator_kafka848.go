@@ -304,6 +304,9 @@ func partitionTopics(partitions kazoo.PartitionList) []string {
 // (the broker takes them whether or not they changed).
 func (k *kafkaCoordinator) heartbeatConsumer(ctx context.Context, m groupMember) (*kmsg.ConsumerGroupHeartbeatResponse, error) {
 	cm, c := k.cm, k.consumer
+	if h := cm.hooks; h != nil && h.consumerHeartbeat != nil {
+		h.consumerHeartbeat()
+	}
 	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 	req.Group = cm.group
 	req.MemberID = m.id
@@ -358,6 +361,13 @@ func (k *kafkaCoordinator) takeHeartbeat(resp *kmsg.ConsumerGroupHeartbeatRespon
 		for _, t := range a.Topics {
 			pending[t.TopicID] = append(pending[t.TopicID], t.Partitions...)
 		}
+		if c.pending == nil && k.holds(pending) {
+			// The broker repeats the assignment in its answer to every
+			// heartbeat that carries the subscription and the owned
+			// partitions: one the member holds already needs no
+			// reconciling, nor the heartbeat at once that follows one.
+			return true
+		}
 		c.pending = pending
 		if c.revoking.IsZero() && k.revokes(pending) {
 			c.revoking = sent
@@ -365,6 +375,31 @@ func (k *kafkaCoordinator) takeHeartbeat(resp *kmsg.ConsumerGroupHeartbeatRespon
 		poke(c.assignments)
 	}
 	return true
+}
+
+// holds reports whether this member owns exactly the partitions of the
+// assignment a. c.mu is held.
+func (k *kafkaCoordinator) holds(a map[[16]byte][]int32) bool {
+	c := k.consumer
+	owned := map[[16]byte][]int32{}
+	for topic, partitions := range k.ownedPartitions() {
+		id, ok := c.ids[topic]
+		if !ok {
+			return false
+		}
+		owned[id] = partitions // sorted
+	}
+	for id, partitions := range a {
+		if len(partitions) == 0 {
+			continue
+		}
+		sorted := slices.Sorted(slices.Values(partitions))
+		if !slices.Equal(sorted, owned[id]) {
+			return false
+		}
+		delete(owned, id)
+	}
+	return len(owned) == 0
 }
 
 // revokes reports whether the assignment a leaves out a partition this

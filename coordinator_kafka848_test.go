@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -496,4 +497,34 @@ func TestIntegrationConsumerProtocolStaleEpochCommitRetried(t *testing.T) {
 		t.Errorf("partition 0 committed at %d, want 3, the retried commit's", got[0])
 	}
 	colA.close(t)
+}
+
+// TestIntegrationConsumerProtocolHeartbeatPace: a member whose assignment
+// does not change heartbeats at its interval, not again at once after
+// each answer (the broker repeats the assignment in every answer to a
+// heartbeat that carries the subscription and the owned partitions).
+func TestIntegrationConsumerProtocolHeartbeatPace(t *testing.T) {
+	consumerProtocolTest(t)
+	topic := newTopic(t, 4)
+	group := uniqueName("kip848-pace")
+	var heartbeats atomic.Int64
+	config := consumerTestConfig()
+	interval := config.Consumer.Group.Heartbeat.Interval
+	c, err := joinWithHooks(group, TopicSubscription(topic), "", config, &testHooks{consumerHeartbeat: func() { heartbeats.Add(1) }})
+	if err != nil {
+		t.Fatalf("Join(%s) = %s", group, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	waitFor(t, 30*time.Second, "the member to own the 4 partitions", func() bool { return len(c.Stats()) == 4 })
+
+	const watched = 3 * time.Second
+	before := heartbeats.Load()
+	began := time.Now()
+	time.Sleep(watched) // the span counted over, not a wait for a condition
+	sent := heartbeats.Load() - before
+	elapsed := time.Since(began)
+	if most := int64(elapsed/interval) + 3; sent > most {
+		t.Errorf("a stable member sent %d heartbeats in %s, want at most %d (one per %s)", sent, elapsed.Round(time.Millisecond), most, interval)
+	}
+	t.Logf("%d heartbeats in %s (interval %s)", sent, elapsed.Round(time.Millisecond), interval)
 }

@@ -25,22 +25,76 @@ type cluster struct {
 	admin     sarama.ClusterAdmin
 	// minSession is the broker's group.min.session.timeout.ms.
 	minSession time.Duration
+	// consumerProtocol tells whether the brokers serve the consumer group
+	// protocol (KIP-848: ConsumerGroupHeartbeat); consumerSession and
+	// consumerHeartbeat are then their group.consumer.session.timeout.ms
+	// and group.consumer.heartbeat.interval.ms, which the broker imposes
+	// on every member of such a group.
+	consumerProtocol                   bool
+	consumerSession, consumerHeartbeat time.Duration
+	// describe says what the cluster is, for the results.
+	describe string
 }
 
-func openCluster() (*cluster, error) {
+// clusterKind is what -cluster asks for: the mode of testcluster and the
+// Kafka release.
+type clusterKind struct {
+	mode, version string
+}
+
+// parseClusterKind parses -cluster: "zookeeper" (the default release on
+// ZooKeeper), "zookeeper-<version>" or "kraft-<version>".
+func parseClusterKind(s string) (clusterKind, error) {
+	mode, version, _ := strings.Cut(s, "-")
+	switch mode {
+	case testcluster.ModeZooKeeper, testcluster.ModeKRaft:
+	default:
+		return clusterKind{}, fmt.Errorf("-cluster %q: want zookeeper, zookeeper-<version> or kraft-<version>", s)
+	}
+	if version == "" {
+		if mode == testcluster.ModeKRaft {
+			return clusterKind{}, fmt.Errorf("-cluster %q: name the Kafka release, e.g. kraft-4.4.0", s)
+		}
+		version = testcluster.DefaultKafkaVersion
+	}
+	if _, err := sarama.ParseKafkaVersion(version); err != nil {
+		return clusterKind{}, fmt.Errorf("-cluster %q: %w", s, err)
+	}
+	return clusterKind{mode: mode, version: version}, nil
+}
+
+// openCluster connects to the cluster of ZOOKEEPER_PEERS and KAFKA_PEERS,
+// or starts one of kind when they are unset.
+func openCluster(kind clusterKind, o *options) (*cluster, error) {
 	c := &cluster{
 		zookeeper: os.Getenv("ZOOKEEPER_PEERS"),
 		brokers:   splitPeers(os.Getenv("KAFKA_PEERS")),
+		describe:  "given (ZOOKEEPER_PEERS, KAFKA_PEERS)",
 	}
 	if c.zookeeper == "" || len(c.brokers) == 0 {
-		log.Printf("ZOOKEEPER_PEERS or KAFKA_PEERS unset: starting a cluster (1 ZooKeeper, 1 broker) with testcluster")
+		log.Printf("ZOOKEEPER_PEERS or KAFKA_PEERS unset: starting a cluster (1 ZooKeeper, 1 broker, %s, Kafka %s) with testcluster", kind.mode, kind.version)
+		// Let the Kafka-coordinated groups use the same session timeout
+		// as kafkaconsumer's ZooKeeper session (the broker's default
+		// minimum is 6 s).
+		brokerConfig := map[string]string{"group.min.session.timeout.ms": "1000"}
+		if v, _ := sarama.ParseKafkaVersion(kind.version); v.IsAtLeast(sarama.V4_0_0_0) {
+			// The consumer protocol's session timeout and heartbeat
+			// interval are the broker's (45 s and 5 s by default, and
+			// no less than its minimums): give its groups the classic
+			// groups' (groupTimeouts).
+			session, heartbeat := max(o.sessionTimeout, time.Second), max(o.sessionTimeout, time.Second)/3
+			ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+			brokerConfig["group.consumer.min.session.timeout.ms"] = ms(session)
+			brokerConfig["group.consumer.session.timeout.ms"] = ms(session)
+			brokerConfig["group.consumer.min.heartbeat.interval.ms"] = ms(heartbeat)
+			brokerConfig["group.consumer.heartbeat.interval.ms"] = ms(heartbeat)
+		}
 		tc, err := testcluster.Start(testcluster.Options{
-			ZooKeepers: 1,
-			Brokers:    1,
-			// Let the Kafka-coordinated groups use the same session
-			// timeout as kafkaconsumer's ZooKeeper session (the broker's
-			// default minimum is 6 s).
-			BrokerConfig: map[string]string{"group.min.session.timeout.ms": "1000"},
+			ZooKeepers:   1,
+			Brokers:      1,
+			Mode:         kind.mode,
+			KafkaVersion: kind.version,
+			BrokerConfig: brokerConfig,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("start test cluster: %w", err)
@@ -48,6 +102,7 @@ func openCluster() (*cluster, error) {
 		c.started = tc
 		c.zookeeper = tc.ZookeeperPeers()
 		c.brokers = tc.KafkaPeers()
+		c.describe = fmt.Sprintf("started by internal/testcluster (1 ZooKeeper, 1 broker; %s, Kafka %s)", tc.Mode(), tc.KafkaVersion())
 	}
 	cfg := sarama.NewConfig()
 	var err error
@@ -71,12 +126,14 @@ func openCluster() (*cluster, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	c.minSession = 6 * time.Second // Kafka's default
+	// Kafka's defaults.
+	c.minSession = 6 * time.Second
+	c.consumerSession, c.consumerHeartbeat = 45*time.Second, 5*time.Second
 	if bs := c.client.Brokers(); len(bs) > 0 {
 		results, err := c.admin.DescribeConfigs([]*sarama.ConfigResource{{
 			Type:        sarama.BrokerResource,
 			Name:        strconv.Itoa(int(bs[0].ID())),
-			ConfigNames: []string{"group.min.session.timeout.ms"},
+			ConfigNames: []string{"group.min.session.timeout.ms", "group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms"},
 		}}, sarama.DescribeConfigsOptions{})
 		if err == nil && len(results) == 1 && results[0].ErrorCode != sarama.ErrNoError {
 			err = results[0].ErrorCode
@@ -84,16 +141,48 @@ func openCluster() (*cluster, error) {
 		if err == nil {
 			for _, r := range results {
 				for _, e := range r.Configs {
-					if ms, err := strconv.Atoi(e.Value); err == nil && e.Name == "group.min.session.timeout.ms" {
-						c.minSession = time.Duration(ms) * time.Millisecond
+					ms, err := strconv.Atoi(e.Value)
+					if err != nil {
+						continue
+					}
+					d := time.Duration(ms) * time.Millisecond
+					switch e.Name {
+					case "group.min.session.timeout.ms":
+						c.minSession = d
+					case "group.consumer.session.timeout.ms":
+						c.consumerSession = d
+					case "group.consumer.heartbeat.interval.ms":
+						c.consumerHeartbeat = d
 					}
 				}
 			}
 		} else {
-			log.Printf("describe broker config: %v (assuming group.min.session.timeout.ms=6000)", err)
+			log.Printf("describe broker config: %v (assuming Kafka's defaults: group.min.session.timeout.ms=6000, group.consumer.session.timeout.ms=45000)", err)
 		}
+		if err := bs[0].Open(c.client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+			log.Printf("connect to broker %d: %v", bs[0].ID(), err)
+		}
+		c.consumerProtocol = servesConsumerProtocol(bs[0])
 	}
 	return c, nil
+}
+
+// servesConsumerProtocol tells whether the broker serves
+// ConsumerGroupHeartbeat (API key 68) from version 1 on, the version the
+// consumer protocol's clients ask for (Kafka 4.0).
+func servesConsumerProtocol(b *sarama.Broker) bool {
+	const consumerGroupHeartbeat = 68
+	resp, err := b.ApiVersions(&sarama.ApiVersionsRequest{Version: 3, ClientSoftwareName: "kafkaconsumer-bench", ClientSoftwareVersion: "0"})
+	if err != nil {
+		log.Printf("ApiVersions: %v (assuming no consumer group protocol)", err)
+		return false
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == consumerGroupHeartbeat {
+			return k.MaxVersion >= 1
+		}
+	}
+	return false
 }
 
 func splitPeers(s string) []string {
@@ -213,6 +302,10 @@ func (c *cluster) fill(topic string, partitions int32, n int64, size int) error 
 	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
 	cfg.Producer.Flush.Messages = 1000
 	cfg.Producer.RequiredAcks = sarama.WaitForLocal
+	// A KRaft broker may refuse a topic just created (NOT_LEADER) for a
+	// moment after its metadata named the leader: retry for a while.
+	cfg.Producer.Retry.Max = 20
+	cfg.Producer.Retry.Backoff = 250 * time.Millisecond
 	producer, err := sarama.NewAsyncProducer(c.brokers, cfg)
 	if err != nil {
 		return err

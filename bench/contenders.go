@@ -36,6 +36,13 @@ const (
 	// when named in -contenders: the cost of durable acks is their ratio.
 	kafkaConsumerShuffled = "kafkaconsumer-shuffled"
 	kafkaConsumerDurable  = "kafkaconsumer-durable"
+	// kafkaConsumerKafka848 is kafkaconsumer-kafka on the consumer group
+	// protocol (Config.GroupProtocol GroupProtocolConsumer, KIP-848), and
+	// franzGo848 franz-go on it (kgo.ServerSideBalancer, its opt-in):
+	// the broker assigns (uniform) and imposes its session timeout and
+	// heartbeat interval. They need brokers of Kafka 4.0 or later.
+	kafkaConsumerKafka848 = "kafkaconsumer-kafka848"
+	franzGo848            = "franz-go-848"
 )
 
 // shuffleWindow is the most messages that kafkaconsumer-shuffled and
@@ -56,15 +63,19 @@ const rawFanIn = "sarama-fanin"
 var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch,
 	process16, process64, process256}
 
+// consumerProtocolContenders are those on the consumer group protocol,
+// run by default when the brokers serve it.
+var consumerProtocolContenders = []string{franzGo848, kafkaConsumerKafka848}
+
 // tableOrder is the order of the table rows.
-var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
+var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}
 
 // throughputOrder is the order of the throughput tables' rows: the batch
 // contender runs there only.
 var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch, kafkaConsumerShuffled, kafkaConsumerDurable)
 
 // groupContenders are those that coordinate a group (workload 3).
-var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka}
+var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}
 
 // handler receives every consumed message, after it was acked or marked. It
 // is called from the contender's consuming goroutines, possibly many at once.
@@ -92,13 +103,17 @@ func startInstance(spec *childSpec, share int, h handler) (instance, error) {
 	case saramaGroup:
 		return startSaramaGroup(spec, h)
 	case franzGo:
-		return startFranz(spec, h)
+		return startFranz(spec, h, false)
+	case franzGo848:
+		return startFranz(spec, h, true)
 	case kafkaConsumer:
 		return startOurs(spec, h)
 	case kafkaConsumerBatch:
 		return startOursBatches(spec, h)
 	case kafkaConsumerKafka:
 		return startOursWith(spec, h, 0, true)
+	case kafkaConsumerKafka848:
+		return startOursKafka848(spec, h)
 	case kafkaConsumerShuffled:
 		return startOursShuffled(spec, h, false)
 	case kafkaConsumerDurable:
@@ -308,7 +323,7 @@ func (s *saramaGroupInstance) Close() error {
 }
 
 // --- franz-go: kgo consumer group, MarkCommitRecords per record with
-// AutoCommitMarks.
+// AutoCommitMarks; franz-go-848 the same on the consumer group protocol.
 
 type franzInstance struct {
 	cl     *kgo.Client
@@ -316,12 +331,15 @@ type franzInstance struct {
 	done   chan struct{} // closed when the poll loop ends
 }
 
-func startFranz(spec *childSpec, h handler) (instance, error) {
+// startFranz starts franz-go, on the consumer group protocol when
+// consumer (kgo.ServerSideBalancer with its default balancer, cooperative
+// sticky, whose server-side assignor is uniform).
+func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 	start := kgo.NewOffset().AtStart()
 	if spec.Newest {
 		start = kgo.NewOffset().AtEnd()
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(spec.Brokers...),
 		kgo.ConsumerGroup(spec.Group),
 		kgo.ConsumeTopics(spec.Topics...),
@@ -330,7 +348,14 @@ func startFranz(spec *childSpec, h handler) (instance, error) {
 		kgo.AutoCommitInterval(time.Second), // sarama's and ours; franz-go's default is 5 s
 		kgo.SessionTimeout(spec.GroupSession),
 		kgo.HeartbeatInterval(spec.GroupHeartbeat),
-	)
+	}
+	if consumer {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	if spec.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(spec.InstanceID))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -381,6 +406,12 @@ func startOursBatches(spec *childSpec, h handler) (instance, error) {
 // messages when batch > 0, and coordinated by Kafka (CoordinatorKafka)
 // when kafka is set.
 func startOursWith(spec *childSpec, h handler, batch int, kafka bool) (instance, error) {
+	return startOursConfigured(spec, h, batch, kafka, nil)
+}
+
+// startOursConfigured is startOursWith, with configure (if not nil)
+// changing the configuration last.
+func startOursConfigured(spec *childSpec, h handler, batch int, kafka bool, configure func(*kafkaconsumer.Config)) (instance, error) {
 	cfg := kafkaconsumer.NewConfig()
 	cfg.Offsets.Initial = saramaInitial(spec)
 	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
@@ -395,7 +426,16 @@ func startOursWith(spec *childSpec, h handler, batch int, kafka bool) (instance,
 		cfg.Brokers = spec.Brokers
 		cfg.Consumer.Group.Session.Timeout = spec.GroupSession
 		cfg.Consumer.Group.Heartbeat.Interval = spec.GroupHeartbeat
+		if spec.InstanceID != "" {
+			// Static membership: the coordinator keeps the partitions
+			// for the session timeout (RestartGrace is ZooKeeper's).
+			cfg.Version = sarama.V2_4_0_0
+			cfg.RestartGrace = 0
+		}
 		zookeeper = ""
+	}
+	if configure != nil {
+		configure(cfg)
 	}
 	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
 	if err != nil {
@@ -424,6 +464,17 @@ func startOursWith(spec *childSpec, h handler, batch int, kafka bool) (instance,
 		}
 	}()
 	return o, nil
+}
+
+// startOursKafka848 starts kafkaconsumer-kafka848: kafkaconsumer-kafka on
+// the consumer group protocol, with the broker's default assignor
+// (uniform). Its Consumer.Group.Session.Timeout, which sets when a member
+// cut off fences itself, is the groups' (the brokers' own, as the bench's
+// KRaft cluster sets it).
+func startOursKafka848(spec *childSpec, h handler) (instance, error) {
+	return startOursConfigured(spec, h, 0, true, func(cfg *kafkaconsumer.Config) {
+		cfg.GroupProtocol = kafkaconsumer.GroupProtocolConsumer
+	})
 }
 
 // startOursShuffled starts kafkaconsumer acking in a shuffled order: it

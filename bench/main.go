@@ -1,17 +1,22 @@
 // Command bench measures kafkaconsumer (coordinated by ZooKeeper, and by
-// Kafka's group coordinator: kafkaconsumer-kafka) against its peers: raw
-// sarama partition consumers (the ceiling: no group, no marks), sarama's
-// ConsumerGroup, and franz-go's group consumer, on these workloads by
-// default: throughput with one instance, throughput with four instances,
-// rebalance latency under a steady produce rate (join, graceful leave,
-// kill), start-up with 1,000 partitions, and a mass move. Two more run
-// only when named in -workloads: the scale sweep, and the processing
-// workload (a handler that waits for an I/O call on every message:
-// package process by key against the peers' goroutine per partition).
+// Kafka's group coordinator: kafkaconsumer-kafka, and on the consumer
+// group protocol of KIP-848: kafkaconsumer-kafka848) against its peers:
+// raw sarama partition consumers (the ceiling: no group, no marks),
+// sarama's ConsumerGroup, and franz-go's group consumer (franz-go-848 on
+// the consumer group protocol), on these workloads by default: throughput
+// with one instance, throughput with four instances, rebalance latency
+// under a steady produce rate (join, graceful leave, kill, rolling
+// restart), start-up with 1,000 partitions, and a mass move of 500
+// partitions. Two more run only when named in -workloads: the scale
+// sweep, and the processing workload (a handler that waits for an I/O
+// call on every message: package process by key against the peers'
+// goroutine per partition).
 //
 // It runs against the cluster named by ZOOKEEPER_PEERS and KAFKA_PEERS, or
-// starts one with internal/testcluster when they are unset. It prints
-// Markdown tables, and writes the figures as JSON and a chart as PNG.
+// starts one with internal/testcluster when they are unset (-cluster: on
+// ZooKeeper, or KRaft, e.g. kraft-4.4.0 for the consumer group protocol).
+// It prints Markdown tables, and writes the figures as JSON and a chart
+// as PNG.
 //
 //	cd bench && go run . [flags]
 package main
@@ -30,6 +35,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // defaultWorkloads run when -workloads is not given; allWorkloads are
@@ -65,6 +72,8 @@ type options struct {
 	processingMessages int64
 	processingKeys     int
 	work               time.Duration
+	// cluster is -cluster: what cluster to start when none is given.
+	cluster clusterKind
 
 	jsonOut, pngOut, mdOut string
 	profileDir             string
@@ -80,11 +89,13 @@ func main() {
 	var (
 		o                     options
 		workloads, contenders string
+		clusterFlag           string
 		messages              int64
 	)
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; figures are medians")
 	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) and the processing workload (processing) run only when named")
-	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run (comma-separated); sarama-fanin, a diagnostic, runs only when named")
+	flag.StringVar(&contenders, "contenders", "", "contenders to run (comma-separated; default "+strings.Join(allContenders, ",")+", and "+strings.Join(consumerProtocolContenders, ",")+" when the brokers serve the consumer group protocol); sarama-fanin, a diagnostic, runs only when named")
+	flag.StringVar(&clusterFlag, "cluster", "zookeeper", "the cluster to start when ZOOKEEPER_PEERS or KAFKA_PEERS is unset: zookeeper (Kafka "+testcluster.DefaultKafkaVersion+" on ZooKeeper), zookeeper-<version>, or kraft-<version> (KRaft brokers of that release, e.g. kraft-4.4.0, and a ZooKeeper for kafkaconsumer's own groups); from Kafka 4.0 the brokers' consumer-protocol session timeout is -session-timeout and their heartbeat interval a third of it")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
@@ -118,6 +129,9 @@ func main() {
 	}
 	o.workloads = splitPeers(workloads)
 	o.contenders = splitPeers(contenders)
+	if o.cluster, err = parseClusterKind(clusterFlag); err != nil {
+		log.Fatal(err)
+	}
 	for _, w := range o.workloads {
 		if !slices.Contains(allWorkloads, w) {
 			log.Fatalf("unknown workload %q", w)
@@ -135,9 +149,21 @@ func main() {
 		log.Fatal("-runs must be at least 1")
 	}
 
-	cl, err := openCluster()
+	cl, err := openCluster(o.cluster, &o)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if len(o.contenders) == 0 {
+		o.contenders = slices.Clone(allContenders)
+		if cl.consumerProtocol {
+			o.contenders = append(o.contenders, consumerProtocolContenders...)
+		}
+	}
+	for _, c := range o.contenders {
+		if slices.Contains(consumerProtocolContenders, c) && !cl.consumerProtocol {
+			cl.close()
+			log.Fatalf("contender %s needs brokers that serve the consumer group protocol (Kafka 4.0 or later, KRaft): e.g. -cluster kraft-4.4.0", c)
+		}
 	}
 	res, err := runAll(cl, &o)
 	cl.close()
@@ -428,17 +454,17 @@ func machine(cl *cluster, o *options) meta {
 		Date:        time.Now().UTC().Format(time.RFC3339),
 		GoVersion:   runtime.Version(),
 		CPUs:        runtime.NumCPU(),
-		Cluster:     "given (ZOOKEEPER_PEERS, KAFKA_PEERS)",
+		Cluster:     cl.describe,
 		Runs:        o.runs,
 		Args:        os.Args[1:],
 		ZKTimeout:   o.sessionTimeout.String(),
 		RebalanceHz: o.rebalanceRate,
 	}
-	if cl.started != nil {
-		m.Cluster = "started by internal/testcluster (1 ZooKeeper, 1 broker)"
-	}
 	session, heartbeat := groupTimeouts(cl, o)
 	m.GroupSession, m.GroupHeartbeat = session.String(), heartbeat.String()
+	if cl.consumerProtocol {
+		m.ConsumerSession, m.ConsumerHeartbeat = cl.consumerSession.String(), cl.consumerHeartbeat.String()
+	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

@@ -55,7 +55,6 @@ func runMassMove(cl *cluster, o *options) (*massMoveTable, error) {
 				run+1, c, e.Recovery, e.NewOwner, e.LastDelayed, e.Moved, e.Duplicates, e.Lost, e.Phase, map[bool]string{true: " TIMED OUT"}[e.TimedOut])
 		}
 	}
-	session, _ := groupTimeouts(cl, o)
 	for _, c := range cs {
 		rs := byContender[c]
 		pick := func(f func(eventResult) float64) float64 {
@@ -67,7 +66,7 @@ func runMassMove(cl *cluster, o *options) (*massMoveTable, error) {
 		}
 		row := massMoveRow{
 			Contender:      c,
-			SessionTimeout: session.String(),
+			SessionTimeout: sessionLabel(cl, o, c),
 			Recovery:       pick(func(r eventResult) float64 { return r.Recovery }),
 			NewOwner:       pick(func(r eventResult) float64 { return r.NewOwner }),
 			LastDelayed:    pick(func(r eventResult) float64 { return r.LastDelayed }),
@@ -75,9 +74,6 @@ func runMassMove(cl *cluster, o *options) (*massMoveTable, error) {
 			Duplicates:     pick(func(r eventResult) float64 { return float64(r.Duplicates) }),
 			Lost:           pick(func(r eventResult) float64 { return float64(r.Lost) }),
 			Runs:           rs,
-		}
-		if c == kafkaConsumer {
-			row.SessionTimeout = o.sessionTimeout.String() + " (ZooKeeper)"
 		}
 		table.Rows = append(table.Rows, row)
 	}

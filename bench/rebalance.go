@@ -125,12 +125,8 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 			}
 		}
 	}
-	session, _ := groupTimeouts(cl, o)
 	for _, c := range cs {
-		row := rebalanceRow{Contender: c, Runs: byContender[c], Events: map[string]eventFigures{}, SessionTimeout: session.String()}
-		if c == kafkaConsumer {
-			row.SessionTimeout = o.sessionTimeout.String() + " (ZooKeeper)"
-		}
+		row := rebalanceRow{Contender: c, Runs: byContender[c], Events: map[string]eventFigures{}, SessionTimeout: sessionLabel(cl, o, c)}
 		for _, ev := range events {
 			var rec, dup, lost []float64
 			for _, r := range byContender[c] {
@@ -142,20 +138,29 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 		}
 		table.Rows = append(table.Rows, row)
 	}
-	if slices.Contains(cs, kafkaConsumer) && o.rollingGrace > 0 {
+	for _, c := range cs {
+		if o.rollingGrace <= 0 {
+			break
+		}
 		for _, static := range []bool{false, true} {
-			row := rollingRow{Contender: kafkaConsumer, InstanceID: static, RestartGrace: "0s"}
-			if static {
-				row.RestartGrace = o.rollingGrace.String()
+			if static && !slices.Contains(staticContenders, c) {
+				continue
+			}
+			row := rollingRow{Contender: c, InstanceID: static, RestartGrace: "-"}
+			if c == kafkaConsumer {
+				row.RestartGrace = "0s"
+				if static {
+					row.RestartGrace = o.rollingGrace.String()
+				}
 			}
 			var moves, dup, lost, lag, secs []float64
 			for run := range o.runs {
-				r, err := rollingRun(cl, o, static, run, sc)
+				r, err := rollingRun(cl, o, c, static, run, sc)
 				if err != nil {
-					return nil, fmt.Errorf("rolling restart (InstanceID %t) run %d: %w", static, run+1, err)
+					return nil, fmt.Errorf("rolling restart of %s (InstanceID %t) run %d: %w", c, static, run+1, err)
 				}
-				log.Printf("rolling restart run %d InstanceID %-5t moves %3d dup %5d lost %d lag peak %.2fs rollout %.1fs%s",
-					run+1, static, r.Moves, r.Duplicates, r.Lost, r.LagPeak, r.Seconds, map[bool]string{true: " TIMED OUT"}[r.TimedOut])
+				log.Printf("rolling restart run %d %-14s InstanceID %-5t moves %3d dup %5d lost %d lag peak %.2fs rollout %.1fs%s",
+					run+1, c, static, r.Moves, r.Duplicates, r.Lost, r.LagPeak, r.Seconds, map[bool]string{true: " TIMED OUT"}[r.TimedOut])
 				row.Runs = append(row.Runs, r)
 				moves, dup, lost = append(moves, float64(r.Moves)), append(dup, float64(r.Duplicates)), append(lost, float64(r.Lost))
 				lag, secs = append(lag, r.LagPeak), append(secs, r.Seconds)
@@ -168,12 +173,43 @@ func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
 	return table, nil
 }
 
-// rollingRun is a rolling restart of sc.initial instances of kafkaconsumer
-// (ZooKeeper-coordinated) under the steady produce rate: each in turn is
-// closed and started again (with the same Config.InstanceID when static,
-// and Config.RestartGrace o.rollingGrace), the next once the group is
-// stable again. It measures the whole rollout.
-func rollingRun(cl *cluster, o *options, static bool, run int, sc scenario) (rollingResult, error) {
+// staticContenders are the group contenders whose rolling restart runs
+// with static membership too: kafkaconsumer with Config.InstanceID and
+// Config.RestartGrace, the Kafka-coordinated ones with their group
+// instance ID (the coordinator keeps the partitions for the session
+// timeout).
+var staticContenders = []string{kafkaConsumer, kafkaConsumerKafka, kafkaConsumerKafka848, franzGo, franzGo848}
+
+// sessionLabel is the session timeout of contender c, for the tables.
+func sessionLabel(cl *cluster, o *options, c string) string {
+	switch {
+	case c == kafkaConsumer:
+		return o.sessionTimeout.String() + " (ZooKeeper)"
+	case slices.Contains(consumerProtocolContenders, c):
+		return cl.consumerSession.String() + " (broker)"
+	}
+	session, _ := groupTimeouts(cl, o)
+	return session.String()
+}
+
+// sessionOf is the session timeout that applies to contender c.
+func sessionOf(cl *cluster, o *options, c string) time.Duration {
+	switch {
+	case c == kafkaConsumer:
+		return o.sessionTimeout
+	case slices.Contains(consumerProtocolContenders, c):
+		return cl.consumerSession
+	}
+	session, _ := groupTimeouts(cl, o)
+	return session
+}
+
+// rollingRun is a rolling restart of sc.initial instances of contender
+// under the steady produce rate: each in turn is closed and started again
+// (with the same InstanceID when static, and for kafkaconsumer
+// Config.RestartGrace o.rollingGrace), the next once the group is stable
+// again. It measures the whole rollout.
+func rollingRun(cl *cluster, o *options, contender string, static bool, run int, sc scenario) (rollingResult, error) {
 	rec := newRecorder(sc.parts)
 	prod, err := startSteadyProducer(cl, sc.topic, sc.parts, sc.rate, o.size, rec)
 	if err != nil {
@@ -181,16 +217,19 @@ func rollingRun(cl *cluster, o *options, static bool, run int, sc scenario) (rol
 	}
 	defer prod.stop()
 	spec := baseSpec(cl, o, "stream")
-	spec.Contender = kafkaConsumer
+	spec.Contender = contender
 	spec.Instances = 1
-	spec.Group = groupName("rolling", fmt.Sprint(static), run)
+	spec.Group = groupName("rolling-"+fmt.Sprint(static), contender, run)
 	spec.Topics = []string{sc.topic}
 	spec.Partitions = []int32{sc.parts}
 	spec.Newest = true
 	specOf := func(i int) childSpec {
 		s := spec
 		if static {
-			s.InstanceID, s.RestartGrace = fmt.Sprintf("rolling-%d", i), o.rollingGrace
+			s.InstanceID = fmt.Sprintf("rolling-%d", i)
+			if contender == kafkaConsumer {
+				s.RestartGrace = o.rollingGrace
+			}
 		}
 		return s
 	}
@@ -218,7 +257,7 @@ func rollingRun(cl *cluster, o *options, static bool, run int, sc scenario) (rol
 		if err := g.waitStarted(ch); err != nil {
 			return res, err
 		}
-		if _, ok := g.waitStable(time.Now().UnixNano(), 2*time.Second, o.rollingGrace+60*time.Second); !ok {
+		if _, ok := g.waitStable(time.Now().UnixNano(), 2*time.Second, max(o.rollingGrace, sessionOf(cl, o, contender))+60*time.Second); !ok {
 			res.TimedOut = true
 		}
 		g.children[i], g.children[len(g.children)-1] = ch, old // slot i is the new one
@@ -269,10 +308,7 @@ func rebalanceRun(cl *cluster, o *options, contender string, run int, sc scenari
 	spec.Newest = true
 	g := &streamGroup{o: o, spec: spec, rec: rec}
 	defer g.killAll()
-	session := o.sessionTimeout
-	if contender != kafkaConsumer {
-		session, _ = groupTimeouts(cl, o)
-	}
+	session := sessionOf(cl, o, contender)
 	if err := g.startInitial(sc.initial, func(int) childSpec { return spec }); err != nil {
 		return nil, err
 	}

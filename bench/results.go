@@ -30,8 +30,14 @@ type meta struct {
 	ZKTimeout      string   `json:"kafkaconsumer_zookeeper_timeout"`
 	GroupSession   string   `json:"group_session_timeout"`
 	GroupHeartbeat string   `json:"group_heartbeat_interval"`
-	RebalanceHz    int      `json:"rebalance_produce_rate"`
-	Seconds        float64  `json:"seconds"`
+	// ConsumerSession and ConsumerHeartbeat are the brokers'
+	// group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms: those of the consumer-protocol
+	// groups (KIP-848), when the brokers serve it.
+	ConsumerSession   string  `json:"consumer_protocol_session_timeout,omitempty"`
+	ConsumerHeartbeat string  `json:"consumer_protocol_heartbeat_interval,omitempty"`
+	RebalanceHz       int     `json:"rebalance_produce_rate"`
+	Seconds           float64 `json:"seconds"`
 }
 
 // drainTable is the result of a drain workload (throughput, group, startup).
