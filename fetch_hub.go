@@ -89,8 +89,9 @@ func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budge
 	return h
 }
 
-// close stops the loops and waits for them (a fetch in flight completes
-// first, or fails when closeKafka cuts the connections).
+// close stops the loops and waits for them: a long poll in flight is cut
+// short; another fetch completes first, or fails when closeKafka cuts
+// the connections.
 func (h *fetchHub) close() {
 	h.mu.Lock()
 	select {
@@ -98,12 +99,17 @@ func (h *fetchHub) close() {
 	default:
 		close(h.stop)
 	}
+	for _, l := range h.loops {
+		l.interruptPoll()
+	}
 	h.mu.Unlock()
 	h.wg.Wait()
 }
 
-// subscribe adds f to the loop of broker, starting the loop if none runs.
-// It reports false when the hub is closed.
+// subscribe adds f to the loop of broker, starting the loop if none runs,
+// and cuts short the loop's long poll in flight (interruptPoll), so that
+// f goes in the next request at once. It reports false when the hub is
+// closed.
 func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -121,6 +127,7 @@ func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
 	}
 	l.added = append(l.added, f)
 	f.loop.Store(l)
+	l.interruptPoll()
 	l.notify()
 	return true
 }

@@ -74,6 +74,11 @@ type partitionFetcher struct {
 	// for; the loop's while subscribed, run's otherwise.
 	offset    int64
 	fetchSize int32
+	// end is where the partition's log ended at its last response: the
+	// high-water mark, or the last stable offset read committed (-1:
+	// none yet). The loop's: a request of partitions all at their ends
+	// is a long poll (interruptPoll).
+	end int64
 	// retries counts the failures since the last response that held the
 	// partition (run's backoff; the loop resets it).
 	retries atomic.Int32
@@ -131,6 +136,7 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 		done:           make(chan struct{}),
 		offset:         offset,
 		fetchSize:      hub.conf.Consumer.Fetch.Default,
+		end:            -1,
 		preferred:      -1,
 		unknownReplica: -1,
 		epoch:          -1,
@@ -514,10 +520,14 @@ func (f *partitionFetcher) leaveBudget() {
 	}
 }
 
-// Resume implements sarama.PartitionConsumer.
+// Resume implements sarama.PartitionConsumer: a paused partition goes in
+// the loop's next request, without waiting for a long poll in flight.
 func (f *partitionFetcher) Resume() {
-	f.paused.Store(false)
+	if !f.paused.Swap(false) {
+		return
+	}
 	if l := f.loop.Load(); l != nil {
+		l.interruptPoll()
 		l.notify()
 	}
 }
