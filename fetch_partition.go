@@ -120,6 +120,14 @@ type slabAccount struct {
 	released atomic.Bool
 }
 
+// fetcherErrors is the capacity of a partition fetcher's errors channel.
+// The partition manager forwards them to Errors() as they come; a fetcher
+// reports at most one per response or per retry backoff, and drops (and
+// logs) those that find it full. Not ChannelBufferSize: a consumer of a
+// thousand partitions would allocate as many channels of that size at
+// every start.
+const fetcherErrors = 8
+
 // startPartitionFetcher starts a partition fetcher of tp at offset on hub. It
 // sends no request itself: an offset outside the partition's log ends the
 // fetcher at its first response, with outOfRange set (sarama's
@@ -130,7 +138,7 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 		hub:            hub,
 		tp:             tp,
 		slabs:          make(chan slab, 1),
-		errs:           make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
+		errs:           make(chan *sarama.ConsumerError, fetcherErrors),
 		failed:         make(chan error, 1),
 		dying:          make(chan struct{}),
 		done:           make(chan struct{}),
