@@ -73,7 +73,12 @@ func (l *brokerLoop) connection() *sarama.Broker {
 	conf := *l.hub.conf
 	d := &loopDialer{dial: dialerOf(l.hub.conf)}
 	conf.Net.Proxy.Enable, conf.Net.Proxy.Dialer = true, d
-	l.conn, l.dialer = sarama.NewBroker(l.broker.Addr()), d
+	// A Broker with the broker's ID, as the client's: sarama keeps the
+	// per-broker metrics (throttle-time-in-ms-for-broker-<id>, ...) only
+	// for those, and sarama.NewBroker has none (-1).
+	var m sarama.MetadataResponse
+	m.AddBroker(l.broker.Addr(), l.broker.ID())
+	l.conn, l.dialer = m.Brokers[0], d
 	_ = l.conn.Open(&conf) // its error is the request's
 	return l.conn
 }
