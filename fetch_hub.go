@@ -15,7 +15,8 @@ package kafkaconsumer
 //
 // The engine's files: fetch_hub.go (the hub: the loops of an instance's
 // client and the partitions' subscriptions), fetch_loop.go (a broker's
-// loop: its requests and their responses), fetch_partition.go (a
+// loop: its requests and their responses), fetch_conn.go (a loop's own
+// connection, and how its long poll is cut short), fetch_partition.go (a
 // partition's fetcher: where it fetches from, its errors and its slabs),
 // fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a response's
 // records: parsing, aborted transactions, compaction's holes).
