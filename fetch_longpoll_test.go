@@ -4,6 +4,7 @@ package kafkaconsumer
 // while it waits, on the real cluster.
 
 import (
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -61,4 +62,66 @@ func countDelivered(l *deliveryLog, values []string) int {
 		}
 	}
 	return n
+}
+
+// TestIntegrationResumeNotBehindLongPoll: a partition paused while its
+// broker loop's other partition idles at the end of its log is left out
+// of the loop's requests, which then wait Consumer.MaxWaitTime (here
+// 20 s) at the broker. Resumed, it fetches again at once: what it held
+// back, and the record batches after, are handed out well within
+// MaxWaitTime.
+func TestIntegrationResumeNotBehindLongPoll(t *testing.T) {
+	parallelClusterTest(t)
+	client := newTestClient(t)
+	admin := newTestAdmin(t, client)
+	topic := uniqueName("it-resume-longpoll")
+	// Partitions 0 and 2 fetch on the same connection (fetcherOf).
+	createTopic(t, admin, topic, 3)
+	const quiet, paused = 0, 2
+	produceTo(t, topic, quiet, "first", 1)
+	produceTo(t, topic, paused, "first", 1)
+
+	const maxWait = 20 * time.Second
+	config := testConfig()
+	config.Consumer.MaxWaitTime = maxWait
+	config.Net.ReadTimeout = 2 * maxWait
+	config.Consumer.Fetch.Default = 1 // a record batch per response
+	c := joinWithCleanup(t, uniqueName("it.resume-longpoll"), TopicSubscription(topic), config)
+	l := &deliveryLog{done: make(chan struct{})}
+	l.record(c)
+	first := []string{fmt.Sprintf("first-%d-0", quiet), fmt.Sprintf("first-%d-0", paused)}
+	waitFor(t, 30*time.Second, "the first messages", func() bool { return l.hasAll(first) })
+
+	if err := c.Pause(topic, paused); err != nil {
+		t.Fatal(err)
+	}
+	// Batches of their own: a response brings one.
+	var held []string
+	for b := range 5 {
+		prefix := fmt.Sprintf("held%d", b)
+		produceTo(t, topic, paused, prefix, 10)
+		for i := range 10 {
+			held = append(held, fmt.Sprintf("%s-%d-%d", prefix, paused, i))
+		}
+	}
+	// The long poll in flight returns with the paused partition's first
+	// batch (not handed out); the next one holds only the quiet partition.
+	waitFor(t, 30*time.Second, "the long poll in flight to return", func() bool {
+		return statsOf(t, c, paused).HighWaterMark > 1
+	})
+	if n := countDelivered(l, held); n != 0 {
+		t.Fatalf("%d messages of the paused partition handed out", n)
+	}
+
+	if err := c.Resume(topic, paused); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	const deadline = maxWait / 4
+	if !poll(deadline, func() bool { return l.hasAll(held) }) {
+		t.Fatalf("after Resume, %d of the %d held messages were handed out within %s (Consumer.MaxWaitTime %s)",
+			countDelivered(l, held), len(held), deadline, maxWait)
+	}
+	t.Logf("after Resume, the %d held messages (5 record batches) were handed out in %s (Consumer.MaxWaitTime %s)",
+		len(held), time.Since(start).Round(time.Millisecond), maxWait)
 }
