@@ -109,7 +109,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		in:      pc.Messages(),
 		errs:    pc.Errors(),
 		batches: cm.batches,
-		batch:   make([]*sarama.ConsumerMessage, 0, cm.config.BatchSize),
+		size:    cm.config.BatchSize,
 
 		observer: cm.config.Observer,
 	}
@@ -224,7 +224,7 @@ func (h *handOut) gap() int64 {
 
 // takeSlab moves what fits of the current slab into the batch.
 func (h *handOut) takeSlab() {
-	n := min(len(h.slab), cap(h.batch)-len(h.batch))
+	n := min(len(h.slab), h.size-len(h.batch))
 	h.batch = append(h.batch, h.slab[:n]...)
 	h.slab = h.slab[n:]
 	if len(h.slab) == 0 {
@@ -234,7 +234,7 @@ func (h *handOut) takeSlab() {
 
 // topUpSlabs is topUp for a partition fetcher.
 func (h *handOut) topUpSlabs() {
-	for len(h.batch) < cap(h.batch) {
+	for len(h.batch) < h.size {
 		if len(h.slab) == 0 {
 			if h.closed {
 				return
@@ -253,12 +253,12 @@ func (h *handOut) topUpSlabs() {
 
 // fillSlabs is fill for a partition fetcher.
 func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
-	if timer == nil || h.closed || len(h.batch) == cap(h.batch) {
+	if timer == nil || h.closed || len(h.batch) == h.size {
 		return true
 	}
 	timer.Reset(linger)
 	defer timer.Stop()
-	for len(h.batch) < cap(h.batch) {
+	for len(h.batch) < h.size {
 		if len(h.slab) > 0 {
 			h.takeSlab()
 			continue
@@ -286,7 +286,7 @@ func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 // topUp adds to the batch what the partition consumer has ready, without
 // waiting, up to the batch's capacity.
 func (h *handOut) topUp() {
-	for !h.closed && len(h.batch) < cap(h.batch) {
+	for !h.closed && len(h.batch) < h.size {
 		select {
 		case msg, ok := <-h.in:
 			if !ok {
@@ -304,12 +304,12 @@ func (h *handOut) topUp() {
 // has passed (timer is its timer; nil for no wait). It reports false when
 // killed or fenced first.
 func (h *handOut) fill(timer *time.Timer, linger time.Duration) bool {
-	if timer == nil || h.closed || len(h.batch) == cap(h.batch) {
+	if timer == nil || h.closed || len(h.batch) == h.size {
 		return true
 	}
 	timer.Reset(linger)
 	defer timer.Stop()
-	for len(h.batch) < cap(h.batch) {
+	for len(h.batch) < h.size {
 		select {
 		case msg, ok := <-h.in:
 			if !ok {

@@ -15,7 +15,8 @@ package kafkaconsumer
 //
 // The engine's files: fetch_hub.go (the hub: the loops of an instance's
 // client and the partitions' subscriptions), fetch_loop.go (a broker's
-// loop: its requests and their responses), fetch_partition.go (a
+// loop: its requests and their responses), fetch_conn.go (a loop's own
+// connection, and how its long poll is cut short), fetch_partition.go (a
 // partition's fetcher: where it fetches from, its errors and its slabs),
 // fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a response's
 // records: parsing, aborted transactions, compaction's holes).
@@ -89,8 +90,9 @@ func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budge
 	return h
 }
 
-// close stops the loops and waits for them (a fetch in flight completes
-// first, or fails when closeKafka cuts the connections).
+// close stops the loops and waits for them: a long poll in flight is cut
+// short; another fetch completes first, or fails when closeKafka cuts
+// the connections.
 func (h *fetchHub) close() {
 	h.mu.Lock()
 	select {
@@ -98,12 +100,17 @@ func (h *fetchHub) close() {
 	default:
 		close(h.stop)
 	}
+	for _, l := range h.loops {
+		l.interruptPoll()
+	}
 	h.mu.Unlock()
 	h.wg.Wait()
 }
 
-// subscribe adds f to the loop of broker, starting the loop if none runs.
-// It reports false when the hub is closed.
+// subscribe adds f to the loop of broker, starting the loop if none runs,
+// and cuts short the loop's long poll in flight (interruptPoll), so that
+// f goes in the next request at once. It reports false when the hub is
+// closed.
 func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -121,6 +128,7 @@ func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
 	}
 	l.added = append(l.added, f)
 	f.loop.Store(l)
+	l.interruptPoll()
 	l.notify()
 	return true
 }

@@ -35,6 +35,13 @@ type brokerLoop struct {
 	// expand is the ratio of counted to wire bytes of the loop's last
 	// response with messages (expansion): the loop goroutine's.
 	expand float64
+	// conn is the loop's own connection to broker (connection), and
+	// dialer the dialer of its net.Conn; the loop goroutine's.
+	conn   *sarama.Broker
+	dialer *loopDialer
+	// poll is dialer while the request in flight is a long poll, until
+	// the response or interruptPoll.
+	poll atomic.Pointer[loopDialer]
 }
 
 // notify wakes the loop.
@@ -47,6 +54,7 @@ func (l *brokerLoop) notify() {
 
 func (l *brokerLoop) run() {
 	defer l.hub.wg.Done()
+	defer l.closeConnection()
 	var (
 		ready   []*partitionFetcher
 		waiting time.Time // since when a partition's last slab is not taken; zero when none
@@ -165,14 +173,30 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	if req.Version >= 11 {
 		req.RackID = conf.RackID
 	}
+	longPoll := true
 	for _, f := range ready {
 		req.AddBlock(f.tp.Topic, f.tp.Partition, f.offset, f.fetchSize, f.epoch)
+		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
 	}
-	resp, err := l.broker.Fetch(req)
+	conn := l.connection()
+	if longPoll && req.MaxWaitTime > 0 {
+		l.poll.Store(l.dialer)
+	}
+	resp, err := conn.Fetch(req)
+	if l.poll.Swap(nil) == nil && longPoll && req.MaxWaitTime > 0 {
+		// interruptPoll cut the connection: a partition is ready that
+		// the request does not hold. The next request holds it, on
+		// another connection; a response that came before the cut is
+		// good.
+		l.closeConnection()
+		if err != nil {
+			return
+		}
+	}
 	if err != nil {
 		// sarama's broker fails every later request on a connection
-		// whose read failed: close it; the client opens it again.
-		_ = l.broker.Close()
+		// whose read failed: close it; the next request opens another.
+		l.closeConnection()
 		l.dropAll(err)
 		return
 	}
@@ -208,6 +232,10 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *sarama.FetchRespons
 			continue
 		}
 		f.hwm.Store(block.HighWaterMarkOffset)
+		f.end = block.HighWaterMarkOffset
+		if l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted && block.LastStableOffset >= 0 {
+			f.end = block.LastStableOffset
+		}
 		if id := block.PreferredReadReplica; id >= 0 && id != l.broker.ID() {
 			f.preferReplica(id)
 			l.drop(f, errPreferredReplica)

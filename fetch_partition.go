@@ -74,6 +74,11 @@ type partitionFetcher struct {
 	// for; the loop's while subscribed, run's otherwise.
 	offset    int64
 	fetchSize int32
+	// end is where the partition's log ended at its last response: the
+	// high-water mark, or the last stable offset read committed (-1:
+	// none yet). The loop's: a request of partitions all at their ends
+	// is a long poll (interruptPoll).
+	end int64
 	// retries counts the failures since the last response that held the
 	// partition (run's backoff; the loop resets it).
 	retries atomic.Int32
@@ -115,6 +120,14 @@ type slabAccount struct {
 	released atomic.Bool
 }
 
+// fetcherErrors is the capacity of a partition fetcher's errors channel.
+// The partition manager forwards them to Errors() as they come; a fetcher
+// reports at most one per response or per retry backoff, and drops (and
+// logs) those that find it full. Not ChannelBufferSize: a consumer of a
+// thousand partitions would allocate as many channels of that size at
+// every start.
+const fetcherErrors = 8
+
 // startPartitionFetcher starts a partition fetcher of tp at offset on hub. It
 // sends no request itself: an offset outside the partition's log ends the
 // fetcher at its first response, with outOfRange set (sarama's
@@ -125,12 +138,13 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 		hub:            hub,
 		tp:             tp,
 		slabs:          make(chan slab, 1),
-		errs:           make(chan *sarama.ConsumerError, hub.conf.ChannelBufferSize),
+		errs:           make(chan *sarama.ConsumerError, fetcherErrors),
 		failed:         make(chan error, 1),
 		dying:          make(chan struct{}),
 		done:           make(chan struct{}),
 		offset:         offset,
 		fetchSize:      hub.conf.Consumer.Fetch.Default,
+		end:            -1,
 		preferred:      -1,
 		unknownReplica: -1,
 		epoch:          -1,
@@ -514,10 +528,14 @@ func (f *partitionFetcher) leaveBudget() {
 	}
 }
 
-// Resume implements sarama.PartitionConsumer.
+// Resume implements sarama.PartitionConsumer: a paused partition goes in
+// the loop's next request, without waiting for a long poll in flight.
 func (f *partitionFetcher) Resume() {
-	f.paused.Store(false)
+	if !f.paused.Swap(false) {
+		return
+	}
 	if l := f.loop.Load(); l != nil {
+		l.interruptPoll()
 		l.notify()
 	}
 }

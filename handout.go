@@ -57,7 +57,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		in:    pc.Messages(),
 		errs:  pc.Errors(),
 		out:   pm.parent.messages,
-		batch: make([]*sarama.ConsumerMessage, 0, handOutBatch),
+		size:  handOutBatch,
 
 		observer: pm.parent.config.Observer,
 	}
@@ -144,10 +144,14 @@ type handOut struct {
 	slabNext int64                     // the next offset to fetch after the last slab taken
 	fetcher  *partitionFetcher         // of slabs: told when a slab is taken
 	batch    []*sarama.ConsumerMessage // received, not handed out yet
-	waited   bool                      // the fetcher was told that the partition waits (waitForRoom)
-	closed   bool                      // the partition consumer closed in
-	killed   bool                      // the tomb is dying
-	sending  bool                      // as pm.sending (enterSend, leaveSend)
+	// size is the most messages batch holds: handOutBatch, or BatchSize.
+	// batch grows to it (append): a thousand partitions that start
+	// together allocate a few messages' room each, not 256.
+	size    int
+	waited  bool // the fetcher was told that the partition waits (waitForRoom)
+	closed  bool // the partition consumer closed in
+	killed  bool // the tomb is dying
+	sending bool // as pm.sending (enterSend, leaveSend)
 
 	fencedOut bool // the fence went up
 }
@@ -162,7 +166,7 @@ func (h *handOut) receive() bool {
 		return false
 	}
 	h.batch = append(h.batch[:0], msg)
-	for len(h.batch) < cap(h.batch) {
+	for len(h.batch) < h.size {
 		select {
 		case msg, ok := <-h.in:
 			if !ok {

@@ -325,28 +325,30 @@ func (pm *partitionManager) call(f func() error) error {
 	}
 }
 
-// consumePartition is ConsumePartition of the partition at offset, as call
-// runs it: a partition consumer that starts after the partition manager
-// was killed is closed.
+// consumePartition is ConsumePartition of the partition at offset. A
+// partition fetcher starts at once (it sends no request itself); sarama's
+// partition consumer, which asks for the partition's offsets first, runs
+// as call runs it: a partition consumer that starts after the partition
+// manager was killed is closed.
 func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionConsumer, error) {
 	type started struct {
 		pc  sarama.PartitionConsumer
 		err error
 	}
 	cm, dying := pm.parent, pm.t.Dying()
-	hub := cm.fetcherOf(pm.tp).hub
-	batchFetch := hub != nil && !pm.legacyRecords
+	if hub := cm.fetcherOf(pm.tp).hub; hub != nil && !pm.legacyRecords {
+		select {
+		case <-dying:
+			return nil, tomb.ErrDying
+		default:
+		}
+		return startPartitionFetcher(hub, pm.tp, offset), nil
+	}
 	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
 	cm.kafkaCalls.Add(1)
 	go func() { // owned by closeKafka, which waits for kafkaCalls
 		defer cm.kafkaCalls.Done()
-		var pc sarama.PartitionConsumer
-		var err error
-		if batchFetch {
-			pc = startPartitionFetcher(hub, pm.tp, offset)
-		} else {
-			pc, err = cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.Topic, pm.tp.Partition, offset)
-		}
+		pc, err := cm.fetcherOf(pm.tp).consumer.ConsumePartition(pm.tp.Topic, pm.tp.Partition, offset)
 		select {
 		case done <- started{pc, err}:
 		case <-dying:

@@ -169,10 +169,13 @@ func (p *pendingAcks) ackedRanges(rs []commitmark.Range) []commitmark.Range {
 	return rs
 }
 
+// grow doubles the ring, from 8 entries: it grows to the messages in
+// flight, and a consumer of a thousand partitions starts them all at
+// once.
 func (p *pendingAcks) grow() {
 	size := 2 * len(p.ring)
 	if size == 0 {
-		size = 64
+		size = 8
 	}
 	ring := make([]slot, size)
 	for i := 0; i < p.n; i++ {
