@@ -100,6 +100,7 @@ func (l *brokerLoop) closeConnection() {
 // at once, as it would have had the loop not waited: the loop opens
 // another connection. Safe from any goroutine.
 func (l *brokerLoop) interruptPoll() {
+	l.stale.Store(true)
 	if d := l.poll.Swap(nil); d != nil {
 		d.interrupt()
 	}

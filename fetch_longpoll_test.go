@@ -71,6 +71,22 @@ func countDelivered(l *deliveryLog, values []string) int {
 // back, and the record batches after, are handed out well within
 // MaxWaitTime.
 func TestIntegrationResumeNotBehindLongPoll(t *testing.T) {
+	resumeNotBehindLongPoll(t, 0)
+}
+
+// TestIntegrationResumeNotBehindSlowTake: as
+// TestIntegrationResumeNotBehindLongPoll, with the resumed partition slow
+// to take the slab it held back (Consumer.MaxProcessingTime 1 ns: the loop
+// never waits for it). The loop's next request, without the partition, is
+// a long poll; the partition's taking of the slab cuts it short, and the
+// next request holds the partition.
+func TestIntegrationResumeNotBehindSlowTake(t *testing.T) {
+	resumeNotBehindLongPoll(t, time.Nanosecond)
+}
+
+// resumeNotBehindLongPoll is TestIntegrationResumeNotBehindLongPoll with
+// Consumer.MaxProcessingTime maxProcessing (0: the default).
+func resumeNotBehindLongPoll(t *testing.T, maxProcessing time.Duration) {
 	parallelClusterTest(t)
 	client := newTestClient(t)
 	admin := newTestAdmin(t, client)
@@ -86,6 +102,9 @@ func TestIntegrationResumeNotBehindLongPoll(t *testing.T) {
 	config.Consumer.MaxWaitTime = maxWait
 	config.Net.ReadTimeout = 2 * maxWait
 	config.Consumer.Fetch.Default = 1 // a record batch per response
+	if maxProcessing > 0 {
+		config.Consumer.MaxProcessingTime = maxProcessing
+	}
 	c := joinWithCleanup(t, uniqueName("it.resume-longpoll"), TopicSubscription(topic), config)
 	l := &deliveryLog{done: make(chan struct{})}
 	l.record(c)

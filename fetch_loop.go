@@ -42,6 +42,10 @@ type brokerLoop struct {
 	// poll is dialer while the request in flight is a long poll, until
 	// the response or interruptPoll.
 	poll atomic.Pointer[loopDialer]
+	// stale is set by interruptPoll: a partition may have become ready
+	// since the loop chose its request's partitions, so that request must
+	// not go out as a long poll. The loop clears it before it chooses.
+	stale atomic.Bool
 }
 
 // notify wakes the loop.
@@ -63,6 +67,7 @@ func (l *brokerLoop) run() {
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		l.stale.Store(false)
 		l.hub.mu.Lock()
 		l.subs = append(l.subs, l.added...)
 		l.added = nil
@@ -181,6 +186,15 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	conn := l.connection()
 	if longPoll && req.MaxWaitTime > 0 {
 		l.poll.Store(l.dialer)
+		if l.stale.Load() {
+			// A partition became ready after ready was chosen, and
+			// interruptPoll may have come before the poll was stored:
+			// choose again instead of waiting without it.
+			if l.poll.Swap(nil) == nil {
+				l.closeConnection() // interruptPoll cut it meanwhile
+			}
+			return
+		}
 	}
 	resp, err := conn.Fetch(req)
 	if l.poll.Swap(nil) == nil && longPoll && req.MaxWaitTime > 0 {

@@ -410,14 +410,15 @@ func (f *partitionFetcher) deliver(s slab) {
 // taken tells the loop that the partition manager took slab s, and
 // released the one it handed out before: the partition is ready for the
 // next request. s counts in the budget until the partition handed it
-// out entirely (release).
+// out entirely (release). A long poll in flight does not hold the
+// partition (it had a slab not taken when the loop chose, and the loop
+// waited Consumer.MaxProcessingTime for it): it is cut short, so that
+// the partition does not wait up to Consumer.MaxWaitTime for it.
 func (f *partitionFetcher) taken(s slab) {
 	if prev := f.inHand.Swap(s.acct); prev != nil {
 		f.release(prev)
 	}
-	if l := f.loop.Load(); l != nil {
-		l.notify()
-	}
+	f.ready()
 }
 
 // release gives the bytes of a slab back to the budget of the hub and of
@@ -495,12 +496,31 @@ func (f *partitionFetcher) setWaiting(on bool) {
 	if f.waiting.Swap(on) == on {
 		return
 	}
-	if on {
-		f.leaveBudget()
+	if !on {
+		f.ready() // it takes the partition back
+		return
 	}
+	f.leaveBudget()
 	if l := f.loop.Load(); l != nil {
-		l.notify() // it leaves the partition out of its requests, or takes it back
+		l.notify() // it leaves the partition out of its requests
 	}
+}
+
+// ready tells the loop that the partition may go in a request again
+// (resumed, waits no more, took its last slab): the loop's long poll in
+// flight, which does not hold the partition, is cut short
+// (interruptPoll), so that the partition does not wait up to
+// Consumer.MaxWaitTime for it. Nothing is cut while the partition is
+// still sidelined.
+func (f *partitionFetcher) ready() {
+	l := f.loop.Load()
+	if l == nil {
+		return
+	}
+	if !f.sidelined() {
+		l.interruptPoll()
+	}
+	l.notify()
 }
 
 // sidelined reports whether the partition is paused or waits at
@@ -534,10 +554,7 @@ func (f *partitionFetcher) Resume() {
 	if !f.paused.Swap(false) {
 		return
 	}
-	if l := f.loop.Load(); l != nil {
-		l.interruptPoll()
-		l.notify()
-	}
+	f.ready()
 }
 
 // IsPaused implements sarama.PartitionConsumer.
