@@ -74,16 +74,6 @@ func TestIntegrationResumeNotBehindLongPoll(t *testing.T) {
 	resumeNotBehindLongPoll(t, 0)
 }
 
-// TestIntegrationResumeNotBehindSlowTake: as
-// TestIntegrationResumeNotBehindLongPoll, with the resumed partition slow
-// to take the slab it held back (Consumer.MaxProcessingTime 1 ns: the loop
-// never waits for it). The loop's next request, without the partition, is
-// a long poll; the partition's taking of the slab cuts it short, and the
-// next request holds the partition.
-func TestIntegrationResumeNotBehindSlowTake(t *testing.T) {
-	resumeNotBehindLongPoll(t, time.Nanosecond)
-}
-
 // resumeNotBehindLongPoll is TestIntegrationResumeNotBehindLongPoll with
 // Consumer.MaxProcessingTime maxProcessing (0: the default).
 func resumeNotBehindLongPoll(t *testing.T, maxProcessing time.Duration) {

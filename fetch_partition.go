@@ -410,15 +410,14 @@ func (f *partitionFetcher) deliver(s slab) {
 // taken tells the loop that the partition manager took slab s, and
 // released the one it handed out before: the partition is ready for the
 // next request. s counts in the budget until the partition handed it
-// out entirely (release). A long poll in flight does not hold the
-// partition (it had a slab not taken when the loop chose, and the loop
-// waited Consumer.MaxProcessingTime for it): it is cut short, so that
-// the partition does not wait up to Consumer.MaxWaitTime for it.
+// out entirely (release).
 func (f *partitionFetcher) taken(s slab) {
 	if prev := f.inHand.Swap(s.acct); prev != nil {
 		f.release(prev)
 	}
-	f.ready()
+	if l := f.loop.Load(); l != nil {
+		l.notify()
+	}
 }
 
 // release gives the bytes of a slab back to the budget of the hub and of
@@ -507,7 +506,7 @@ func (f *partitionFetcher) setWaiting(on bool) {
 }
 
 // ready tells the loop that the partition may go in a request again
-// (resumed, waits no more, took its last slab): the loop's long poll in
+// (resumed, waits no more): the loop's long poll in
 // flight, which does not hold the partition, is cut short
 // (interruptPoll), so that the partition does not wait up to
 // Consumer.MaxWaitTime for it. Nothing is cut while the partition is
