@@ -39,66 +39,11 @@ func consumerTestConfig() *Config {
 	return config
 }
 
-// TestIntegrationConsumerProtocolJoinSplitLeave: a member joins with the
-// consumer protocol and consumes everything; a second joins and the
-// broker splits the partitions, each handed over once; the first leaves
-// and the second takes everything; nothing is lost, nothing is delivered
-// twice, every offset is committed, Close is bounded.
+// TestIntegrationConsumerProtocolJoinSplitLeave: joinSplitLeave with the
+// consumer protocol, the broker splitting the partitions.
 func TestIntegrationConsumerProtocolJoinSplitLeave(t *testing.T) {
 	consumerProtocolTest(t)
-	debugLogs(t)
-	topic := newTopic(t, 8)
-	group := uniqueName("kip848")
-	client := newTestClient(t)
-	var h handOuts
-	first := produce(t, client, topic, "a", 200)
-
-	configA := consumerTestConfig()
-	configA.Observer = handOutObserver{&h, "A"}
-	began := time.Now()
-	a := joinKafka(t, group, TopicSubscription(topic), configA)
-	colA := collect(a, nil)
-	waitFor(t, 30*time.Second, "A to receive the first messages", func() bool { return colA.received(first) == len(first) })
-	t.Logf("A joined and received %d messages in %s", len(first), time.Since(began).Round(time.Millisecond))
-
-	configB := consumerTestConfig()
-	configB.Observer = handOutObserver{&h, "B"}
-	began = time.Now()
-	b := joinKafka(t, group, TopicSubscription(topic), configB)
-	colB := collect(b, nil)
-	waitFor(t, 30*time.Second, "the partitions to split 4/4", func() bool { return len(a.Stats()) == 4 && len(b.Stats()) == 4 })
-	t.Logf("split settled %s after B's Join", time.Since(began).Round(time.Millisecond))
-	second := produce(t, client, topic, "b", 200)
-	waitFor(t, 30*time.Second, "the second messages", func() bool { return colA.received(second)+colB.received(second) >= len(second) })
-
-	began = time.Now()
-	colA.close(t)
-	closed := time.Since(began)
-	if closed > 10*time.Second {
-		t.Errorf("A's Close took %s", closed)
-	}
-	waitFor(t, 30*time.Second, "B to take every partition", func() bool { return len(b.Stats()) == 8 })
-	t.Logf("A closed in %s; B had all 8 partitions %s after", closed.Round(time.Millisecond), (time.Since(began) - closed).Round(time.Millisecond))
-	third := produce(t, client, topic, "c", 200)
-	waitFor(t, 30*time.Second, "B to receive the third messages", func() bool { return colB.received(third) == len(third) })
-	colB.close(t)
-
-	all := append(append(append([]string(nil), first...), second...), third...)
-	ok, duplicates := union(all, colA, colB)
-	if !ok || duplicates != 0 {
-		t.Errorf("received every message: %t, duplicates %d", ok, duplicates)
-	}
-	for tp, n := range h.switches() {
-		if n > 1 {
-			t.Errorf("%s/%d changed hands %d times: two members handed it out in turn", tp.Topic, tp.Partition, n)
-		}
-	}
-	committed := committedOffsets(t, client, group, topic)
-	for p, want := range newestOffsets(t, client, topic) {
-		if committed[p] != want {
-			t.Errorf("partition %d: committed %d, want %d", p, committed[p], want)
-		}
-	}
+	joinSplitLeave(t, "kip848", consumerTestConfig)
 }
 
 // TestIntegrationConsumerProtocolJoinErrors: Join fails, clearly, for an

@@ -96,21 +96,28 @@ func (h *handOuts) switches() map[TopicPartition]int {
 	return result
 }
 
-// TestIntegrationKafkaCoordinatorJoinSplitLeave: a member joins with no
-// ZooKeeper and consumes everything; a second joins and the partitions
-// split, each handed over once (no partition handed out by both in
-// turn); the first leaves gracefully and the second takes everything;
-// nothing is lost, nothing is delivered twice, Close is bounded.
+// TestIntegrationKafkaCoordinatorJoinSplitLeave: joinSplitLeave with the
+// classic protocol, with no ZooKeeper.
 func TestIntegrationKafkaCoordinatorJoinSplitLeave(t *testing.T) {
 	kafkaCoordinatorTest(t)
+	joinSplitLeave(t, "kafkacoord", kafkaTestConfig)
+}
+
+// joinSplitLeave: a member of config joins and consumes everything; a
+// second joins and the partitions split, each handed over once (no
+// partition handed out by both in turn); the first leaves gracefully and
+// the second takes everything; nothing is lost, nothing is delivered
+// twice, every offset is committed, Close is bounded. The group's name
+// begins with prefix; config returns a new configuration for each member.
+func joinSplitLeave(t *testing.T, prefix string, config func() *Config) {
 	debugLogs(t)
 	topic := newTopic(t, 8)
-	group := uniqueName("kafkacoord")
+	group := uniqueName(prefix)
 	client := newTestClient(t)
 	var h handOuts
 	first := produce(t, client, topic, "a", 200)
 
-	configA := kafkaTestConfig()
+	configA := config()
 	configA.Observer = handOutObserver{&h, "A"}
 	began := time.Now()
 	a := joinKafka(t, group, TopicSubscription(topic), configA)
@@ -118,7 +125,7 @@ func TestIntegrationKafkaCoordinatorJoinSplitLeave(t *testing.T) {
 	waitFor(t, 30*time.Second, "A to receive the first messages", func() bool { return colA.received(first) == len(first) })
 	t.Logf("A joined and received %d messages in %s", len(first), time.Since(began).Round(time.Millisecond))
 
-	configB := kafkaTestConfig()
+	configB := config()
 	configB.Observer = handOutObserver{&h, "B"}
 	began = time.Now()
 	b := joinKafka(t, group, TopicSubscription(topic), configB)

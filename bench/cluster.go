@@ -282,6 +282,33 @@ func (c *cluster) count(topic string, partitions int32) (int64, error) {
 // fill creates the topic if needed and produces messages of size bytes,
 // round-robin over the partitions, until it holds at least n messages.
 func (c *cluster) fill(topic string, partitions int32, n int64, size int) error {
+	return c.produceMissing(topic, partitions, n, fmt.Sprintf("of %d bytes", size), func(cfg *sarama.Config) {
+		cfg.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+		// A KRaft broker may refuse a topic just created (NOT_LEADER) for a
+		// moment after its metadata named the leader: retry for a while.
+		cfg.Producer.Retry.Max = 20
+		cfg.Producer.Retry.Backoff = 250 * time.Millisecond
+	}, func(input chan<- *sarama.ProducerMessage, _, missing int64) {
+		// A few distinct payloads, so that no two neighbours are the same.
+		payloads := make([][]byte, 16)
+		for i := range payloads {
+			payloads[i] = make([]byte, size)
+			for j := range payloads[i] {
+				payloads[i][j] = byte(rand.IntN(256))
+			}
+		}
+		for i := range missing {
+			input <- &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(payloads[i%16])}
+		}
+	})
+}
+
+// produceMissing creates the topic if needed and, when it holds fewer
+// than n messages, produces the missing ones: send writes them to input,
+// given how many the topic held and how many are missing, through an
+// asynchronous producer whose configuration configure adjusts. what
+// describes the messages in the log. It fails when any failed to produce.
+func (c *cluster) produceMissing(topic string, partitions int32, n int64, what string, configure func(*sarama.Config), send func(input chan<- *sarama.ProducerMessage, have, missing int64)) error {
 	if err := c.ensureTopic(topic, partitions); err != nil {
 		return err
 	}
@@ -293,19 +320,17 @@ func (c *cluster) fill(topic string, partitions int32, n int64, size int) error 
 		return nil
 	}
 	missing := n - have
-	log.Printf("producing %d messages of %d bytes to %s", missing, size, topic)
+	log.Printf("producing %d messages %s to %s", missing, what, topic)
 	start := time.Now()
 	cfg := sarama.NewConfig()
-	cfg.Producer.Partitioner = sarama.NewRoundRobinPartitioner
 	cfg.Producer.Return.Successes = false
 	cfg.Producer.Return.Errors = true
 	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
 	cfg.Producer.Flush.Messages = 1000
 	cfg.Producer.RequiredAcks = sarama.WaitForLocal
-	// A KRaft broker may refuse a topic just created (NOT_LEADER) for a
-	// moment after its metadata named the leader: retry for a while.
-	cfg.Producer.Retry.Max = 20
-	cfg.Producer.Retry.Backoff = 250 * time.Millisecond
+	if configure != nil {
+		configure(cfg)
+	}
 	producer, err := sarama.NewAsyncProducer(c.brokers, cfg)
 	if err != nil {
 		return err
@@ -320,17 +345,7 @@ func (c *cluster) fill(topic string, partitions int32, n int64, size int) error 
 			}
 		}
 	}()
-	// A few distinct payloads, so that no two neighbours are the same.
-	payloads := make([][]byte, 16)
-	for i := range payloads {
-		payloads[i] = make([]byte, size)
-		for j := range payloads[i] {
-			payloads[i][j] = byte(rand.IntN(256))
-		}
-	}
-	for i := range missing {
-		producer.Input() <- &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(payloads[i%16])}
-	}
+	send(producer.Input(), have, missing)
 	producer.AsyncClose()
 	<-errDone
 	if f := failed.Load(); f > 0 {

@@ -437,16 +437,11 @@ func startOursConfigured(spec *childSpec, h handler, batch int, kafka bool, conf
 	if configure != nil {
 		configure(cfg)
 	}
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
+	c, err := joinLogging(spec, zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}
 	o := &oursInstance{c: c, done: make(chan struct{})}
-	go func() {
-		for err := range c.Errors() {
-			log.Printf("kafkaconsumer: %v", err)
-		}
-	}()
 	go func() {
 		defer close(o.done)
 		if batch == 0 {
@@ -489,16 +484,11 @@ func startOursShuffled(spec *childSpec, h handler, durable bool) (instance, erro
 	if spec.MaxBufferedBytes >= 0 {
 		cfg.MaxBufferedBytes = spec.MaxBufferedBytes
 	}
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	c, err := joinLogging(spec, spec.Zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}
 	o := &oursInstance{c: c, done: make(chan struct{})}
-	go func() {
-		for err := range c.Errors() {
-			log.Printf("kafkaconsumer: %v", err)
-		}
-	}()
 	go func() {
 		defer close(o.done)
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -531,6 +521,22 @@ func startOursShuffled(spec *childSpec, h handler, durable bool) (instance, erro
 		}
 	}()
 	return o, nil
+}
+
+// joinLogging joins spec's group on its topics with cfg, through
+// zookeeper ("" for CoordinatorKafka), and logs the consumer's errors
+// until it is closed.
+func joinLogging(spec *childSpec, zookeeper string, cfg *kafkaconsumer.Config) (kafkaconsumer.Consumer, error) {
+	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for err := range c.Errors() {
+			log.Printf("kafkaconsumer: %v", err)
+		}
+	}()
+	return c, nil
 }
 
 func (o *oursInstance) Close() error {

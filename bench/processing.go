@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -111,55 +110,17 @@ func runProcessing(cl *cluster, o *options) (*drainTable, error) {
 // random (seeded: the same keys every time), the partition being the
 // key's (sarama's hash partitioner).
 func (c *cluster) fillKeyed(topic string, partitions int32, n int64, size, keys int) error {
-	if err := c.ensureTopic(topic, partitions); err != nil {
-		return err
-	}
-	have, err := c.count(topic, partitions)
-	if err != nil {
-		return err
-	}
-	if have >= n {
-		return nil
-	}
-	missing := n - have
-	log.Printf("producing %d messages of %d bytes with %d keys to %s", missing, size, keys, topic)
-	start := time.Now()
-	cfg := sarama.NewConfig()
-	cfg.Producer.Return.Successes = false
-	cfg.Producer.Return.Errors = true
-	cfg.Producer.Flush.Frequency = 5 * time.Millisecond
-	cfg.Producer.Flush.Messages = 1000
-	cfg.Producer.RequiredAcks = sarama.WaitForLocal
-	producer, err := sarama.NewAsyncProducer(c.brokers, cfg)
-	if err != nil {
-		return err
-	}
-	var failed atomic.Int64
-	errDone := make(chan struct{})
-	go func() {
-		defer close(errDone)
-		for e := range producer.Errors() {
-			if failed.Add(1) == 1 {
-				log.Printf("produce: %v", e.Err)
-			}
+	return c.produceMissing(topic, partitions, n, fmt.Sprintf("of %d bytes with %d keys", size, keys), nil, func(input chan<- *sarama.ProducerMessage, have, missing int64) {
+		rng := rand.New(rand.NewPCG(43, uint64(have)))
+		value := make([]byte, size)
+		for i := range value {
+			value[i] = byte(rng.IntN(256))
 		}
-	}()
-	rng := rand.New(rand.NewPCG(43, uint64(have)))
-	value := make([]byte, size)
-	for i := range value {
-		value[i] = byte(rng.IntN(256))
-	}
-	for range missing {
-		key := "key-" + strconv.Itoa(rng.IntN(keys))
-		producer.Input() <- &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value)}
-	}
-	producer.AsyncClose()
-	<-errDone
-	if f := failed.Load(); f > 0 {
-		return fmt.Errorf("%d of %d messages failed to produce", f, missing)
-	}
-	log.Printf("produced %d messages in %.1fs", missing, time.Since(start).Seconds())
-	return nil
+		for range missing {
+			key := "key-" + strconv.Itoa(rng.IntN(keys))
+			input <- &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value)}
+		}
+	})
 }
 
 // startProcessing starts a contender of the processing workload: its
@@ -191,15 +152,10 @@ func startProcess(spec *childSpec, h handler) (instance, error) {
 	if spec.MaxBufferedBytes >= 0 {
 		cfg.MaxBufferedBytes = spec.MaxBufferedBytes
 	}
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	c, err := joinLogging(spec, spec.Zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		for err := range c.Errors() {
-			log.Printf("kafkaconsumer: %v", err)
-		}
-	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &processInstance{c: c, cancel: cancel, done: make(chan struct{})}
 	work := spec.Work

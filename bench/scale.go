@@ -161,16 +161,11 @@ func joinMember(spec *childSpec) (*scaleMember, error) {
 	cfg := kafkaconsumer.NewConfig()
 	cfg.Offsets.Initial = sarama.OffsetNewest
 	cfg.Zookeeper.Timeout = spec.ZookeeperTimeout
-	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), spec.Zookeeper, cfg)
+	c, err := joinLogging(spec, spec.Zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}
 	m := &scaleMember{c: c, done: make(chan struct{})}
-	go func() {
-		for err := range c.Errors() {
-			log.Printf("kafkaconsumer: %v", err)
-		}
-	}()
 	go func() {
 		defer close(m.done)
 		for msg := range c.Messages() {

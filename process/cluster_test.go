@@ -200,6 +200,21 @@ func deadLetters(t testing.TB, brokers []string, topic string) []*sarama.Consume
 	return msgs
 }
 
+// joinLogged joins group on topic with consumerConfig, its Observer
+// recording the acks, and returns the consumer, its ackLog and an empty
+// handledLog; the caller closes the consumer.
+func joinLogged(t *testing.T, zookeeper, group, topic string) (kafkaconsumer.Consumer, *ackLog, *handledLog) {
+	t.Helper()
+	acks := &ackLog{acked: make(map[string]int)}
+	config := consumerConfig()
+	config.Observer = acks
+	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return consumer, acks, &handledLog{handled: make(map[string]int)}
+}
+
 // headersOf returns the headers of msg by key.
 func headersOf(msg *sarama.ConsumerMessage) map[string]string {
 	h := make(map[string]string)
@@ -240,15 +255,8 @@ func TestPoisonMessage(t *testing.T) {
 	const n, poison = 400, "v123"
 	produceKeyed(t, brokers, topic, 0, n, 40, 1)
 
-	acks := &ackLog{acked: make(map[string]int)}
-	config := consumerConfig()
-	config.Observer = acks
-	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	consumer, acks, handled := joinLogged(t, zookeeper, group, topic)
 	defer consumer.Close()
-	handled := &handledLog{handled: make(map[string]int)}
 	var mu sync.Mutex
 	tries := 0
 	stop := runInBackground(t, consumer, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
@@ -337,15 +345,8 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	dlConfig.Metadata.Retry.Max = 1
 	dlConfig.Producer.Retry.Max = 1
 
-	acks := &ackLog{acked: make(map[string]int)}
-	config := consumerConfig()
-	config.Observer = acks
-	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	consumer, acks, handled := joinLogged(t, zookeeper, group, topic)
 	defer consumer.Close()
-	handled := &handledLog{handled: make(map[string]int)}
 	var poisonMu sync.Mutex
 	var poisonAt *sarama.ConsumerMessage
 	stop := runInBackground(t, consumer, func(ctx context.Context, msg *sarama.ConsumerMessage) error {

@@ -481,22 +481,31 @@ func TestStopGivesBack(t *testing.T) {
 	}
 }
 
+// startUntilContextEnd starts a scheduler of one handler at a time, by
+// key, on a new fakeSource, under a context that cancel ends (Run's
+// context). Its handler counts its calls in calls, then waits for its
+// context to be done and returns the context's error.
+func startUntilContextEnd() (s *scheduler, src *fakeSource, calls *atomic.Int32, cancel context.CancelFunc) {
+	src = newFakeSource()
+	calls = new(atomic.Int32)
+	handler := func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s = newScheduler(ctx, src, handler, Options{Concurrency: 1, Ordering: ByKey})
+	s.start()
+	return s, src, calls, cancel
+}
+
 // TestContextEndGivesBack: Run's context ends while a handler runs; the
 // handler sees its context done at once and returns its error before Run
 // stops the scheduler. That is not a failed attempt: the message is given
 // back, and Run returns nil, not ErrGaveUp.
 func TestContextEndGivesBack(t *testing.T) {
 	t.Parallel()
-	src := newFakeSource()
-	var started atomic.Int32
-	handler := func(ctx context.Context, msg *sarama.ConsumerMessage) error {
-		started.Add(1)
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := newScheduler(ctx, src, handler, Options{Concurrency: 1, Ordering: ByKey})
-	s.start()
+	s, src, started, cancel := startUntilContextEnd()
 	msgs := messages(1, 1, 1)
 	s.add(msgs...)
 	waitFor(t, 10*time.Second, "the handler to run", func() bool { return started.Load() == 1 })
@@ -518,16 +527,7 @@ func TestContextEndGivesBack(t *testing.T) {
 // was told to stop).
 func TestContextEndStartsNothing(t *testing.T) {
 	t.Parallel()
-	src := newFakeSource()
-	var calls atomic.Int32
-	handler := func(ctx context.Context, msg *sarama.ConsumerMessage) error {
-		calls.Add(1)
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := newScheduler(ctx, src, handler, Options{Concurrency: 1, Ordering: ByKey})
-	s.start()
+	s, src, calls, cancel := startUntilContextEnd()
 	msgs := messages(2, 1, 1) // one key: the second waits behind the first
 	s.add(msgs...)
 	waitFor(t, 10*time.Second, "the first handler to run", func() bool { return calls.Load() == 1 })
