@@ -46,6 +46,27 @@ func TestIntegrationConsumerProtocolJoinSplitLeave(t *testing.T) {
 	joinSplitLeave(t, "kip848", consumerTestConfig)
 }
 
+// collected collects the values callbacks pass from other goroutines.
+type collected[T any] struct {
+	mu     sync.Mutex
+	values []T
+}
+
+func (r *collected[T]) add(v T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.values = append(r.values, v)
+}
+
+// take returns the values added since the last take, in order.
+func (r *collected[T]) take() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	values := r.values
+	r.values = nil
+	return values
+}
+
 // TestIntegrationConsumerProtocolJoinErrors: Join fails, clearly, for an
 // assignor the broker does not know; Validate refuses the consumer
 // protocol with the ZooKeeper coordinator.
@@ -168,13 +189,8 @@ func TestIntegrationConsumerProtocolZombieCommitRefused(t *testing.T) {
 		{"an old epoch", groupMember{id: live.id, generation: live.generation - 1}, errStaleMemberEpoch},
 		{"an unknown member", groupMember{id: "zombie", generation: live.generation}, sarama.ErrUnknownMemberId},
 	} {
-		var mu sync.Mutex
-		var reported []error
-		store := newOffsetStore(client, group, func(_ TopicPartition, err error) {
-			mu.Lock()
-			reported = append(reported, err)
-			mu.Unlock()
-		})
+		var reported collected[error]
+		store := newOffsetStore(client, group, func(_ TopicPartition, err error) { reported.add(err) })
 		store.member = func() (int32, string, *string) { return tc.member.generation, tc.member.id, nil }
 		store.send = k.commitConsumer
 		tp := TopicPartition{Topic: topic, Partition: 0}
@@ -184,11 +200,9 @@ func TestIntegrationConsumerProtocolZombieCommitRefused(t *testing.T) {
 		store.set(tp, 0)
 		store.mark(tp, 1) // back to the start: what a zombie's late commit does
 		store.commitRound()
-		mu.Lock()
-		if len(reported) != 1 || !errors.Is(reported[0], tc.want) {
-			t.Errorf("%s: reported %v, want %s", tc.name, reported, tc.want)
+		if got := reported.take(); len(got) != 1 || !errors.Is(got[0], tc.want) {
+			t.Errorf("%s: reported %v, want %s", tc.name, got, tc.want)
 		}
-		mu.Unlock()
 	}
 	if got := committedOffsets(t, client, group, topic); got[0] != newest[0] {
 		t.Errorf("partition 0 committed at %d after the zombie's commits, want %d", got[0], newest[0])
@@ -207,24 +221,17 @@ func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
 	client := newTestClient(t)
 	configA := consumerTestConfig()
 	configA.InstanceID = uniqueName("a")
-	var rebalancesB sync.Mutex
-	var changesB []Rebalance
+	var changesB collected[Rebalance]
 	configB := consumerTestConfig()
 	configB.InstanceID = uniqueName("b")
-	configB.OnRebalance = func(r Rebalance) {
-		rebalancesB.Lock()
-		changesB = append(changesB, r)
-		rebalancesB.Unlock()
-	}
+	configB.OnRebalance = changesB.add
 	a := joinKafka(t, group, TopicSubscription(topic), configA)
 	colA := collect(a, nil)
 	b := joinKafka(t, group, TopicSubscription(topic), configB)
 	colB := collect(b, nil)
 	waitFor(t, 30*time.Second, "the partitions to split 2/2", func() bool { return len(a.Stats()) == 2 && len(b.Stats()) == 2 })
 	sharesA := fmt.Sprint(a.Stats()[0].TopicPartition, a.Stats()[1].TopicPartition)
-	rebalancesB.Lock()
-	changesB = nil
-	rebalancesB.Unlock()
+	changesB.take()
 
 	colA.close(t)
 	values := produce(t, client, topic, "s", 40)
@@ -234,11 +241,9 @@ func TestIntegrationConsumerProtocolStaticRestart(t *testing.T) {
 	if st := a2.Stats(); len(st) != 2 || fmt.Sprint(st[0].TopicPartition, st[1].TopicPartition) != sharesA {
 		t.Errorf("the static member came back with %v, want %s", st, sharesA)
 	}
-	rebalancesB.Lock()
-	if len(changesB) != 0 {
-		t.Errorf("the other member's partitions changed: %v", changesB)
+	if changes := changesB.take(); len(changes) != 0 {
+		t.Errorf("the other member's partitions changed: %v", changes)
 	}
-	rebalancesB.Unlock()
 	colA2.close(t)
 	colB.close(t)
 }
