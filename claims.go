@@ -289,10 +289,7 @@ func (b *claimBatch) run() map[TopicPartition]bool {
 	for start := 0; start < len(b.tps); start += claimChunk {
 		chunks = append(chunks, b.tps[start:min(start+claimChunk, len(b.tps))])
 	}
-	all := make([]int, len(chunks))
-	for i := range all {
-		all[i] = i
-	}
+	all := upTo(len(chunks))
 	if b.cm.ownersMissing.Swap(false) {
 		_ = b.mkdirs(b.tps) // what failed is created after the multis, or reported
 	}
@@ -327,6 +324,15 @@ func (b *claimBatch) run() map[TopicPartition]bool {
 		}
 	}
 	return result
+}
+
+// upTo returns 0, 1, …, n-1: all the indices, for concurrently.
+func upTo(n int) []int {
+	is := make([]int, n)
+	for i := range is {
+		is[i] = i
+	}
+	return is
 }
 
 // concurrently runs f for each of is, each on a goroutine of its own, and
@@ -374,10 +380,7 @@ func (b *claimBatch) mkdirs(tps []TopicPartition) error {
 			dirs = append(dirs, path.Dir(b.cm.ownerNode(tp)))
 		}
 	}
-	all := make([]int, len(dirs))
-	for i := range all {
-		all[i] = i
-	}
+	all := upTo(len(dirs))
 	errs := make([]error, len(dirs))
 	create := func(i int) {
 		_, err := b.cm.zkConn.Create(dirs[i], nil, 0, b.cm.nodeACL(dirs[i]))

@@ -222,9 +222,9 @@ func (h *handOut) next() (*sarama.ConsumerMessage, bool) {
 // and lastHandedOut before them. Of those, the messages that the
 // partition's commit said were acked (skipped, Config.DurableAcks) are
 // entered as acked and not to be handed out: the others move to the
-// front of batch, and out says how many they are. When it enters them all and gap is not -1,
-// the offsets from the last of them up to gap hold nothing to hand out
-// (see skipTo). With no room it pauses the partition: an ack
+// front of batch, and out says how many they are. When it enters them all
+// and gap is not -1, the offsets from the last of them up to gap hold
+// nothing to hand out (see skipTo). With no room it pauses the partition: an ack
 // wakes the consume loop when there is (waiting). A partition paused by
 // Pause takes none, until Resume wakes the loop. While the instance is
 // fenced, or the claim is lost, it records nothing and returns -1: the
@@ -321,11 +321,13 @@ func (pm *partitionManager) reportPause(paused, held bool) {
 		return
 	}
 	pm.parent.config.metrics().Paused(pm.parent.group, pm.tp)
-	err := pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
-		ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
+	var err error
 	if held {
 		err = pm.errorf("%w: the acked messages beyond the oldest one not acked near the most that a commit's metadata holds (Config.DurableAcks, offset.metadata.max.bytes); handing out nothing more until it is acked",
 			ErrMaxPendingAcks)
+	} else {
+		err = pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",
+			ErrMaxPendingAcks, pm.parent.config.MaxPendingAcks)
 	}
 	pm.logf(slog.LevelWarn, "%s.", err)
 	pm.parent.sendError(err)

@@ -133,8 +133,8 @@ const prefetchLimit = 64
 // prefetch reads the nodes of the named topics whose watch is missing or
 // fired, several at once (go-zookeeper sends the requests of concurrent
 // callers without waiting for the answers between them), and keeps each
-// read with its watch for watchTopic, which then makes no request for it:
-// a subscription of 50 topics cost 50 round trips one after the other. A
+// read with its watch for watchTopic, which then makes no request for it,
+// so a round's topic reads cost about one round trip, not one each. A
 // read that set no watch (it failed) is left to watchTopic, which reads
 // again and reports. Called within a round, like watchTopic.
 func (c *watchCache) prefetch(r topicWatcher, names []string) {

@@ -116,13 +116,12 @@ const (
 type Range struct{ From, To int64 }
 
 // WithAcked returns metadata (a mark of Encode) followed by the acked
-// part that says that the offsets of acked, beyond next, were acked. acked is in increasing order and its ranges do
-// not overlap; what lies at or below next is left out, and adjacent
-// ranges are merged. The part holds as many of the first ranges as fit
-// in limit bytes;
-// truncated reports that some were left out (or all: then the part is
-// empty, and metadata is returned as it is). Deflated when that is
-// smaller.
+// part that says that the offsets of acked, beyond next, were acked.
+// acked is in increasing order and its ranges do not overlap; what lies
+// at or below next is left out, and adjacent ranges are merged. The part
+// holds as many of the first ranges as fit in limit bytes; truncated
+// reports that some were left out (or all: then the part is empty, and
+// metadata is returned as it is). Deflated when that is smaller.
 //
 // Releases of kafkaconsumer before the acked part read such metadata as
 // no mark (Decode's unmarked case): without CommitLastProcessed they
@@ -247,7 +246,8 @@ func Acked(metadata string, next int64) []Range {
 	return acked
 }
 
-// deflaters are flate writers for deflate: each holds about 600 KB.
+// deflaters are flate writers for deflate, reused: each holds large
+// buffers.
 var deflaters sync.Pool
 
 // deflate returns b deflated.
