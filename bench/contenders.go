@@ -525,18 +525,35 @@ func startOursShuffled(spec *childSpec, h handler, durable bool) (instance, erro
 
 // joinLogging joins spec's group on its topics with cfg, through
 // zookeeper ("" for CoordinatorKafka), and logs the consumer's errors
-// until it is closed.
+// until it is closed; its Close returns once the last error is logged.
 func joinLogging(spec *childSpec, zookeeper string, cfg *kafkaconsumer.Config) (kafkaconsumer.Consumer, error) {
 	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
 	if err != nil {
 		return nil, err
 	}
+	l := &loggingConsumer{Consumer: c, logged: make(chan struct{})}
 	go func() {
+		defer close(l.logged)
 		for err := range c.Errors() {
 			log.Printf("kafkaconsumer: %v", err)
 		}
 	}()
-	return c, nil
+	return l, nil
+}
+
+// loggingConsumer is a consumer whose errors a goroutine logs (Errors
+// must not be read elsewhere); Close waits for that goroutine.
+type loggingConsumer struct {
+	kafkaconsumer.Consumer
+	logged chan struct{} // closed when the logging goroutine returns
+}
+
+// Close closes the consumer, which closes Errors, and waits for the
+// logging goroutine to return.
+func (l *loggingConsumer) Close() error {
+	err := l.Consumer.Close()
+	<-l.logged
+	return err
 }
 
 func (o *oursInstance) Close() error {

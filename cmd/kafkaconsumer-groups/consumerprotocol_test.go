@@ -94,15 +94,7 @@ func TestRenderConsumerProtocolTable(t *testing.T) {
 		"orders 1 m1 (to m2) 5 5 0",
 		"TOTAL 9 10 1",
 	}
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	if len(lines) != len(want) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
-	}
-	for i, line := range lines {
-		if collapsed := strings.Join(strings.Fields(line), " "); collapsed != want[i] {
-			t.Errorf("line %d: got %q, want %q", i+1, collapsed, want[i])
-		}
-	}
+	checkLines(t, buf.String(), want)
 }
 
 // TestRenderConsumerProtocolJSON: the new fields of the contract, as

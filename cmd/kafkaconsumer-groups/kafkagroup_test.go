@@ -186,15 +186,7 @@ func TestRenderKafkaTable(t *testing.T) {
 		"orders 2 java-9 - 3 -",
 		"TOTAL 17 22 2",
 	}
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	if len(lines) != len(want) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
-	}
-	for i, line := range lines {
-		if collapsed := strings.Join(strings.Fields(line), " "); collapsed != want[i] {
-			t.Errorf("line %d: got %q, want %q", i+1, collapsed, want[i])
-		}
-	}
+	checkLines(t, buf.String(), want)
 }
 
 // TestRenderKafkaEmpty: a Kafka-coordinated group without members,

@@ -66,15 +66,7 @@ func TestRenderTable(t *testing.T) {
 		"TOTAL 22 22 2",
 		"note: old/0: partition not found in kafka",
 	}
-	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
-	if len(lines) != len(want) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), got)
-	}
-	for i, line := range lines {
-		if collapsed := strings.Join(strings.Fields(line), " "); collapsed != want[i] {
-			t.Errorf("line %d: got %q, want %q", i+1, collapsed, want[i])
-		}
-	}
+	lines := checkLines(t, got, want)
 	// The columns line up: the COMMITTED header and values start at the
 	// same position.
 	col := strings.Index(lines[7], "COMMITTED")
@@ -347,4 +339,20 @@ func TestRenderIntruders(t *testing.T) {
 			t.Errorf("render (json %v) does not name the intruder (%q):\n%s", asJSON, want, out.String())
 		}
 	}
+}
+
+// checkLines fails t unless got has want's lines, each with its runs of
+// blanks collapsed to one space, and returns got's lines as they are.
+func checkLines(t *testing.T, got string, want []string) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), got)
+	}
+	for i, line := range lines {
+		if collapsed := strings.Join(strings.Fields(line), " "); collapsed != want[i] {
+			t.Errorf("line %d: got %q, want %q", i+1, collapsed, want[i])
+		}
+	}
+	return lines
 }
