@@ -210,8 +210,10 @@ func (cm *consumerManager) kafkaCall(f func() error) error {
 // metadataPoller is a goroutine that polls Kafka's metadata every
 // DiscoveryInterval until what it sees differs from what the manager
 // distributed or assigned (last), then sends one event to its output
-// channel (buffered: it never blocks) and ends. Its owner, the manager goroutine,
-// stops it (stop) before it polls again itself, and at shutdown.
+// channel (buffered: it never blocks) and ends. Its owner, the manager
+// goroutine, stops it (stop) before it polls again itself, and at
+// shutdown; the leader's poller of the topics that only other members
+// subscribe to, when it leads no more (assignRejoins).
 type metadataPoller struct {
 	quit chan struct{} // closed by stop
 	done chan struct{} // closed by the goroutine when it ends
