@@ -45,21 +45,26 @@ type olderLeader struct {
 func startOlderLeader(t *testing.T, group, topic string, partitions int32) *olderLeader {
 	t.Helper()
 	client := newTestClient(t)
-	if err := client.RefreshCoordinator(group); err != nil {
-		t.Fatalf("find the coordinator of %s: %s", group, err)
-	}
-	broker, err := client.Coordinator(group)
-	if err != nil {
-		t.Fatalf("the coordinator of %s: %s", group, err)
-	}
-	o := &olderLeader{broker: broker, version: testKafkaVersion(), group: group, topic: topic,
+	o := &olderLeader{version: testKafkaVersion(), group: group, topic: topic,
 		member: groupMember{generation: sarama.GroupGenerationUndefined},
 		stop:   make(chan struct{}), done: make(chan struct{})}
 	for p := int32(0); p < partitions; p++ {
 		o.partitions = append(o.partitions, p)
 	}
-	if err := o.join(); err != nil {
-		t.Fatalf("the older leader's first join: %s", err)
+	// A fresh cluster's coordinators may still load (NOT_COORDINATOR,
+	// COORDINATOR_LOAD_IN_PROGRESS): the coordinator is looked up again.
+	var last error
+	if !poll(30*time.Second, func() bool {
+		if last = client.RefreshCoordinator(group); last != nil {
+			return false
+		}
+		if o.broker, last = client.Coordinator(group); last != nil {
+			return false
+		}
+		last = o.join()
+		return last == nil
+	}) {
+		t.Fatalf("the older leader's first join: %s", last)
 	}
 	go o.run()
 	t.Cleanup(func() {
