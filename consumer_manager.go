@@ -50,6 +50,9 @@ type testHooks struct {
 	// consumerHeartbeat runs before each ConsumerGroupHeartbeat of a
 	// GroupProtocolConsumer member.
 	consumerHeartbeat func()
+	// joiningGroup runs before each JoinGroup of a classic
+	// Kafka-coordinated member.
+	joiningGroup func()
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the

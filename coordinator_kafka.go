@@ -123,6 +123,9 @@ type kafkaCoordinator struct {
 	// (coordinator_kafka848.go); nil with the classic protocol. Set by
 	// connectKafka.
 	consumer *consumerMembership
+	// rejoins are the rejoins on the assignment's account
+	// (coordinator_kafka_rejoin.go); used by the manager goroutine only.
+	rejoins assignRejoins
 	// awaitingUntil, when after now (Unix nanoseconds), is the end of the
 	// wait for a generation that brings this member a partition withheld
 	// from it (expectRebalance): the guard heartbeats every
@@ -356,7 +359,8 @@ func (k *kafkaCoordinator) manageUntil(sw *coordinatorSwitch) bool {
 }
 
 // sleep waits until the metadata poller fires (changed is true), the
-// guard asks for a new generation, the coordinator switch changes
+// guard asks for a new generation, a rejoin on the assignment's account
+// is due (coordinator_kafka_rejoin.go), the coordinator switch changes
 // (switched; nil without), or the manager is interrupted (ok is false).
 func (k *kafkaCoordinator) sleep(changedMetadata, switched <-chan zk.Event) (changed, ok bool) {
 	cm := k.cm
@@ -371,6 +375,12 @@ func (k *kafkaCoordinator) sleep(changedMetadata, switched <-chan zk.Event) (cha
 		case <-changedMetadata:
 			cm.logf(slog.LevelInfo, "Woke up because the subscription's partitions changed in Kafka's metadata; joining the group again.")
 			return true, true
+		case <-k.rejoins.retryDue():
+			cm.logf(slog.LevelInfo, "Joining the group again to refuse the partitions of topics this member does not subscribe to.")
+			return false, true
+		case <-k.rejoins.changed:
+			cm.logf(slog.LevelInfo, "Woke up because the partitions of topics that only other members subscribe to changed in Kafka's metadata; joining the group again, as its leader, so that it rebalances.")
+			return false, true
 		case <-k.rejoin:
 			if k.lost.Load() || k.rejoinFor.Load() >= k.current().generation {
 				cm.logf(slog.LevelInfo, "Woke up because the group rebalances; joining again.")
@@ -532,6 +542,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 func (k *kafkaCoordinator) close() []error {
 	k.cm.stopGuard()
 	k.calls.Wait()
+	k.rejoins.stop()
 	if k.consumer != nil {
 		k.consumer.t.close()
 	}

@@ -44,16 +44,16 @@ func memberMetadata(partitions kazoo.PartitionList, owned map[string][]int32) *s
 	return meta
 }
 
-// memberUserData is the user data of this library's member metadata: the
-// "client" field of the ZooKeeper registration (mixed.go), and, for an
-// instance that follows the group's coordinator switch (followsSwitch),
-// the "migration" field, by which the groups tool's migrate tells the
-// members that go back to ZooKeeper when asked from those that do not.
-func memberUserData(followsSwitch bool) []byte {
-	if followsSwitch {
-		return []byte(fmt.Sprintf(`{"client":%q,"migration":%d}`, registrationClient, migrationVersion))
+// joinMetadata returns the member metadata of this member's next
+// JoinGroup: its subscription (partitions), the partitions it owns, and
+// its user data. It runs the joiningGroup test hook.
+func (k *kafkaCoordinator) joinMetadata(partitions kazoo.PartitionList) *sarama.ConsumerGroupMemberMetadata {
+	if h := k.cm.hooks; h != nil && h.joiningGroup != nil {
+		h.joiningGroup()
 	}
-	return []byte(fmt.Sprintf(`{"client":%q}`, registrationClient))
+	meta := memberMetadata(partitions, k.ownedPartitions())
+	meta.UserData = memberUserData(k.followsSwitch, k.rejoins.refusedGeneration())
+	return meta
 }
 
 // kafkaMember is a member of a generation, as the leader sees it.
@@ -145,6 +145,7 @@ func awaitingAssignment(userData []byte) bool {
 // metadata (partitions) come from there; those of the topics that only
 // other members subscribe to are read from Kafka's metadata, through
 // call (abandonable): an error fails the join, which is tried again.
+// Once the generation is synced, the leader watches them (watchOthers).
 func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (map[string]map[string][]int32, map[string]bool, error) {
 	members, err := kafkaMembers(resp)
 	if err != nil {
@@ -163,6 +164,9 @@ func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kaz
 		for _, p := range view.partitions {
 			counts[p.Topic().Name]++
 		}
+		k.rejoins.leadOthers(resp.GenerationId, others, view)
+	} else {
+		k.rejoins.leadOthers(resp.GenerationId, nil, metadataView{})
 	}
 	plan, awaiting := assignCooperative(members, counts)
 	return plan, awaiting, nil

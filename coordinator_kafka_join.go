@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -165,8 +164,7 @@ func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo
 	if req.Version >= 5 {
 		req.GroupInstanceId = k.instanceID
 	}
-	meta := memberMetadata(partitions, k.ownedPartitions())
-	meta.UserData = memberUserData(k.followsSwitch)
+	meta := k.joinMetadata(partitions)
 	if err := req.AddGroupProtocolMetadata(kafkaProtocol, meta); err != nil {
 		return nil, nil, err
 	}
@@ -247,24 +245,24 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 // syncSent, the current member, tells the guard, and returns its
 // assignment mine as partitions to run: those of the topics it
 // subscribes to (subscribed) only. Partitions of other topics (a leader
-// running older code) are not run, and the member joins again.
+// running older code) are not run, and the member joins again, with
+// backoff (refuseForeign). A leader watches the topics that only the
+// other members subscribe to (watchOthers).
 func (k *kafkaCoordinator) takeAssignment(member groupMember, mine *sarama.ConsumerGroupMemberAssignment, subscribed []string, syncSent time.Time) map[TopicPartition]assignment {
-	cm := k.cm
 	k.setMember(member)
 	if mine != nil && awaitingAssignment(mine.UserData) {
 		k.expectRebalance()
 	}
 	k.tellJoined(syncSent)
+	k.watchOthers(member.generation)
+	var topics map[string][]int32
+	if mine != nil {
+		topics = mine.Topics
+	}
+	topics, foreign := subscribedOnly(topics, subscribed)
+	k.refuseForeign(member.generation, foreign)
 	assigned := make(map[TopicPartition]assignment)
-	if mine == nil {
-		return assigned
-	}
-	var foreign []string
-	if mine.Topics, foreign = subscribedOnly(mine.Topics, subscribed); len(foreign) > 0 {
-		cm.logf(slog.LevelWarn, "The group's leader assigned partitions of topics %s, which this member does not subscribe to; not consuming them, and joining again.", strings.Join(foreign, ", "))
-		k.requestRejoin(member.generation)
-	}
-	for topic, ids := range mine.Topics {
+	for topic, ids := range topics {
 		t := kazooValues.Topic(topic)
 		for _, id := range ids {
 			assigned[TopicPartition{Topic: topic, Partition: id}] = assignment{partition: t.Partition(id, nil)}

@@ -603,6 +603,7 @@ func (k *kafkaCoordinator) leaveForSwitch() bool {
 	cm.logf(slog.LevelInfo, "The group moves back to ZooKeeper's coordination: stopping every partition (final commits) and leaving Kafka's group.")
 	cm.reportStops(cm.managePartitionManagers(nil))
 	cm.stopGuard()
+	k.rejoins.stop()
 	if m := k.current(); m.id != "" && !cm.fenced() {
 		// Through call: against a hung coordinator a LeaveGroup waits
 		// for the group client's read timeout (the rebalance timeout

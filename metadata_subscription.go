@@ -177,7 +177,7 @@ func (cm *consumerManager) watchMetadata() (kazoo.PartitionList, <-chan zk.Event
 				cm.logf(slog.LevelWarn, "Topics %s of the subscription do not exist; skipping them until they are created.", strings.Join(view.missing, ", "))
 			}
 			var changed <-chan zk.Event
-			cm.metadataPoll, changed = cm.startMetadataPoller(sel, view)
+			cm.metadataPoll, changed = cm.startMetadataPoller(sel, view, metadataView.sameAs)
 			return view.partitions, changed, true
 		}
 		cm.logf(slog.LevelWarn, "Failed to read the subscription's partitions from Kafka: %s. Trying again.", err)
@@ -209,16 +209,19 @@ func (cm *consumerManager) kafkaCall(f func() error) error {
 
 // metadataPoller is a goroutine that polls Kafka's metadata every
 // DiscoveryInterval until what it sees differs from what the manager
-// distributed (last), then sends one event to its output channel
-// (buffered: it never blocks) and ends. Its owner, the manager goroutine,
-// stops it (stop) before it polls again itself, and at shutdown.
+// distributed or assigned (last), then sends one event to its output
+// channel (buffered: it never blocks) and ends. Its owner, the manager
+// goroutine, stops it (stop) before it polls again itself, and at
+// shutdown; the leader's poller of the topics that only other members
+// subscribe to, when it leads no more (assignRejoins).
 type metadataPoller struct {
 	quit chan struct{} // closed by stop
 	done chan struct{} // closed by the goroutine when it ends
 }
 
-// startMetadataPoller starts a metadataPoller that compares with last.
-func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataView) (*metadataPoller, <-chan zk.Event) {
+// startMetadataPoller starts a metadataPoller of the topics sel selects,
+// that compares what it sees with last by same.
+func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataView, same func(seen, last metadataView) bool) (*metadataPoller, <-chan zk.Event) {
 	mp := &metadataPoller{quit: make(chan struct{}), done: make(chan struct{})}
 	out := make(chan zk.Event, 1)
 	go func() {
@@ -237,7 +240,7 @@ func (cm *consumerManager) startMetadataPoller(sel topicSelector, last metadataV
 				cm.logf(slog.LevelWarn, "Failed to poll Kafka's metadata: %s. Trying again in %s.", err, cm.config.DiscoveryInterval)
 				continue
 			}
-			if !view.sameAs(last) {
+			if !same(view, last) {
 				out <- zk.Event{Type: zk.EventNodeChildrenChanged, State: zk.StateHasSession, Path: "kafka metadata"}
 				return
 			}
