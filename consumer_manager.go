@@ -50,6 +50,9 @@ type testHooks struct {
 	// consumerHeartbeat runs before each ConsumerGroupHeartbeat of a
 	// GroupProtocolConsumer member.
 	consumerHeartbeat func()
+	// lookingUpTopics runs before each lookup of the names of topic IDs
+	// of a GroupProtocolConsumer member's assignment (lookUpTopicNames).
+	lookingUpTopics func(ids [][16]byte)
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the

@@ -128,6 +128,21 @@ type consumerMembership struct {
 	// pending is the last assignment answered and not reconciled yet;
 	// nil for none.
 	pending map[[16]byte][]int32
+	// reconciling is set while the manager reconciles an assignment it
+	// took from pending. From the answer of an assignment until its
+	// reconciliation completes, heartbeats report the owned partitions
+	// as unchanged (none listed): a list without a partition the member
+	// is about to start would release it, and the broker could give it
+	// to another member at once.
+	reconciling bool
+	// assigned is the last assignment reconciled, with the partitions of
+	// topic IDs that did not resolve; setAside counts those, looked up
+	// again once the assignment is answered after retryAt (backoff, in
+	// setAsideFor).
+	assigned    map[[16]byte][]int32
+	setAside    int
+	retryAt     time.Time
+	setAsideFor time.Duration
 	// revoking, when not zero, is the send of the heartbeat whose answer
 	// revoked partitions not released yet.
 	revoking time.Time
@@ -201,7 +216,9 @@ func (k *kafkaCoordinator) heartbeatConsumer(ctx context.Context, m groupMember)
 	c.mu.Lock()
 	req.SubscribedTopicNames = append([]string{}, c.topics...)
 	req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
-	if m.generation > 0 {
+	if m.generation > 0 && (c.pending != nil || c.reconciling) {
+		req.Topics = nil // owned: unchanged (see reconciling)
+	} else if m.generation > 0 {
 		for topic, partitions := range k.ownedPartitions() {
 			if id, ok := c.ids[topic]; ok {
 				req.Topics = append(req.Topics, kmsg.ConsumerGroupHeartbeatRequestTopic{TopicID: id, Partitions: partitions})
@@ -244,11 +261,13 @@ func (k *kafkaCoordinator) takeHeartbeat(resp *kmsg.ConsumerGroupHeartbeatRespon
 		for _, t := range a.Topics {
 			pending[t.TopicID] = append(pending[t.TopicID], t.Partitions...)
 		}
-		if c.pending == nil && k.holds(pending) {
+		if c.pending == nil && !c.reconciling && (k.holds(pending) || c.setAside > 0 && sameAssignment(pending, c.assigned) && time.Now().Before(c.retryAt)) {
 			// The broker repeats the assignment in its answer to every
 			// heartbeat that carries the subscription and the owned
 			// partitions: one the member holds already needs no
-			// reconciling, nor the heartbeat at once that follows one.
+			// reconciling, nor the heartbeat at once that follows one;
+			// nor one whose partitions set aside are not due to be
+			// looked up again.
 			return true
 		}
 		c.pending = pending
@@ -283,6 +302,29 @@ func (k *kafkaCoordinator) holds(a map[[16]byte][]int32) bool {
 		delete(owned, id)
 	}
 	return len(owned) == 0
+}
+
+// sameAssignment reports whether the assignments a and b hold the same
+// partitions.
+func sameAssignment(a, b map[[16]byte][]int32) bool {
+	count := func(m map[[16]byte][]int32) int {
+		n := 0
+		for _, partitions := range m {
+			n += len(partitions)
+		}
+		return n
+	}
+	if count(a) != count(b) {
+		return false
+	}
+	for id, partitions := range a {
+		for _, p := range partitions {
+			if !slices.Contains(b[id], p) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // revokes reports whether the assignment a leaves out a partition this

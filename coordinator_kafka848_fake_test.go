@@ -5,6 +5,8 @@ package kafkaconsumer
 // and error paths, without a cluster.
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -177,9 +179,9 @@ func fakeConsumerConfig(f *fakeKafka) *Config {
 
 // joinFake joins group on the fake broker f, and closes the consumer at
 // the end of the test.
-func joinFake(t *testing.T, f *fakeKafka, subscription Subscription) Consumer {
+func joinFake(t *testing.T, f *fakeKafka, subscription Subscription, hooks *testHooks) Consumer {
 	t.Helper()
-	c, err := Join("g", subscription, "", fakeConsumerConfig(f))
+	c, err := joinWithHooks("g", subscription, "", fakeConsumerConfig(f), hooks)
 	if err != nil {
 		t.Fatalf("Join = %s", err)
 	}
@@ -236,7 +238,7 @@ func TestConsumerProtocolFakeJoinReconcilesAndMoves(t *testing.T) {
 	t.Parallel()
 	f := newFakeKafka(t, map[string]int32{"t1": 2})
 	g := newFakeGroup(f, map[string][]int32{"t1": {0, 1}})
-	joinFake(t, f, TopicSubscription("t1"))
+	joinFake(t, f, TopicSubscription("t1"), nil)
 	waitFor(t, 10*time.Second, "t1/0 and t1/1 reported owned", owns(f, map[string][]int32{"t1": {0, 1}}))
 	g.setTarget(map[string][]int32{"t1": {1}})
 	waitFor(t, 10*time.Second, "t1/0 released", func() bool {
@@ -244,4 +246,239 @@ func TestConsumerProtocolFakeJoinReconcilesAndMoves(t *testing.T) {
 		return ok && g.memberEpoch() == 2
 	})
 	waitFor(t, 10*time.Second, "t1/1 reported owned", owns(f, map[string][]int32{"t1": {1}}))
+}
+
+// holdLookups returns the hooks of a member whose lookups of the ID of
+// topic wait until free is called (at the latest before Close, which
+// waits for the lookup: a cleanup registered after the join), and that
+// send a token on held (without blocking) for each.
+func holdLookups(topic string) (hooks *testHooks, held <-chan struct{}, free func()) {
+	release, token := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	return &testHooks{lookingUpTopics: func(ids [][16]byte) {
+		if !slices.Contains(ids, topicID(topic)) {
+			return
+		}
+		select {
+		case token <- struct{}{}:
+		default:
+		}
+		<-release
+	}}, token, free
+}
+
+// mentions reports whether req names tp as one of its partitions: a
+// request that a partition manager running tp sends.
+func mentions(req kmsg.Request, tp TopicPartition) bool {
+	switch r := req.(type) {
+	case *kmsg.OffsetFetchRequest:
+		for _, t := range r.Topics {
+			if t.Topic == tp.Topic && slices.Contains(t.Partitions, tp.Partition) {
+				return true
+			}
+		}
+		for _, g := range r.Groups {
+			for _, t := range g.Topics {
+				if t.Topic == tp.Topic && slices.Contains(t.Partitions, tp.Partition) {
+					return true
+				}
+			}
+		}
+	case *kmsg.OffsetCommitRequest:
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == tp.Topic && p.Partition == tp.Partition {
+					return true
+				}
+			}
+		}
+	case *kmsg.ListOffsetsRequest:
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == tp.Topic && p.Partition == tp.Partition {
+					return true
+				}
+			}
+		}
+	case *kmsg.FetchRequest:
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == tp.Topic && p.Partition == tp.Partition {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// startedAfter returns the first request after the first n received
+// that a partition manager of tp sent; nil for none.
+func startedAfter(f *fakeKafka, tp TopicPartition, n int) kmsg.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, req := range f.requests[n:] {
+		if mentions(req, tp) {
+			return req
+		}
+	}
+	return nil
+}
+
+// heartbeatsAfter returns the heartbeats received after the first n
+// requests.
+func heartbeatsAfter(f *fakeKafka, n int) []*kmsg.ConsumerGroupHeartbeatRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*kmsg.ConsumerGroupHeartbeatRequest
+	for _, req := range f.requests[n:] {
+		if hb, ok := req.(*kmsg.ConsumerGroupHeartbeatRequest); ok {
+			out = append(out, hb)
+		}
+	}
+	return out
+}
+
+// TestConsumerProtocolFakeNoStartAfterRelease (finding 7): a partition
+// assigned, whose topic's name the member is still looking up when the
+// target moves it to another member, is neither reported released by a
+// heartbeat in between nor started once the lookup completes: one owner
+// at a time.
+func TestConsumerProtocolFakeNoStartAfterRelease(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1, "t2": 1})
+	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+	hooks, held, free := holdLookups("t2")
+	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
+	t.Cleanup(free)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+
+	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}}) // epoch 2
+	receiveWithin(t, held, "the lookup of t2's ID")
+	g.setTarget(map[string][]int32{"t1": {0}}) // epoch 3: t2/0 goes to another member
+	n := f.count()
+	waitFor(t, 10*time.Second, "3 heartbeats during the lookup", func() bool { return len(heartbeatsAfter(f, n)) >= 3 })
+	m := f.count()
+	free()
+	waitFor(t, 10*time.Second, "a heartbeat of epoch 3 reporting the owned partitions after the lookup", func() bool {
+		return slices.ContainsFunc(heartbeatsAfter(f, m), func(hb *kmsg.ConsumerGroupHeartbeatRequest) bool {
+			return hb.MemberEpoch == 3 && hb.Topics != nil
+		})
+	})
+	t20 := TopicPartition{Topic: "t2", Partition: 0}
+	at, ok := g.releasedAt(t20)
+	if !ok {
+		t.Fatal("t2/0 never released")
+	}
+	for _, hb := range heartbeatsAfter(f, at) {
+		for _, topic := range hb.Topics {
+			if topic.TopicID == topicID("t2") && len(topic.Partitions) > 0 {
+				t.Fatalf("a heartbeat of epoch %d reports t2/0 owned after an earlier heartbeat released it: two owners", hb.MemberEpoch)
+			}
+		}
+	}
+	if req := startedAfter(f, t20, at); req != nil {
+		t.Fatalf("t2/0 started after a heartbeat released it (%T after the release): two owners", req)
+	}
+}
+
+// TestConsumerProtocolFakeUnresolvedTopicSetAside (finding 8): an
+// assignment with a topic ID that does not resolve (a topic deleted) is
+// reconciled for the partitions that resolve.
+func TestConsumerProtocolFakeUnresolvedTopicSetAside(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	newFakeGroup(f, map[string][]int32{"t1": {0}, "gone": {0}})
+	joinFake(t, f, TopicSubscription("t1"), nil)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+}
+
+// TestConsumerProtocolFakeNewerAssignmentAbortsLookup (finding 8): a
+// lookup of topic names that hangs is abandoned for a newer assignment.
+func TestConsumerProtocolFakeNewerAssignmentAbortsLookup(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 2, "t2": 1})
+	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+	hooks, held, free := holdLookups("t2")
+	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
+	t.Cleanup(free)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}})
+	receiveWithin(t, held, "the lookup of t2's ID")
+	g.setTarget(map[string][]int32{"t1": {0, 1}})
+	waitFor(t, 8*time.Second, "t1/0 and t1/1 reported owned", owns(f, map[string][]int32{"t1": {0, 1}}))
+}
+
+// TestConsumerProtocolFakeFencedDuringLookupRejoins (finding 8): a member
+// fenced while it looks up the names of its assignment's topics joins
+// again (epoch 0) rather than staying idle.
+func TestConsumerProtocolFakeFencedDuringLookupRejoins(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1, "t2": 1})
+	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+	hooks, held, free := holdLookups("t2")
+	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
+	t.Cleanup(free)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}})
+	receiveWithin(t, held, "the lookup of t2's ID")
+	g.setTarget(map[string][]int32{"t1": {0}})
+	g.fenceNext(int16(errFencedMemberEpoch))
+	n := f.count()
+	waitFor(t, 8*time.Second, "a heartbeat of epoch 0 after the fence", func() bool {
+		return slices.ContainsFunc(heartbeatsAfter(f, n), func(hb *kmsg.ConsumerGroupHeartbeatRequest) bool { return hb.MemberEpoch == 0 })
+	})
+	waitFor(t, 8*time.Second, "t1/0 reported owned again", owns(f, map[string][]int32{"t1": {0}}))
+}
+
+// TestConsumerProtocolFakeJoinBoundedOnNotCoordinator (finding 9): a
+// coordinator that answers NOT_COORDINATOR for ever fails Join within
+// the session timeout, with an error that names it.
+func TestConsumerProtocolFakeJoinBoundedOnNotCoordinator(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1}) // no heartbeat function: NOT_COORDINATOR
+	config := fakeConsumerConfig(f)
+	config.Consumer.Group.Session.Timeout = 3 * time.Second
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { // ends with Join, at the latest when the broker closes
+		c, err := Join("g", TopicSubscription("t1"), "", config)
+		if err == nil {
+			_ = c.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, kerr.NotCoordinator) {
+			t.Fatalf("Join = %v, want NOT_COORDINATOR", err)
+		}
+		t.Logf("Join failed after %s: %s", time.Since(began).Round(10*time.Millisecond), err)
+	case <-time.After(config.Consumer.Group.Session.Timeout + 5*time.Second):
+		t.Fatalf("Join still blocked %s after it began, on a coordinator that answers NOT_COORDINATOR", time.Since(began).Round(time.Second))
+	}
+}
+
+// TestConsumerProtocolFakeJoinContextCancelled (finding 9): JoinContext
+// returns ctx's error once ctx is done, while the coordinator loads.
+func TestConsumerProtocolFakeJoinContextCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	f.setHeartbeat(func(*kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerGroupHeartbeatResponse {
+		resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		return resp
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	c, err := JoinContext(ctx, "g", TopicSubscription("t1"), "", fakeConsumerConfig(f))
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("JoinContext = nil, want ctx's error")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(began) > 3*time.Second {
+		t.Fatalf("JoinContext = %v after %s, want ctx's error within a few seconds", err, time.Since(began))
+	}
 }

@@ -19,9 +19,9 @@ import (
 // manageConsumer is the manager loop of a GroupProtocolConsumer member:
 //  1. read the subscription's topics from Kafka's metadata (a poller
 //     watches them for changes), and tell the guard when they changed;
-//  2. reconcile the last assignment answered: the revoked partitions stop
-//     first (final commit), the new ones start, and the guard heartbeats
-//     at once with the partitions owned;
+//  2. reconcile the last assignment answered (reconcileConsumer): the
+//     revoked partitions stop first (final commit), the new ones start,
+//     and the guard heartbeats at once with the partitions owned;
 //  3. after a loss of the membership, stop every partition (lost: no
 //     final commit) before the guard joins again;
 //  4. sleep until one of these is due, or the manager is interrupted.
@@ -46,31 +46,13 @@ func (k *kafkaCoordinator) manageConsumer() {
 				return
 			}
 			changed = watch
-			topics := partitionTopics(partitions)
-			c.mu.Lock()
-			if !slices.Equal(topics, c.topics) {
-				c.topics = topics
-				poke(c.reconciled)
-			}
-			c.mu.Unlock()
+			k.setSubscription(partitionTopics(partitions))
 			read = false
 		}
-		c.mu.Lock()
-		pending := c.pending
-		c.pending = nil
-		c.mu.Unlock()
-		if pending != nil {
-			assigned, ok := k.resolveAssignment(pending)
-			if !ok {
+		if pending := k.takePending(); pending != nil {
+			if !k.reconcileConsumer(pending) {
 				return
 			}
-			cm.reportStops(cm.managePartitionManagers(assigned))
-			c.mu.Lock()
-			if c.pending == nil || !k.revokes(c.pending) {
-				c.revoking = time.Time{}
-			}
-			c.mu.Unlock()
-			poke(c.reconciled)
 			continue
 		}
 		select {
@@ -86,52 +68,159 @@ func (k *kafkaCoordinator) manageConsumer() {
 	}
 }
 
-// resolveAssignment returns the partitions of the assignment a by topic
-// name, looking up the names of topic IDs not known yet, retrying until
-// the manager is interrupted (ok is false then).
-func (k *kafkaCoordinator) resolveAssignment(a map[[16]byte][]int32) (map[TopicPartition]assignment, bool) {
+// setSubscription records the subscription's topics, and has the guard
+// heartbeat at once when they changed.
+func (k *kafkaCoordinator) setSubscription(topics []string) {
+	c := k.consumer
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Equal(topics, c.topics) {
+		c.topics = topics
+		poke(c.reconciled)
+	}
+}
+
+// takePending returns the assignment to reconcile, nil for none; the
+// member is reconciling it then (see consumerMembership.reconciling).
+func (k *kafkaCoordinator) takePending() map[[16]byte][]int32 {
+	c := k.consumer
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pending := c.pending
+	c.pending = nil
+	c.reconciling = pending != nil
+	return pending
+}
+
+// reconcileConsumer reconciles the assignment a: the partitions of the
+// topic IDs that resolve run (managePartitionManagers), the others are
+// set aside until they do. A newer assignment or a loss of the
+// membership that comes while the names are looked up abandons a: the
+// manager loop takes what came. It returns false when the manager is
+// interrupted.
+func (k *kafkaCoordinator) reconcileConsumer(a map[[16]byte][]int32) bool {
 	cm, c := k.cm, k.consumer
-	for attempt := 0; ; attempt++ {
-		var unknown [][16]byte
+	assigned, unresolved, err := k.resolveAssignment(a)
+	switch {
+	case errors.Is(err, errAbandoned):
+		return false
+	case errors.Is(err, errSuperseded) || k.lost.Load():
+		// Started now, a partition of a could be one that the broker
+		// gave away since (see consumerMembership.reconciling).
 		c.mu.Lock()
-		for id := range a {
-			if _, ok := c.names[id]; !ok {
-				unknown = append(unknown, id)
-			}
-		}
+		c.reconciling = false
 		c.mu.Unlock()
-		if len(unknown) == 0 {
-			break
-		}
-		err := cm.kafkaCall(func() error { return k.lookUpTopicNames(unknown) })
-		if errors.Is(err, errAbandoned) {
-			return nil, false
-		}
-		if err == nil {
-			continue
-		}
-		cm.logf(slog.LevelWarn, "Failed to look up the names of the topics assigned: %s. Trying again.", err)
-		if !sleepOrDie(&cm.t, attempt) {
-			return nil, false
+		return true
+	}
+	cm.reportStops(cm.managePartitionManagers(assigned))
+	c.mu.Lock()
+	if c.pending == nil || !k.revokes(c.pending) {
+		c.revoking = time.Time{}
+	}
+	c.reconciling = false
+	c.assigned = a
+	k.setAside(unresolved, err)
+	c.mu.Unlock()
+	poke(c.reconciled)
+	return true
+}
+
+// setAside records the count of partitions of the last assignment
+// reconciled whose topic IDs did not resolve (lookup error err), and
+// when to look them up again: after a backoff that doubles, from
+// consumerRetryAfterFailed to the session timeout. c.mu is held.
+func (k *kafkaCoordinator) setAside(unresolved int, err error) {
+	cm, c := k.cm, k.consumer
+	if unresolved == 0 {
+		c.setAside, c.setAsideFor = 0, 0
+		return
+	}
+	c.setAsideFor = min(max(2*c.setAsideFor, consumerRetryAfterFailed), k.sessionTimeout)
+	c.setAside, c.retryAt = unresolved, time.Now().Add(c.setAsideFor)
+	cm.logf(slog.LevelWarn, "Set aside %d partitions of the assignment whose topic IDs did not resolve (%v; a topic deleted?); looking them up again in %s.",
+		unresolved, err, c.setAsideFor)
+}
+
+// errSuperseded is what resolveAssignment returns when a newer
+// assignment or a loss of the membership came during its lookup.
+var errSuperseded = errors.New("superseded")
+
+// resolveAssignment returns the partitions of the assignment a by topic
+// name, looking up the names of topic IDs not known yet, and the count
+// of partitions whose topic IDs did not resolve, with the lookup's
+// error. The error is errAbandoned when the manager was interrupted,
+// errSuperseded when a newer assignment or a loss came meanwhile.
+func (k *kafkaCoordinator) resolveAssignment(a map[[16]byte][]int32) (assigned map[TopicPartition]assignment, unresolved int, err error) {
+	c := k.consumer
+	var unknown [][16]byte
+	c.mu.Lock()
+	for id := range a {
+		if _, ok := c.names[id]; !ok {
+			unknown = append(unknown, id)
 		}
 	}
-	assigned := make(map[TopicPartition]assignment)
+	c.mu.Unlock()
+	if len(unknown) > 0 {
+		err = k.lookUpUntilSuperseded(unknown)
+		if errors.Is(err, errAbandoned) || errors.Is(err, errSuperseded) {
+			return nil, 0, err
+		}
+	}
+	assigned = make(map[TopicPartition]assignment)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, partitions := range a {
-		name := c.names[id]
+		name, ok := c.names[id]
+		if !ok {
+			unresolved += len(partitions)
+			continue
+		}
 		t := kazooValues.Topic(name)
 		for _, p := range partitions {
 			assigned[TopicPartition{Topic: name, Partition: p}] = assignment{partition: t.Partition(p, nil)}
 		}
 	}
-	return assigned, true
+	return assigned, unresolved, err
+}
+
+// lookUpUntilSuperseded runs lookUpTopicNames(ids) on a goroutine of its
+// own (in kafkaCalls, as kafkaCall), and waits for it, or until the
+// manager is interrupted (errAbandoned), or a newer assignment or a loss
+// of the membership comes (errSuperseded): the loop of manageConsumer
+// takes those, its wake-up tokens consumed here notwithstanding.
+func (k *kafkaCoordinator) lookUpUntilSuperseded(ids [][16]byte) error {
+	cm, c := k.cm, k.consumer
+	done := make(chan error, 1)
+	cm.kafkaCalls.Add(1)
+	go func() { // owned by closeKafka, which waits for kafkaCalls
+		defer cm.kafkaCalls.Done()
+		done <- k.lookUpTopicNames(ids)
+	}()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-cm.t.Dying():
+			return errAbandoned
+		case <-c.assignments:
+		case <-k.rejoin:
+		}
+		c.mu.Lock()
+		newer := c.pending != nil
+		c.mu.Unlock()
+		if newer || k.lost.Load() {
+			return errSuperseded
+		}
+	}
 }
 
 // lookUpTopicNames asks Kafka's metadata for the names of the topic IDs
 // ids, and records them.
 func (k *kafkaCoordinator) lookUpTopicNames(ids [][16]byte) error {
 	c := k.consumer
+	if h := k.cm.hooks; h != nil && h.lookingUpTopics != nil {
+		h.lookingUpTopics(ids)
+	}
 	req := kmsg.NewPtrMetadataRequest()
 	for _, id := range ids {
 		req.Topics = append(req.Topics, kmsg.MetadataRequestTopic{TopicID: id})
