@@ -10,10 +10,13 @@ package kafkaconsumer
 // Membership. Join sends the first heartbeat (epoch 0) itself, so that a
 // broker without the protocol, an assignor it does not know, a classic
 // group of the same name (GROUP_ID_NOT_FOUND) or an instance ID in use
-// fail Join. The guard (guardConsumer) then heartbeats every interval the
+// fail Join; a coordinator that moves or loads is waited for at most
+// Consumer.Group.Session.Timeout. The guard (guardConsumer) then heartbeats every interval the
 // broker gives, reporting the subscription (the topic names the client
 // resolves from Kafka's metadata, as the classic mode does) and the
-// partitions it owns; each answer carries the member's epoch, which
+// partitions it owns (from the answer of an assignment until its
+// reconciliation completes: unchanged, so that the broker takes nothing
+// the member is about to start for a release); each answer carries the member's epoch, which
 // commits carry (OffsetCommit v9: a zombie's commit is refused), and,
 // when it changed, the assignment.
 //

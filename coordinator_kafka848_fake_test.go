@@ -482,3 +482,26 @@ func TestConsumerProtocolFakeJoinContextCancelled(t *testing.T) {
 		t.Fatalf("JoinContext = %v after %s, want ctx's error within a few seconds", err, time.Since(began))
 	}
 }
+
+// TestConsumerProtocolFakeJoinRetriesCoordinatorLookup (finding 9): a
+// lookup of the coordinator answered COORDINATOR_NOT_AVAILABLE is retried
+// until the coordinator is ready, and Join then succeeds.
+func TestConsumerProtocolFakeJoinRetriesCoordinatorLookup(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	newFakeGroup(f, map[string][]int32{"t1": {0}})
+	var mu sync.Mutex
+	refused := 0
+	f.setAnswer(func(req kmsg.Request) kmsg.Response {
+		r, ok := req.(*kmsg.FindCoordinatorRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		if !ok || refused == 5 {
+			return nil
+		}
+		refused++
+		return f.findCoordinator(r, kerr.CoordinatorNotAvailable.Code)
+	})
+	joinFake(t, f, TopicSubscription("t1"), nil)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+}

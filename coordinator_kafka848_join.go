@@ -5,6 +5,7 @@ package kafkaconsumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,35 +43,65 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 		return fmt.Errorf("read the subscription's topics: %w", err)
 	}
 	c.topics = partitionTopics(view.partitions)
+	return k.joinConsumer(ctx)
+}
+
+// joinConsumer sends the first heartbeat (epoch 0) until it is answered.
+// An answer that the coordinator moved or is not ready
+// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+// COORDINATOR_LOAD_IN_PROGRESS, from the heartbeat or from the lookup
+// of the coordinator) is retried with a capped backoff for at most
+// Consumer.Group.Session.Timeout, and a failed request three times; ctx
+// ends the wait. Any other error fails Join (joinError).
+func (k *kafkaCoordinator) joinConsumer(ctx context.Context) error {
+	cm, c := k.cm, k.consumer
 	k.setMember(groupMember{id: newMemberID(), generation: 0})
+	began := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		resp, err := k.heartbeatConsumer(ctx, k.current())
 		if err == nil {
 			err = kerr.ErrorForCode(resp.ErrorCode)
 		}
+		left := k.sessionTimeout - time.Since(began)
+		wait := min(100*time.Millisecond<<attempt, 2*time.Second, max(left, 0))
+		moved := coordinatorMovedCode(codeOf(resp)) || resp == nil && coordinatorMovedErr(err)
 		switch {
 		case err == nil:
-			k.takeHeartbeat(resp, 0, sent)
-			c.mu.Lock()
-			if c.pending == nil {
-				c.pending = map[[16]byte][]int32{} // the first round runs, empty
-				poke(c.assignments)
-			}
-			c.mu.Unlock()
-			k.tellJoined(sent)
+			k.takeJoin(resp, sent)
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case coordinatorMovedCode(codeOf(resp)) || resp == nil && attempt < 3:
-			t.forgetCoordinator()
-			if !sleepCtx(ctx, min(100*time.Millisecond<<attempt, 2*time.Second)) {
+		case moved && left <= 0:
+			return fmt.Errorf("join group %s: no coordinator ready for the group within %s (Consumer.Group.Session.Timeout): %w", cm.group, k.sessionTimeout, err)
+		case moved || resp == nil && attempt < 3:
+			c.t.forgetCoordinator()
+			if !sleepCtx(ctx, wait) {
 				return ctx.Err()
 			}
 			continue
 		}
 		return k.joinError(resp, err)
 	}
+}
+
+// takeJoin records the answer resp to the first heartbeat, sent at sent.
+func (k *kafkaCoordinator) takeJoin(resp *kmsg.ConsumerGroupHeartbeatResponse, sent time.Time) {
+	c := k.consumer
+	k.takeHeartbeat(resp, 0, sent)
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = map[[16]byte][]int32{} // the first round runs, empty
+		poke(c.assignments)
+	}
+	c.mu.Unlock()
+	k.tellJoined(sent)
+}
+
+// coordinatorMovedErr reports whether err (a failed lookup of the
+// coordinator) says that the coordinator moved or is not ready.
+func coordinatorMovedErr(err error) bool {
+	return errors.Is(err, kerr.NotCoordinator) || errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress)
 }
 
 // codeOf returns the error code of resp, 0 for none.
