@@ -505,3 +505,124 @@ func TestConsumerProtocolFakeJoinRetriesCoordinatorLookup(t *testing.T) {
 	joinFake(t, f, TopicSubscription("t1"), nil)
 	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
 }
+
+// TestConsumerProtocolFakeJoinErrors: the first heartbeat's refusals
+// fail Join with an error that says what to change.
+func TestConsumerProtocolFakeJoinErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		code int16
+		want error
+	}{
+		{"unsupported assignor", int16(errUnsupportedAssignor), ErrInvalidConfig},
+		{"unsupported version", kerr.UnsupportedVersion.Code, ErrInvalidConfig},
+		{"instance ID in use", int16(errUnreleasedInstanceID), ErrInstanceIDInUse},
+		{"classic group", kerr.GroupIDNotFound.Code, kerr.GroupIDNotFound},
+		{"not authorized", kerr.GroupAuthorizationFailed.Code, kerr.GroupAuthorizationFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeKafka(t, map[string]int32{"t1": 1})
+			f.setHeartbeat(func(*kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerGroupHeartbeatResponse {
+				resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
+				resp.ErrorCode = tc.code
+				return resp
+			})
+			c, err := Join("g", TopicSubscription("t1"), "", fakeConsumerConfig(f))
+			if err == nil {
+				_ = c.Close()
+				t.Fatal("Join = nil")
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Join = %s, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestConsumerProtocolFakeBrokerWithoutProtocol: brokers that do not
+// list ConsumerGroupHeartbeat fail Join with ErrInvalidConfig.
+func TestConsumerProtocolFakeBrokerWithoutProtocol(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	f.setAnswer(func(req kmsg.Request) kmsg.Response {
+		if _, ok := req.(*kmsg.ApiVersionsRequest); !ok {
+			return nil
+		}
+		resp := f.apiVersions().(*kmsg.ApiVersionsResponse)
+		resp.ApiKeys = slices.DeleteFunc(resp.ApiKeys, func(k kmsg.ApiVersionsResponseApiKey) bool { return k.ApiKey == consumerHeartbeatKey })
+		return resp
+	})
+	c, err := Join("g", TopicSubscription("t1"), "", fakeConsumerConfig(f))
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Join = nil")
+	}
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Join = %s, want ErrInvalidConfig", err)
+	}
+}
+
+// TestConsumerProtocolFakeUnknownMemberJoinsAnew: a heartbeat answered
+// UNKNOWN_MEMBER_ID loses the partitions and joins again (epoch 0) under
+// a new member ID; FENCED_MEMBER_EPOCH under the same.
+func TestConsumerProtocolFakeUnknownMemberJoinsAnew(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		code  int16
+		newID bool
+	}{{"unknown member", kerr.UnknownMemberID.Code, true}, {"fenced epoch", int16(errFencedMemberEpoch), false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeKafka(t, map[string]int32{"t1": 1})
+			g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+			joinFake(t, f, TopicSubscription("t1"), nil)
+			waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+			first := heartbeatsAfter(f, 0)[0].MemberID
+			n := f.count()
+			g.fenceNext(tc.code)
+			waitFor(t, 10*time.Second, "a heartbeat of epoch 0", func() bool {
+				return slices.ContainsFunc(heartbeatsAfter(f, n), func(hb *kmsg.ConsumerGroupHeartbeatRequest) bool {
+					if hb.MemberEpoch == 0 && (hb.MemberID != first) != tc.newID {
+						t.Errorf("joined again as %q, first %q: want a new ID %t", hb.MemberID, first, tc.newID)
+					}
+					return hb.MemberEpoch == 0
+				})
+			})
+			waitFor(t, 10*time.Second, "t1/0 reported owned again", owns(f, map[string][]int32{"t1": {0}}))
+		})
+	}
+}
+
+// TestConsumerProtocolFakeFencedInstance: FENCED_INSTANCE_ID is final: it
+// reaches Errors() as ErrInstanceIDInUse, and the member does not join
+// again.
+func TestConsumerProtocolFakeFencedInstance(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+	config := fakeConsumerConfig(f)
+	config.InstanceID = "static-1"
+	c, err := Join("g", TopicSubscription("t1"), "", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	g.fenceNext(kerr.FencedInstanceID.Code)
+	select {
+	case err := <-c.Errors():
+		if !errors.Is(err, ErrInstanceIDInUse) {
+			t.Fatalf("Errors() = %s, want ErrInstanceIDInUse", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error on Errors() 10s after FENCED_INSTANCE_ID")
+	}
+	n := f.count()
+	waitFor(t, 10*time.Second, "every partition stopped", func() bool { return len(c.(*consumerManager).Stats()) == 0 })
+	if hbs := heartbeatsAfter(f, n); slices.ContainsFunc(hbs, func(hb *kmsg.ConsumerGroupHeartbeatRequest) bool { return hb.MemberEpoch == 0 }) {
+		t.Fatal("a fenced instance joined again")
+	}
+}
