@@ -268,6 +268,22 @@ func holdLookups(topic string) (hooks *testHooks, held <-chan struct{}, free fun
 	}}, token, free
 }
 
+// lookingUpT2 returns a fake broker (topics t1 of 2 partitions, t2 of
+// 1) with a member that owns t1/0 at epoch 1, then was assigned t1/0
+// and t2/0 at epoch 2 and looks up t2's ID until free is called.
+func lookingUpT2(t *testing.T) (f *fakeKafka, g *fakeGroup, free func()) {
+	t.Helper()
+	f = newFakeKafka(t, map[string]int32{"t1": 2, "t2": 1})
+	g = newFakeGroup(f, map[string][]int32{"t1": {0}})
+	hooks, held, free := holdLookups("t2")
+	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
+	t.Cleanup(free)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}})
+	receiveWithin(t, held, "the lookup of t2's ID")
+	return f, g, free
+}
+
 // mentions reports whether req names tp as one of its partitions: a
 // request that a partition manager running tp sends.
 func mentions(req kmsg.Request, tp TopicPartition) bool {
@@ -347,16 +363,9 @@ func heartbeatsAfter(f *fakeKafka, n int) []*kmsg.ConsumerGroupHeartbeatRequest 
 // at a time.
 func TestConsumerProtocolFakeNoStartAfterRelease(t *testing.T) {
 	t.Parallel()
-	f := newFakeKafka(t, map[string]int32{"t1": 1, "t2": 1})
-	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
-	hooks, held, free := holdLookups("t2")
-	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
-	t.Cleanup(free)
-	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
-
-	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}}) // epoch 2
-	receiveWithin(t, held, "the lookup of t2's ID")
-	g.setTarget(map[string][]int32{"t1": {0}}) // epoch 3: t2/0 goes to another member
+	f, g, free := lookingUpT2(t)
+	// Epoch 3 while t2's ID is looked up: t2/0 goes to another member.
+	g.setTarget(map[string][]int32{"t1": {0}})
 	n := f.count()
 	waitFor(t, 10*time.Second, "3 heartbeats during the lookup", func() bool { return len(heartbeatsAfter(f, n)) >= 3 })
 	m := f.count()
@@ -398,14 +407,7 @@ func TestConsumerProtocolFakeUnresolvedTopicSetAside(t *testing.T) {
 // lookup of topic names that hangs is abandoned for a newer assignment.
 func TestConsumerProtocolFakeNewerAssignmentAbortsLookup(t *testing.T) {
 	t.Parallel()
-	f := newFakeKafka(t, map[string]int32{"t1": 2, "t2": 1})
-	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
-	hooks, held, free := holdLookups("t2")
-	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
-	t.Cleanup(free)
-	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
-	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}})
-	receiveWithin(t, held, "the lookup of t2's ID")
+	f, g, _ := lookingUpT2(t)
 	g.setTarget(map[string][]int32{"t1": {0, 1}})
 	waitFor(t, 8*time.Second, "t1/0 and t1/1 reported owned", owns(f, map[string][]int32{"t1": {0, 1}}))
 }
@@ -415,14 +417,7 @@ func TestConsumerProtocolFakeNewerAssignmentAbortsLookup(t *testing.T) {
 // again (epoch 0) rather than staying idle.
 func TestConsumerProtocolFakeFencedDuringLookupRejoins(t *testing.T) {
 	t.Parallel()
-	f := newFakeKafka(t, map[string]int32{"t1": 1, "t2": 1})
-	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
-	hooks, held, free := holdLookups("t2")
-	joinFake(t, f, TopicSubscription("t1", "t2"), hooks)
-	t.Cleanup(free)
-	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
-	g.setTarget(map[string][]int32{"t1": {0}, "t2": {0}})
-	receiveWithin(t, held, "the lookup of t2's ID")
+	f, g, _ := lookingUpT2(t)
 	g.setTarget(map[string][]int32{"t1": {0}})
 	g.fenceNext(int16(errFencedMemberEpoch))
 	n := f.count()
