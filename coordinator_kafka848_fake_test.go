@@ -621,3 +621,35 @@ func TestConsumerProtocolFakeFencedInstance(t *testing.T) {
 		t.Fatal("a fenced instance joined again")
 	}
 }
+
+// TestConsumerProtocolFakeRefusedHeartbeatReportedOnce: a heartbeat
+// refused with an error that is neither a loss nor a move of the
+// coordinator reaches Errors() once, with its code, however often it
+// repeats.
+func TestConsumerProtocolFakeRefusedHeartbeatReportedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	newFakeGroup(f, map[string][]int32{"t1": {0}})
+	c := joinFake(t, f, TopicSubscription("t1"), nil)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	f.setHeartbeat(func(*kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerGroupHeartbeatResponse {
+		resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp
+	})
+	select {
+	case err := <-c.Errors():
+		if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+			t.Fatalf("Errors() = %s, want GROUP_AUTHORIZATION_FAILED", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing on Errors() 10s after the heartbeats were refused")
+	}
+	n := f.count()
+	waitFor(t, 10*time.Second, "5 more heartbeats refused", func() bool { return len(heartbeatsAfter(f, n)) >= 5 })
+	select {
+	case err := <-c.Errors():
+		t.Fatalf("Errors() again: %s", err)
+	default:
+	}
+}
