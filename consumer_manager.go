@@ -53,6 +53,9 @@ type testHooks struct {
 	// joiningGroup runs before each JoinGroup of a classic
 	// Kafka-coordinated member.
 	joiningGroup func()
+	// lookingUpTopics runs before each lookup of the names of topic IDs
+	// of a GroupProtocolConsumer member's assignment (lookUpTopicNames).
+	lookingUpTopics func(ids [][16]byte)
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the
