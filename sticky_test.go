@@ -295,19 +295,26 @@ func TestStickyTarget(t *testing.T) {
 }
 
 // TestStickyTargetMinimalMoves: in random small groups (up to 3 members,
-// 2 topics of up to 3 partitions, random subscriptions and claims), the
-// target is balanced and moves no more partitions than the best of every
-// balanced assignment, found by trying them all.
+// then up to 4, of 2 topics of up to 3 partitions, random subscriptions
+// and claims), the target is balanced and moves no more partitions than
+// the best of every balanced assignment, found by trying them all.
 func TestStickyTargetMinimalMoves(t *testing.T) {
 	t.Parallel()
-	r := rand.New(rand.NewSource(41))
+	t.Run("3 members", func(t *testing.T) { t.Parallel(); minimalMoves(t, 41, 3000, 3) })
+	t.Run("4 members", func(t *testing.T) { t.Parallel(); minimalMoves(t, 42, 1000, 4) })
+}
+
+// minimalMoves checks runs random groups of up to most members, made
+// from seed (TestStickyTargetMinimalMoves).
+func minimalMoves(t *testing.T, seed int64, runs, most int) {
+	r := rand.New(rand.NewSource(seed))
 	topics := []string{"a", "b"}
-	for run := 0; run < 3000; run++ {
+	for run := 0; run < runs; run++ {
 		counts := map[string]int32{}
 		for _, topic := range topics {
 			counts[topic] = int32(r.Intn(4))
 		}
-		members := make([]kafkaMember, 1+r.Intn(3))
+		members := make([]kafkaMember, 1+r.Intn(most))
 		for i := range members {
 			m := &members[i]
 			m.id, m.key = fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", r.Intn(10))
@@ -414,29 +421,119 @@ func fewestMoves(members []kafkaMember, counts map[string]int32) int {
 	return max(best, 0)
 }
 
-// BenchmarkStickyTarget: the leader's target when a tenth member joins a
-// group of nine on 50 topics of 20 partitions.
-func BenchmarkStickyTarget(b *testing.B) {
-	counts := make(map[string]int32)
-	var topics []string
-	for i := 0; i < 50; i++ {
-		topic := fmt.Sprintf("t%02d", i)
-		counts[topic] = 20
-		topics = append(topics, topic)
+// stickyTopics returns the counts of n topics of parts partitions each,
+// and their names in order.
+func stickyTopics(n int, parts int32) (map[string]int32, []string) {
+	counts := make(map[string]int32, n)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+		counts[names[i]] = parts
 	}
-	members := make([]kafkaMember, 10)
+	return counts, names
+}
+
+// stickyGroup returns n members, m0 to m(n-1), each subscribing to
+// subscription(i).
+func stickyGroup(n int, subscription func(i int) []string) []kafkaMember {
+	members := make([]kafkaMember, n)
 	for i := range members {
-		members[i] = kafkaMember{id: fmt.Sprintf("m%d", i), key: fmt.Sprintf("m%d", i), topics: topics}
+		id := fmt.Sprintf("m%03d", i)
+		members[i] = kafkaMember{id: id, key: id, topics: subscription(i)}
 	}
-	for id, tps := range stickyTarget(members[:9], counts) {
-		for i := range members {
-			if members[i].id == id {
-				members[i].owned = tps
-			}
+	return members
+}
+
+// owning returns members, each owning what target gives it.
+func owning(members []kafkaMember, target map[string][]TopicPartition) []kafkaMember {
+	out := slices.Clone(members)
+	for i := range out {
+		out[i].owned = target[out[i].id]
+	}
+	return out
+}
+
+// stickyScale is a change of a group's size: from members before to
+// after (the first min(before, after) members stay, owning the target of
+// the group before), all on counts.
+type stickyScale struct {
+	name          string
+	before, after int
+	topics        int
+	parts         int32
+	// subscription gives member i's topics among names; nil: all.
+	subscription func(i int, names []string) []string
+}
+
+// inputs returns the members of the group after the change, owning what
+// the target of the group before gives them, and the counts.
+func (sc stickyScale) inputs() ([]kafkaMember, map[string]int32) {
+	counts, names := stickyTopics(sc.topics, sc.parts)
+	sub := func(i int) []string {
+		if sc.subscription == nil {
+			return names
 		}
+		return sc.subscription(i, names)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		stickyTarget(members, counts)
+	members := stickyGroup(max(sc.before, sc.after), sub)
+	var owned []kafkaMember
+	if sc.before > 0 {
+		owned = owning(members[:sc.before], stickyTarget(members[:sc.before], counts))
+	}
+	after := slices.Clone(members[:sc.after])
+	copy(after, owned)
+	return after[:sc.after], counts
+}
+
+// stickyMixed: a third of the members subscribe to the first 60 %
+// of the topics, a third to the last 60 %, a third to all.
+func stickyMixed(i int, names []string) []string {
+	switch n := len(names); i % 3 {
+	case 0:
+		return names[:n*6/10]
+	case 1:
+		return names[n*4/10:]
+	default:
+		return names
+	}
+}
+
+// stickyScales are the shapes of BenchmarkStickyTarget: 200 members on
+// 10,000 partitions, scaled out from 100, in from 200, fresh, and mixed
+// subscriptions; and the tenth member of a group of nine on 1,000.
+var stickyScales = []stickyScale{
+	{name: "join-10th-of-1000", before: 9, after: 10, topics: 50, parts: 20},
+	{name: "out-100-200-of-10000", before: 100, after: 200, topics: 100, parts: 100},
+	{name: "in-200-100-of-10000", before: 200, after: 100, topics: 100, parts: 100},
+	{name: "fresh-200-of-10000", after: 200, topics: 100, parts: 100},
+	{name: "out-100-200-of-500x20", before: 100, after: 200, topics: 500, parts: 20},
+	{name: "mixed-out-100-200-of-10000", before: 100, after: 200, topics: 100, parts: 100, subscription: stickyMixed},
+	{name: "mixed-in-200-100-of-10000", before: 200, after: 100, topics: 100, parts: 100, subscription: stickyMixed},
+}
+
+// BenchmarkStickyTarget: the leader's target for each of stickyScales;
+// the inputs are made outside the timing.
+func BenchmarkStickyTarget(b *testing.B) {
+	for _, sc := range stickyScales {
+		b.Run(sc.name, func(b *testing.B) {
+			members, counts := sc.inputs()
+			b.ReportAllocs()
+			for b.Loop() {
+				stickyTarget(members, counts)
+			}
+		})
+	}
+}
+
+// TestStickyTargetLargeGroup: the scale-out that took 43 s (issue 48),
+// 50 → 100 members on 50 topics × 20 partitions, is balanced and moves
+// the minimum, 500 partitions (each old member keeps 10 of its 20).
+func TestStickyTargetLargeGroup(t *testing.T) {
+	t.Parallel()
+	sc := stickyScale{before: 50, after: 100, topics: 50, parts: 20}
+	members, counts := sc.inputs()
+	target := stickyTarget(members, counts)
+	if moves := checkTarget(t, "50 → 100", members, counts, target); moves != 500 {
+		t.Errorf("moves %d, want 500", moves)
 	}
 }
