@@ -346,6 +346,47 @@ func minimalMoves(t *testing.T, seed int64, runs, most int) {
 	}
 }
 
+// TestStickyTargetRandomBalanced: in random groups of up to 30 members
+// on 6 topics of up to 40 partitions, with random subscriptions and
+// claims, the target is balanced, and one that keeps every owned
+// partition it can moves nothing when nobody joins or leaves.
+func TestStickyTargetRandomBalanced(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewSource(43))
+	topics := []string{"a", "b", "c", "d", "e", "f"}
+	for run := 0; run < 300; run++ {
+		counts := map[string]int32{}
+		for _, topic := range topics {
+			counts[topic] = int32(r.Intn(41))
+		}
+		subscriptions := make([][]string, 1+r.Intn(4))
+		for k := range subscriptions {
+			for _, topic := range topics {
+				if r.Intn(2) == 0 {
+					subscriptions[k] = append(subscriptions[k], topic)
+				}
+			}
+		}
+		members := stickyGroup(1+r.Intn(30), func(int) []string { return subscriptions[r.Intn(len(subscriptions))] })
+		for _, topic := range topics {
+			for p := int32(0); p < counts[topic]+2; p++ {
+				if i := r.Intn(len(members) + 3); i < len(members) {
+					members[i].owned = append(members[i].owned, TopicPartition{Topic: topic, Partition: p})
+				}
+			}
+		}
+		name := fmt.Sprintf("run %d", run)
+		target := stickyTarget(members, counts)
+		checkTarget(t, name, members, counts, target)
+		if moves := checkTarget(t, name+" again", owning(members, target), counts, stickyTarget(owning(members, target), counts)); moves != 0 {
+			t.Errorf("%s: the target of its own target moves %d", name, moves)
+		}
+		if t.Failed() {
+			t.Fatalf("%s: members %v, counts %v", name, members, counts)
+		}
+	}
+}
+
 // fewestMoves tries every assignment of the partitions to their topics'
 // subscribers, and returns the fewest moves of those that are balanced
 // (checkTarget's rules).
