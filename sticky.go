@@ -18,10 +18,30 @@ package kafkaconsumer
 // only when the balance needs it. A partition that no member of the
 // generation owns (its owner left, or it is new) moves nowhere: it is
 // given at once, so a leave takes one generation.
+//
+// The choice. Of topic t's partitions, every subscriber runs base =
+// partitions / subscribers, and rest = partitions % subscribers of them
+// run one more, an "extra". Which ones is the whole choice: a member
+// that owns more than base partitions of t keeps one more of them when
+// it runs t's extra (it gains by it), so the target is the choice of
+// extras with the most gains within the balance of the subscriptions.
+// For given levels of the subscriptions (every member of one takes its
+// level of extras, or one more), that is a flow of least cost
+// (sticky_flow.go): each topic sends its rest extras to as many of its
+// subscribers, at a cost of -1 to one that gains by it. A member alone
+// in its subscription takes any number. The levels are those of a
+// greedy choice, then, within a bound of work, one below or above
+// (searchLevels): the target moves the fewest partitions when all
+// members subscribe to the same topics or subscriptions share no topic,
+// and otherwise the fewest among those levels (which held in every case
+// of the exhaustive tests). The work is a few flows, each a few passes
+// over the pairs of a member and a topic it subscribes to.
 
 import (
+	"encoding/binary"
+	"math"
+	"slices"
 	"sort"
-	"strings"
 )
 
 // stickyTarget returns, for every member ID, the partitions it should run
@@ -39,38 +59,29 @@ func stickyTarget(members []kafkaMember, counts map[string]int32) map[string][]T
 	return b.fill()
 }
 
-// stickyBalancer holds the state of one stickyTarget.
+// stickyBalancer holds the state of one stickyTarget. Topics are indexes
+// into topics; a topic's subscribers are positions in its subs.
 type stickyBalancer struct {
 	members []kafkaMember // sorted by key, then ID
-	counts  map[string]int32
-	topics  []string         // sorted: the topics with partitions that a member subscribes to
-	subs    map[string][]int // topic => its subscribers (indexes into members, in order)
-	group   []string         // member => its subscribed topics, joined: equal for the same subscription
-	// owned is, per member and topic, the partitions it owns (see
+	topics  []string      // sorted: the topics with partitions that a member subscribes to
+	count   []int32       // topic => its partitions
+	subs    [][]int       // topic => its subscribers (indexes into members, ascending)
+	// owned is, per topic and subscriber, the partitions it owns (see
 	// stickyTarget), sorted.
-	owned []map[string][]int32
-	// extra is, per member, the topics of which it runs base+1
-	// partitions (base = partitions / subscribers); extras counts them.
-	extra  []map[string]bool
+	owned [][][]int32
+	// extra is, per topic and subscriber, whether it runs base+1
+	// partitions; extras counts them per member.
+	extra  [][]bool
 	extras []int
-	// budget is what is left of the balance checks that improve may
-	// spend (stickyBudget).
-	budget int
+	group  []int // member => its subscription: equal for members of the same topics
+	groups int   // the count of subscriptions
+	// work counts the steps of chooseExtras: subscribers placed and edges
+	// of the flow looked at.
+	work int
 }
 
-// stickyBudget bounds the balance checks of one stickyTarget's
-// improvements, so that the leader answers well within the rebalance
-// timeout whatever the group; once it is spent, the target stays
-// balanced, only less sticky than it could be.
-const stickyBudget = 1 << 20
-
 func newStickyBalancer(members []kafkaMember, counts map[string]int32) *stickyBalancer {
-	b := &stickyBalancer{
-		members: append([]kafkaMember(nil), members...),
-		counts:  counts,
-		subs:    make(map[string][]int),
-		budget:  stickyBudget,
-	}
+	b := &stickyBalancer{members: append([]kafkaMember(nil), members...)}
 	sort.SliceStable(b.members, func(i, j int) bool {
 		x, y := b.members[i], b.members[j]
 		if x.key != y.key {
@@ -78,197 +89,336 @@ func newStickyBalancer(members []kafkaMember, counts map[string]int32) *stickyBa
 		}
 		return x.id < y.id
 	})
-	n := len(b.members)
-	b.group, b.owned = make([]string, n), make([]map[string][]int32, n)
-	b.extra, b.extras = make([]map[string]bool, n), make([]int, n)
-	subscribed := make([]map[string]bool, n)
-	for i, m := range b.members {
-		subscribed[i], b.owned[i], b.extra[i] = make(map[string]bool), make(map[string][]int32), make(map[string]bool)
-		var topics []string
+	index := make(map[string]int)
+	for _, m := range b.members {
 		for _, t := range m.topics {
-			if counts[t] > 0 && !subscribed[i][t] {
-				subscribed[i][t] = true
-				topics = append(topics, t)
-				b.subs[t] = append(b.subs[t], i)
+			if _, ok := index[t]; !ok && counts[t] > 0 {
+				index[t] = 0
+				b.topics = append(b.topics, t)
 			}
 		}
-		sort.Strings(topics)
-		b.group[i] = strings.Join(topics, "\x00")
-	}
-	for t := range b.subs {
-		b.topics = append(b.topics, t)
 	}
 	sort.Strings(b.topics)
+	b.count, b.subs = make([]int32, len(b.topics)), make([][]int, len(b.topics))
+	for t, name := range b.topics {
+		index[name], b.count[t] = t, counts[name]
+	}
+	b.subscribe(index)
+	b.own(index)
+	return b
+}
 
-	claimers := make(map[TopicPartition]map[int]bool)
+// subscribe fills subs, group and groups from the members' topics.
+func (b *stickyBalancer) subscribe(index map[string]int) {
+	n := len(b.members)
+	b.group, b.extras = make([]int, n), make([]int, n)
+	groups := make(map[string]int)
+	seen := make([]int, len(b.topics)) // topic => the last member that subscribes to it, plus one
+	for i, m := range b.members {
+		var mine []int
+		for _, name := range m.topics {
+			if t, ok := index[name]; ok && seen[t] != i+1 {
+				seen[t] = i + 1
+				mine = append(mine, t)
+			}
+		}
+		slices.Sort(mine)
+		key := make([]byte, 0, 4*len(mine))
+		for _, t := range mine {
+			b.subs[t] = append(b.subs[t], i)
+			key = binary.AppendUvarint(key, uint64(t))
+		}
+		g, ok := groups[string(key)]
+		if !ok {
+			g = len(groups)
+			groups[string(key)] = g
+		}
+		b.group[i] = g
+	}
+	b.groups = len(groups)
+	b.owned, b.extra = make([][][]int32, len(b.topics)), make([][]bool, len(b.topics))
+	for t, subs := range b.subs {
+		b.owned[t], b.extra[t] = make([][]int32, len(subs)), make([]bool, len(subs))
+	}
+}
+
+// own fills owned from the members' reports.
+func (b *stickyBalancer) own(index map[string]int) {
+	const free, conflict = -1, -2
+	claimer := make([][]int32, len(b.topics)) // topic => partition => the member that reports it
+	for t := range claimer {
+		claimer[t] = make([]int32, b.count[t])
+		for p := range claimer[t] {
+			claimer[t][p] = free
+		}
+	}
 	for i, m := range b.members {
 		for _, tp := range m.owned {
-			if claimers[tp] == nil {
-				claimers[tp] = make(map[int]bool)
+			t, ok := index[tp.Topic]
+			if !ok || tp.Partition < 0 || tp.Partition >= b.count[t] {
+				continue
 			}
-			claimers[tp][i] = true
-		}
-	}
-	for tp, who := range claimers {
-		if len(who) != 1 || tp.Partition < 0 || tp.Partition >= counts[tp.Topic] {
-			continue
-		}
-		for i := range who {
-			if subscribed[i][tp.Topic] {
-				b.owned[i][tp.Topic] = append(b.owned[i][tp.Topic], tp.Partition)
+			if c := &claimer[t][tp.Partition]; *c == free {
+				*c = int32(i)
+			} else if *c != int32(i) {
+				*c = conflict
 			}
 		}
 	}
-	for _, byTopic := range b.owned {
-		for _, ps := range byTopic {
-			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	for t, byPartition := range claimer {
+		for p, i := range byPartition {
+			if i < 0 {
+				continue
+			}
+			if k, ok := slices.BinarySearch(b.subs[t], int(i)); ok {
+				b.owned[t][k] = append(b.owned[t][k], int32(p))
+			}
 		}
 	}
-	return b
 }
 
 // base returns the share of topic t that every subscriber runs at least,
 // and how many of them run one more.
-func (b *stickyBalancer) base(t string) (base, extra int) {
-	n, s := int(b.counts[t]), len(b.subs[t])
+func (b *stickyBalancer) base(t int) (base, rest int) {
+	n, s := int(b.count[t]), len(b.subs[t])
 	return n / s, n % s
 }
 
-// gain is 1 when member i keeps one partition more if it runs base+1
-// partitions of t rather than base: it owns more than base.
-func (b *stickyBalancer) gain(i int, t string) int {
-	if base, _ := b.base(t); len(b.owned[i][t]) > base {
-		return 1
-	}
-	return 0
+// gain tells whether t's subscriber at position k keeps one partition
+// more if it runs base+1 partitions of t rather than base: it owns more
+// than base.
+func (b *stickyBalancer) gain(t, k int) bool {
+	base, _ := b.base(t)
+	return len(b.owned[t][k]) > base
 }
 
 // chooseExtras decides, per topic, which subscribers run base+1: first
 // greedily, topic by topic, those with the fewest such topics so far
 // (which keeps the totals of the members of one subscription within one),
-// among them those that own more than base; then it improves the choice,
-// while it can, by handing an extra to a member that gains by it, or by
-// swapping two members' extras of two topics.
+// among them those that gain by it; then, as the flow of least cost
+// (flow), the choice with the most gains at the levels of the
+// subscriptions that the greedy choice reached; then at other levels
+// (searchLevels).
 func (b *stickyBalancer) chooseExtras() {
-	for _, t := range b.topics {
-		_, extra := b.base(t)
-		candidates := append([]int(nil), b.subs[t]...)
-		sort.SliceStable(candidates, func(x, y int) bool {
-			i, j := candidates[x], candidates[y]
+	for t, subs := range b.subs {
+		_, rest := b.base(t)
+		order := make([]int, len(subs))
+		for k := range order {
+			order[k] = k
+		}
+		sort.SliceStable(order, func(x, y int) bool {
+			i, j := subs[order[x]], subs[order[y]]
 			if b.extras[i] != b.extras[j] {
 				return b.extras[i] < b.extras[j]
 			}
-			return b.gain(i, t) > b.gain(j, t)
+			return b.gain(t, order[x]) && !b.gain(t, order[y])
 		})
-		for _, i := range candidates[:extra] {
-			b.setExtra(i, t, true)
+		for _, k := range order[:rest] {
+			b.extra[t][k] = true
+			b.extras[subs[k]]++
 		}
+		b.work += len(subs)
 	}
-	// Each step keeps one partition more where it was: at most as many
-	// steps as partitions.
-	for b.improve() {
+	most, shared := b.bound()
+	if b.gains() == most {
+		return
 	}
-}
-
-func (b *stickyBalancer) setExtra(i int, t string, on bool) {
-	b.extra[i][t] = on
-	if on {
-		b.extras[i]++
-	} else {
-		b.extras[i]--
+	level, size := b.levels()
+	if choice, gains, ok := b.flow(level); ok {
+		b.adopt(choice)
+		b.searchLevels(level, size, gains, most, shared)
 	}
 }
 
-// improve makes one change of the extras that keeps the balance and keeps
-// one partition more where it was, and reports whether it found one: it
-// hands the extra of a topic t from a member i that does not need it to
-// a member j that owns more than base of t, and, where that breaks the
-// balance of a subscription, one more extra moves to repair it, without
-// a loss (repair). It gives up, reporting false, once its budget of
-// balance checks is spent: the leader must answer within the rebalance
-// timeout, and a less sticky target is still balanced.
-func (b *stickyBalancer) improve() bool {
-	for _, t := range b.topics {
-		for _, j := range b.subs[t] {
-			if b.extra[j][t] || b.gain(j, t) == 0 {
-				continue // j does not want t's extra
-			}
-			for _, i := range b.subs[t] {
-				if !b.extra[i][t] || b.gain(i, t) == 1 {
-					continue // i has none to give, or needs it
-				}
-				if b.budget <= 0 {
-					return false
-				}
-				b.moveExtra(i, j, t)
-				if b.balanced(i) && b.balanced(j) || b.repair(i, j) {
-					return true
-				}
-				b.moveExtra(j, i, t)
+// bound returns the most gains of any choice: every topic's extras on
+// members that gain by them; and, per subscription, whether it shares a
+// topic with another (only then its level can change).
+func (b *stickyBalancer) bound() (most int, shared []bool) {
+	shared = make([]bool, b.groups)
+	for t, subs := range b.subs {
+		_, rest := b.base(t)
+		gainers, mixed := 0, false
+		for k, i := range subs {
+			mixed = mixed || b.group[i] != b.group[subs[0]]
+			if b.gain(t, k) {
+				gainers++
 			}
 		}
+		most += min(rest, gainers)
+		for _, i := range subs {
+			shared[b.group[i]] = shared[b.group[i]] || mixed
+		}
 	}
-	return false
+	return most, shared
 }
 
-// repair restores the balance after an extra moved from i to j, with one
-// more move of an extra that loses nothing, from a member at the top of a
-// subscription that is out of balance, or to a member at its bottom. It
-// reports whether it did; otherwise nothing changed.
-func (b *stickyBalancer) repair(i, j int) bool {
-	for _, g := range []int{j, i} {
-		if b.balanced(g) {
-			continue
+// gains returns the count of extras on members that gain by them.
+func (b *stickyBalancer) gains() int {
+	n := 0
+	for t, subs := range b.subs {
+		for k := range subs {
+			if b.extra[t][k] && b.gain(t, k) {
+				n++
+			}
 		}
-		lo, hi := b.bounds(g)
-		for _, u := range b.topics {
-			for _, from := range b.subs[u] {
-				if !b.extra[from][u] {
+	}
+	return n
+}
+
+// searchLevels computes at most stickyLevelTries flows, and stops
+// trying once it spent stickyLevelWork times the steps chooseExtras took
+// before it (at least stickyLevelFloor steps): each flow costs about as
+// much as the first.
+const (
+	stickyLevelTries = 8
+	stickyLevelWork  = 3
+	stickyLevelFloor = 1 << 16
+)
+
+// searchLevels tries, for one subscription of several members that
+// shares a topic with another after another, the level below and the
+// level above its own, and keeps a choice with more gains than gains,
+// until no such try gains, gains reach most, or its bounds are reached
+// (stickyLevelTries). A level is the fewest extras of a member of the
+// subscription (level, size: levels'; most, shared: bound's).
+func (b *stickyBalancer) searchLevels(level, size []int, gains, most int, shared []bool) {
+	first := make([]int, b.groups) // subscription => its first member
+	for i := len(b.group) - 1; i >= 0; i-- {
+		first[b.group[i]] = i
+	}
+	tries, limit := 0, b.work+max(stickyLevelWork*b.work, stickyLevelFloor)
+	for improved := gains < most; improved; {
+		improved = false
+		for g := 0; g < b.groups; g++ {
+			for _, step := range []int{-1, 1} {
+				from := level[first[g]]
+				if size[g] < 2 || !shared[g] || from+step < 0 || tries == stickyLevelTries || b.work >= limit || gains == most {
 					continue
 				}
-				top := b.group[from] == b.group[g] && b.extras[from] == hi
-				for _, to := range b.subs[u] {
-					bottom := b.group[to] == b.group[g] && b.extras[to] == lo
-					if b.extra[to][u] || b.gain(to, u) < b.gain(from, u) || !top && !bottom || b.budget <= 0 {
-						continue
-					}
-					b.moveExtra(from, to, u)
-					if b.balanced(i) && b.balanced(j) && b.balanced(from) && b.balanced(to) {
-						return true
-					}
-					b.moveExtra(to, from, u)
+				tries++
+				b.setLevel(level, g, from+step)
+				if choice, more, ok := b.flow(level); ok && more > gains {
+					b.adopt(choice)
+					gains, improved = more, true
+					break
 				}
+				b.setLevel(level, g, from)
 			}
 		}
 	}
-	return false
 }
 
-// moveExtra hands the extra of topic t from member from to member to.
-func (b *stickyBalancer) moveExtra(from, to int, t string) {
-	b.setExtra(from, t, false)
-	b.setExtra(to, t, true)
-}
-
-// balanced tells whether the members of i's subscription differ by at
-// most one in their counts of extras (and so in their totals). Each call
-// spends one of the budget.
-func (b *stickyBalancer) balanced(i int) bool {
-	b.budget--
-	lo, hi := b.bounds(i)
-	return hi-lo <= 1
-}
-
-// bounds returns the fewest and the most extras of the members of i's
-// subscription.
-func (b *stickyBalancer) bounds(i int) (lo, hi int) {
-	lo, hi = b.extras[i], b.extras[i]
-	for k := range b.members {
-		if b.group[k] == b.group[i] {
-			lo, hi = min(lo, b.extras[k]), max(hi, b.extras[k])
+// setLevel sets the level of the members of subscription g to l.
+func (b *stickyBalancer) setLevel(level []int, g, l int) {
+	for i, h := range b.group {
+		if h == g {
+			level[i] = l
 		}
 	}
-	return lo, hi
+}
+
+// levels returns, per member, the extras it must take: the fewest of its
+// subscription's members, or -1 for a member alone in its subscription,
+// which may take any number; and, per subscription, its members.
+func (b *stickyBalancer) levels() (level, size []int) {
+	size, lo := make([]int, b.groups), make([]int, b.groups)
+	for g := range lo {
+		lo[g] = math.MaxInt
+	}
+	for i, g := range b.group {
+		size[g]++
+		lo[g] = min(lo[g], b.extras[i])
+	}
+	level = make([]int, len(b.members))
+	for i, g := range b.group {
+		level[i] = -1
+		if size[g] > 1 {
+			level[i] = lo[g]
+		}
+	}
+	return level, size
+}
+
+// flow returns the choice of extras (as extra) that is the flow of
+// least cost in which member i takes level[i] extras, or one more (any
+// number for a level of -1), and its count of gains; ok is false if
+// there is no such choice.
+func (b *stickyBalancer) flow(level []int) (choice [][]bool, gains int, ok bool) {
+	n, topics := len(b.members), len(b.topics)
+	const source, sink = 0, 1
+	topicNode := func(t int) int { return 2 + t }
+	memberNode := func(i int) int { return 2 + topics + i }
+	pairs := 0
+	for _, subs := range b.subs {
+		pairs += len(subs)
+	}
+	g := newFlowGraph(2+topics+n, topics+pairs+2*n)
+	// A must-take extra costs more than all gains together: the flow of
+	// least cost takes every one it can.
+	must := -int64(pairs + 1)
+	// pot gives every edge a reduced cost of at least zero: the least
+	// cost of a path from the source, the graph having no cycle yet.
+	pot := make([]int64, 2+topics+n)
+	edges := make([][]int, topics)
+	total := 0
+	for t, subs := range b.subs {
+		_, rest := b.base(t)
+		if rest == 0 {
+			continue
+		}
+		total += rest
+		g.addEdge(source, topicNode(t), int32(rest), 0)
+		edges[t] = make([]int, len(subs))
+		for k, i := range subs {
+			cost := int64(0)
+			if b.gain(t, k) {
+				cost = -1
+			}
+			edges[t][k] = g.addEdge(topicNode(t), memberNode(i), 1, cost)
+			pot[memberNode(i)] = min(pot[memberNode(i)], cost)
+		}
+	}
+	for i := range b.members {
+		if level[i] > 0 {
+			g.addEdge(memberNode(i), sink, int32(level[i]), must)
+			pot[sink] = min(pot[sink], pot[memberNode(i)]+must)
+		}
+		more := int32(1)
+		if level[i] < 0 {
+			more = int32(total) // any number
+		}
+		g.addEdge(memberNode(i), sink, more, 0)
+		pot[sink] = min(pot[sink], pot[memberNode(i)])
+	}
+	sent := g.minCostFlow(source, sink, total, pot)
+	b.work += g.work
+	if sent != total || g.mustLeft(must) {
+		return nil, 0, false
+	}
+	choice = make([][]bool, topics)
+	for t, subs := range b.subs {
+		choice[t] = make([]bool, len(subs))
+		for k := range subs {
+			choice[t][k] = edges[t] != nil && g.cap[edges[t][k]] == 0
+			if choice[t][k] && b.gain(t, k) {
+				gains++
+			}
+		}
+	}
+	return choice, gains, true
+}
+
+// adopt makes choice the extras.
+func (b *stickyBalancer) adopt(choice [][]bool) {
+	clear(b.extras)
+	for t, subs := range b.subs {
+		for k, i := range subs {
+			if choice[t][k] {
+				b.extras[i]++
+			}
+		}
+	}
+	b.extra = choice
 }
 
 // fill returns the target of the chosen extras: each member keeps the
@@ -280,33 +430,33 @@ func (b *stickyBalancer) fill() map[string][]TopicPartition {
 	for _, m := range b.members {
 		target[m.id] = []TopicPartition{}
 	}
-	for _, t := range b.topics {
+	for t, subs := range b.subs {
 		base, _ := b.base(t)
-		share := func(i int) int {
-			if b.extra[i][t] {
+		share := func(k int) int {
+			if b.extra[t][k] {
 				return base + 1
 			}
 			return base
 		}
-		taken := make([]bool, b.counts[t])
-		got := make(map[int]int)
-		for _, i := range b.subs[t] {
-			keep := b.owned[i][t]
-			keep = keep[:min(len(keep), share(i))]
+		taken := make([]bool, b.count[t])
+		got := make([]int, len(subs))
+		for k, i := range subs {
+			keep := b.owned[t][k]
+			keep = keep[:min(len(keep), share(k))]
 			for _, p := range keep {
 				taken[p] = true
-				target[b.members[i].id] = append(target[b.members[i].id], TopicPartition{Topic: t, Partition: p})
+				target[b.members[i].id] = append(target[b.members[i].id], TopicPartition{Topic: b.topics[t], Partition: p})
 			}
-			got[i] = len(keep)
+			got[k] = len(keep)
 		}
 		next := int32(0)
-		for _, i := range b.subs[t] {
-			for ; got[i] < share(i); got[i]++ {
+		for k, i := range subs {
+			for ; got[k] < share(k); got[k]++ {
 				for taken[next] {
 					next++
 				}
 				taken[next] = true
-				target[b.members[i].id] = append(target[b.members[i].id], TopicPartition{Topic: t, Partition: next})
+				target[b.members[i].id] = append(target[b.members[i].id], TopicPartition{Topic: b.topics[t], Partition: next})
 			}
 		}
 	}

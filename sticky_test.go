@@ -11,7 +11,9 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // ownedRange returns partitions from..to-1 of topic.
@@ -295,19 +297,26 @@ func TestStickyTarget(t *testing.T) {
 }
 
 // TestStickyTargetMinimalMoves: in random small groups (up to 3 members,
-// 2 topics of up to 3 partitions, random subscriptions and claims), the
-// target is balanced and moves no more partitions than the best of every
-// balanced assignment, found by trying them all.
+// then up to 4, of 2 topics of up to 3 partitions, random subscriptions
+// and claims), the target is balanced and moves no more partitions than
+// the best of every balanced assignment, found by trying them all.
 func TestStickyTargetMinimalMoves(t *testing.T) {
 	t.Parallel()
-	r := rand.New(rand.NewSource(41))
+	t.Run("3 members", func(t *testing.T) { t.Parallel(); minimalMoves(t, 41, 3000, 3) })
+	t.Run("4 members", func(t *testing.T) { t.Parallel(); minimalMoves(t, 42, 1000, 4) })
+}
+
+// minimalMoves checks runs random groups of up to most members, made
+// from seed (TestStickyTargetMinimalMoves).
+func minimalMoves(t *testing.T, seed int64, runs, most int) {
+	r := rand.New(rand.NewSource(seed))
 	topics := []string{"a", "b"}
-	for run := 0; run < 3000; run++ {
+	for run := 0; run < runs; run++ {
 		counts := map[string]int32{}
 		for _, topic := range topics {
 			counts[topic] = int32(r.Intn(4))
 		}
-		members := make([]kafkaMember, 1+r.Intn(3))
+		members := make([]kafkaMember, 1+r.Intn(most))
 		for i := range members {
 			m := &members[i]
 			m.id, m.key = fmt.Sprintf("m%d", i), fmt.Sprintf("k%d", r.Intn(10))
@@ -333,6 +342,47 @@ func TestStickyTargetMinimalMoves(t *testing.T) {
 		moves := checkTarget(t, name, members, counts, target)
 		if best := fewestMoves(members, counts); moves != best {
 			t.Fatalf("%s: %d moves, but a balanced assignment with %d exists; target %v", name, moves, best, target)
+		}
+	}
+}
+
+// TestStickyTargetRandomBalanced: in random groups of up to 30 members
+// on 6 topics of up to 40 partitions, with random subscriptions and
+// claims, the target is balanced, and one that keeps every owned
+// partition it can moves nothing when nobody joins or leaves.
+func TestStickyTargetRandomBalanced(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewSource(43))
+	topics := []string{"a", "b", "c", "d", "e", "f"}
+	for run := 0; run < 300; run++ {
+		counts := map[string]int32{}
+		for _, topic := range topics {
+			counts[topic] = int32(r.Intn(41))
+		}
+		subscriptions := make([][]string, 1+r.Intn(4))
+		for k := range subscriptions {
+			for _, topic := range topics {
+				if r.Intn(2) == 0 {
+					subscriptions[k] = append(subscriptions[k], topic)
+				}
+			}
+		}
+		members := stickyGroup(1+r.Intn(30), func(int) []string { return subscriptions[r.Intn(len(subscriptions))] })
+		for _, topic := range topics {
+			for p := int32(0); p < counts[topic]+2; p++ {
+				if i := r.Intn(len(members) + 3); i < len(members) {
+					members[i].owned = append(members[i].owned, TopicPartition{Topic: topic, Partition: p})
+				}
+			}
+		}
+		name := fmt.Sprintf("run %d", run)
+		target := stickyTarget(members, counts)
+		checkTarget(t, name, members, counts, target)
+		if moves := checkTarget(t, name+" again", owning(members, target), counts, stickyTarget(owning(members, target), counts)); moves != 0 {
+			t.Errorf("%s: the target of its own target moves %d", name, moves)
+		}
+		if t.Failed() {
+			t.Fatalf("%s: members %v, counts %v", name, members, counts)
 		}
 	}
 }
@@ -414,29 +464,155 @@ func fewestMoves(members []kafkaMember, counts map[string]int32) int {
 	return max(best, 0)
 }
 
-// BenchmarkStickyTarget: the leader's target when a tenth member joins a
-// group of nine on 50 topics of 20 partitions.
-func BenchmarkStickyTarget(b *testing.B) {
-	counts := make(map[string]int32)
-	var topics []string
-	for i := 0; i < 50; i++ {
-		topic := fmt.Sprintf("t%02d", i)
-		counts[topic] = 20
-		topics = append(topics, topic)
+// stickyTopics returns the counts of n topics of parts partitions each,
+// and their names in order.
+func stickyTopics(n int, parts int32) (map[string]int32, []string) {
+	counts := make(map[string]int32, n)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+		counts[names[i]] = parts
 	}
-	members := make([]kafkaMember, 10)
+	return counts, names
+}
+
+// stickyGroup returns n members, m0 to m(n-1), each subscribing to
+// subscription(i).
+func stickyGroup(n int, subscription func(i int) []string) []kafkaMember {
+	members := make([]kafkaMember, n)
 	for i := range members {
-		members[i] = kafkaMember{id: fmt.Sprintf("m%d", i), key: fmt.Sprintf("m%d", i), topics: topics}
+		id := fmt.Sprintf("m%03d", i)
+		members[i] = kafkaMember{id: id, key: id, topics: subscription(i)}
 	}
-	for id, tps := range stickyTarget(members[:9], counts) {
-		for i := range members {
-			if members[i].id == id {
-				members[i].owned = tps
-			}
+	return members
+}
+
+// owning returns members, each owning what target gives it.
+func owning(members []kafkaMember, target map[string][]TopicPartition) []kafkaMember {
+	out := slices.Clone(members)
+	for i := range out {
+		out[i].owned = target[out[i].id]
+	}
+	return out
+}
+
+// stickyScale is a change of a group's size: from members before to
+// after (the first min(before, after) members stay, owning the target of
+// the group before), all on counts.
+type stickyScale struct {
+	name          string
+	before, after int
+	topics        int
+	parts         int32
+	// subscription gives member i's topics among names; nil: all.
+	subscription func(i int, names []string) []string
+}
+
+// inputs returns the members of the group after the change, owning what
+// the target of the group before gives them, and the counts.
+func (sc stickyScale) inputs() ([]kafkaMember, map[string]int32) {
+	counts, names := stickyTopics(sc.topics, sc.parts)
+	sub := func(i int) []string {
+		if sc.subscription == nil {
+			return names
 		}
+		return sc.subscription(i, names)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		stickyTarget(members, counts)
+	members := stickyGroup(max(sc.before, sc.after), sub)
+	var owned []kafkaMember
+	if sc.before > 0 {
+		owned = owning(members[:sc.before], stickyTarget(members[:sc.before], counts))
+	}
+	after := slices.Clone(members[:sc.after])
+	copy(after, owned)
+	return after[:sc.after], counts
+}
+
+// stickyMixed: a third of the members subscribe to the first 60 %
+// of the topics, a third to the last 60 %, a third to all.
+func stickyMixed(i int, names []string) []string {
+	switch n := len(names); i % 3 {
+	case 0:
+		return names[:n*6/10]
+	case 1:
+		return names[n*4/10:]
+	default:
+		return names
+	}
+}
+
+// stickyScales are the shapes of BenchmarkStickyTarget: 200 members on
+// 10,000 partitions, scaled out from 100, in from 200, fresh, and mixed
+// subscriptions; and the tenth member of a group of nine on 1,000.
+var stickyScales = []stickyScale{
+	{name: "join-10th-of-1000", before: 9, after: 10, topics: 50, parts: 20},
+	{name: "out-100-200-of-10000", before: 100, after: 200, topics: 100, parts: 100},
+	{name: "in-200-100-of-10000", before: 200, after: 100, topics: 100, parts: 100},
+	{name: "fresh-200-of-10000", after: 200, topics: 100, parts: 100},
+	{name: "out-100-200-of-500x20", before: 100, after: 200, topics: 500, parts: 20},
+	{name: "mixed-out-100-200-of-10000", before: 100, after: 200, topics: 100, parts: 100, subscription: stickyMixed},
+	{name: "mixed-in-200-100-of-10000", before: 200, after: 100, topics: 100, parts: 100, subscription: stickyMixed},
+}
+
+// BenchmarkStickyTarget: the leader's target for each of stickyScales;
+// the inputs are made outside the timing. cpu-ns/op is the process's CPU
+// time per target, which a loaded machine stretches less than ns/op.
+func BenchmarkStickyTarget(b *testing.B) {
+	for _, sc := range stickyScales {
+		b.Run(sc.name, func(b *testing.B) {
+			members, counts := sc.inputs()
+			b.ReportAllocs()
+			start := cpuTime(b)
+			for b.Loop() {
+				stickyTarget(members, counts)
+			}
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestStickyTargetLargeGroup: the scale-outs that took 43 s and 2 min
+// 21 s (issue 48), and the shapes of BenchmarkStickyTarget, are balanced,
+// the first two move the minimum (each old member keeps its share of
+// the new group), and chooseExtras takes at most stepsPerPair steps per
+// pair of a member and a topic it subscribes to: its running time, which
+// BenchmarkStickyTarget measures, has a bound. (The first flow took at
+// most 37 per pair in these shapes, and searchLevels spends at most 3
+// times what came before it, plus a last flow.)
+func TestStickyTargetLargeGroup(t *testing.T) {
+	t.Parallel()
+	scales := append([]stickyScale{
+		{name: "out-50-100-of-50x20", before: 50, after: 100, topics: 50, parts: 20},
+		{name: "out-100-150-of-20x50", before: 100, after: 150, topics: 20, parts: 50},
+	}, stickyScales...)
+	minimum := map[string]int{"out-50-100-of-50x20": 500, "out-100-150-of-20x50": 300}
+	const stepsPerPair = 200
+	for _, sc := range scales {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			members, counts := sc.inputs()
+			b := newStickyBalancer(members, counts)
+			b.chooseExtras()
+			pairs := 0
+			for _, subs := range b.subs {
+				pairs += len(subs)
+			}
+			if b.work > stepsPerPair*pairs {
+				t.Errorf("%d steps, want at most %d: %d per pair of a member and a topic", b.work, stepsPerPair*pairs, stepsPerPair)
+			}
+			moves := checkTarget(t, sc.name, members, counts, b.fill())
+			if want, ok := minimum[sc.name]; ok && moves != want {
+				t.Errorf("moves %d, want %d", moves, want)
+			}
+		})
 	}
 }
