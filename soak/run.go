@@ -104,7 +104,8 @@ func logf(format string, args ...any) {
 func run(s settings) (bool, error) {
 	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s), faults: make(map[string]int), under: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
-	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+	defer keepClusterLogs(s.dir) // logs.go: after the cluster's Close, failed or not
+	cluster, err := testcluster.Start(testcluster.Options{Dir: filepath.Join(s.dir, clusterSubdir), ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
 		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }})
 	if err != nil {
