@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/soakcheck"
 )
 
@@ -38,6 +39,26 @@ func (so *soak) checksSummary(r *soakcheck.Report) string {
 		s += fmt.Sprintf("\nSOAK_PROCESS=1 (process.Run: ByKey, Concurrency 64, Retry %d attempts, dead letters to %s, DurableAcks): %d handler calls; "+
 			"%d messages handed out and never handled; %d first handlings out of their key's order; %d acked messages handled again within %s of their hold's end, %d beyond it.\n",
 			processAttempts, deadLetterTopic, p.Handled, p.NotHandled, p.KeyOrder, p.AckedAgain, ackedBound, p.PastBound)
+		s += fmt.Sprintf("\n%s holds %s dead letters; every %dth message is poison: about %d of the %d produced.\n",
+			deadLetterTopic, so.deadLetters(), poisonEvery, (r.Produced+poisonEvery-1)/poisonEvery, r.Produced)
 	}
 	return s
+}
+
+// deadLetters counts the messages of the dead-letter topic, as text
+// ("unknown" when Kafka does not say).
+func (so *soak) deadLetters() string {
+	parts, err := so.client.Partitions(deadLetterTopic)
+	if err != nil {
+		return "unknown"
+	}
+	n := int64(0)
+	for _, p := range parts {
+		end, err := so.client.GetOffset(deadLetterTopic, p, sarama.OffsetNewest)
+		if err != nil {
+			return "unknown"
+		}
+		n += end
+	}
+	return fmt.Sprint(n)
 }

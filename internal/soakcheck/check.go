@@ -75,7 +75,7 @@ func ReadEvents(r io.Reader) (events []Event, bad int, err error) {
 
 // Violation is one broken invariant, with its evidence.
 type Violation struct {
-	Check    string // lost, double-owned, moved back, past unacked, poll skip, not held
+	Check    string // lost, double-owned, moved back, past unacked, poll skip, not held; liveness; not handled, key order, handled after ack
 	Evidence string
 }
 
