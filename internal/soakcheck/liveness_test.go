@@ -81,6 +81,15 @@ func (r *run) liveness(t *testing.T) []Violation {
 	return found
 }
 
+// wantNone fails the test when the run has a liveness violation (in the
+// case named).
+func (r *run) wantNone(t *testing.T, what string) {
+	t.Helper()
+	if found := r.liveness(t); len(found) > 0 {
+		t.Fatalf("liveness violations %s: %v", what, found)
+	}
+}
+
 // TestLivenessNotCoordinatorRun is the migration soak's failing run of
 // the last round (seed 1, docs stops.md): partition soak.0/9 was last
 // held by z0, killed; after the coordinator's broker was killed, the
@@ -124,9 +133,7 @@ func TestLivenessIdlePartition(t *testing.T) {
 	r.consume("i1", 9, 0, 110)
 	r.fault("instance killed (kill -9), restarted", 10, 10.1)
 	r.end(110)
-	if found := r.liveness(t); len(found) > 0 {
-		t.Fatalf("liveness violations of an idle partition: %v", found)
-	}
+	r.wantNone(t, "of an idle partition")
 }
 
 // TestLivenessRunEnd: a fault that ends less than the window before the
@@ -137,9 +144,7 @@ func TestLivenessRunEnd(t *testing.T) {
 	r.consume("i0", 9, 0, 50)
 	r.fault("broker killed, restarted", 45, 50)
 	r.end(60) // 10 s after the heal
-	if found := r.liveness(t); len(found) > 0 {
-		t.Fatalf("liveness violations at the run's end: %v", found)
-	}
+	r.wantNone(t, "at the run's end")
 }
 
 // TestLivenessOverlappingFaults: a stall that each next fault starts
@@ -153,9 +158,7 @@ func TestLivenessOverlappingFaults(t *testing.T) {
 	r.fault("ZooKeeper quorum frozen briefly", 55, 57)
 	r.consume("i1", 9, 75, 100) // 18 s after the last heal
 	r.end(100)
-	if found := r.liveness(t); len(found) > 0 {
-		t.Fatalf("liveness violations under overlapping faults: %v", found)
-	}
+	r.wantNone(t, "under overlapping faults")
 }
 
 // TestLivenessStallWithoutFault: a partition that stops being consumed
