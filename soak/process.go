@@ -6,7 +6,7 @@ package main
 // producer gives each message one of processKeys keys; a handler fails
 // the poison messages on every attempt (they go to the dead-letter
 // topic) and the flaky ones on their first attempt on an instance (a
-// retry). The child writes a Handled event at each handler call, a
+// retry), and takes 12 s over the slow ones. The child writes a Handled event at each handler call, a
 // Delivered event for each message Run receives and an Acked event for
 // each message Run acks (observedConsumer), and the checker judges the
 // keys' order and the handlings after an ack (soakcheck.Options.Process).
@@ -40,6 +40,12 @@ const (
 	// attempt) and the flaky ones (failing the first) by sequence number.
 	poisonEvery = 199
 	flakyEvery  = 17
+	// slowEvery picks the slow messages, whose handling takes slowWork:
+	// longer than ackedBound, so that the acks of their partition's later
+	// messages, beyond the committed offset, outlive the bound and a move
+	// must not hand them out again (what DurableAcks is for).
+	slowEvery = 997
+	slowWork  = 12 * time.Second
 	// processAttempts is Retry.Attempts.
 	processAttempts = 3
 )
@@ -158,8 +164,12 @@ func (h *processHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage
 	}
 	h.log.write(soakcheck.Handled, msg.Topic, msg.Partition, msg.Offset, string(msg.Value))
 	seq, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "m"))
-	// The work: 0-4 ms, cut short by a revocation.
-	work := time.NewTimer(time.Duration(seq%5) * time.Millisecond)
+	// The work: 0-4 ms, or slowWork, cut short by a revocation.
+	d := time.Duration(seq%5) * time.Millisecond
+	if seq%slowEvery == 0 {
+		d = slowWork
+	}
+	work := time.NewTimer(d)
 	defer work.Stop()
 	select {
 	case <-work.C:
