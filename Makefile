@@ -189,16 +189,21 @@ bench:
 # switch, which the groups tool built here flips (docs/soak.md);
 # SOAK_NONFOLLOWERS=1 and SOAK_ORIGINAL=1 add instances that do not follow
 # it; SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the cuts from every broker.
+# SOAK_PROCESS=1: the consumers run process.Run (ByKey, retries, dead
+# letters, DurableAcks) and the checker judges key order and handlings after
+# an ack too. The brokers' and ZooKeeper's logs are kept in .soak/logs/.
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
 SOAK_COORDINATOR ?= zookeeper
 SOAK_NONFOLLOWERS ?= 0
 SOAK_ORIGINAL ?= 0
 SOAK_SWITCH_CUT_FROM_BROKERS ?= 0
+SOAK_PROCESS ?= 0
 soak:
 	$(GO) build -o .soak/kafkaconsumer-groups ./cmd/kafkaconsumer-groups
 	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) \
 		SOAK_NONFOLLOWERS=$(SOAK_NONFOLLOWERS) SOAK_ORIGINAL=$(SOAK_ORIGINAL) \
+		SOAK_PROCESS=$(SOAK_PROCESS) \
 		SOAK_SWITCH_CUT_FROM_BROKERS=$(SOAK_SWITCH_CUT_FROM_BROKERS) SOAK_GROUPS_TOOL=../.soak/kafkaconsumer-groups $(GO) run . -out ../.soak
 
 demo:

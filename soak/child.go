@@ -167,6 +167,8 @@ func childMain(settings string) int {
 			}
 		}
 	}
+	processing := os.Getenv(processEnv) != ""
+	config.DurableAcks = processing // process.go
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	consumer, err = kafkaconsumer.JoinContext(ctx, groupName, kafkaconsumer.WhitelistSubscription(regexp.MustCompile(topicPattern)), zookeeper, config)
 	cancel()
@@ -192,6 +194,9 @@ func childMain(settings string) int {
 		}
 	}()
 
+	if processing {
+		return processMain(consumer, log, held, dialer, seed, stall, resume, shutDown)
+	}
 	rng := rand.New(rand.NewSource(seed))
 	var pending []*sarama.ConsumerMessage
 	ack := func(i int) {

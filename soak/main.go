@@ -76,6 +76,7 @@ func main() {
 	nonFollowers := flag.Bool("nonfollowers", envInt("SOAK_NONFOLLOWERS", 0) != 0, "with -coordinator migrate, add instances that do not follow the group's switch (SOAK_NONFOLLOWERS=1)")
 	original := flag.Bool("original", envInt("SOAK_ORIGINAL", 0) != 0, "with -coordinator migrate, add an instance that registers as the original does after the switch to Kafka (SOAK_ORIGINAL=1)")
 	switchCutFromBrokers := flag.Bool("switch-cut-from-brokers", envInt("SOAK_SWITCH_CUT_FROM_BROKERS", 0) != 0, "with -coordinator migrate, flip the switch under the cuts of an instance from every broker too (SOAK_SWITCH_CUT_FROM_BROKERS=1)")
+	processRun := flag.Bool("process", envInt("SOAK_PROCESS", 0) != 0, "the instances run process.Run with DurableAcks (SOAK_PROCESS=1)")
 	flag.Parse()
 	switch *coordinator {
 	case coordinatorZookeeper, coordinatorKafka:
@@ -106,7 +107,7 @@ func main() {
 	}
 	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator,
 		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate,
-		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate})
+		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate, process: *processRun})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)

@@ -46,6 +46,7 @@ func (so *soak) summary(r *soakcheck.Report, caughtUp bool) string {
 			fmt.Fprintf(&b, "| %s | %d | %s |\n", f.kind, so.faults[f.kind], so.recoveries[f.kind].Round(100*time.Millisecond))
 		}
 	}
+	b.WriteString(so.checksSummary(r)) // checks.go
 	if len(r.DuplicatesByCause) > 0 {
 		causes := make([]string, 0, len(r.DuplicatesByCause))
 		for c := range r.DuplicatesByCause {

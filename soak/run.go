@@ -40,6 +40,8 @@ type settings struct {
 	// switchCutFromBrokers lets the nemesis flip the switch under the
 	// kinds of cutFromBrokers (coordinatorMigrate).
 	switchCutFromBrokers bool
+	// process: the instances run process.Run (process.go).
+	process bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
@@ -104,7 +106,8 @@ func logf(format string, args ...any) {
 func run(s settings) (bool, error) {
 	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s), faults: make(map[string]int), under: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
-	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+	defer keepClusterLogs(s.dir) // logs.go: after the cluster's Close, failed or not
+	cluster, err := testcluster.Start(testcluster.Options{Dir: filepath.Join(s.dir, clusterSubdir), ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
 		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }})
 	if err != nil {
@@ -116,6 +119,9 @@ func run(s settings) (bool, error) {
 		return false, err
 	}
 	so.topics = []string{"soak.0"}
+	if err := so.createDeadLetterTopic(); err != nil { // process.go
+		return false, err
+	}
 	config := sarama.NewConfig()
 	config.Version = sarama.V2_8_0_0
 	config.Producer.Return.Successes = true
@@ -220,6 +226,7 @@ func run(s settings) (bool, error) {
 	}
 	logf("faults over; waiting for the group to consume everything")
 	caughtUp := so.waitCaughtUp(2 * time.Minute)
+	so.log.write(soakcheck.End, "", 0, 0, "") // liveness is judged up to here
 	so.stopAll()
 	close(stopSampler)
 	<-samplerDone
@@ -228,7 +235,7 @@ func run(s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	report := soakcheck.Check(events, 10)
+	report := soakcheck.CheckWith(events, so.checkOptions()) // checks.go
 	if err := so.writeReport(events, report, caughtUp); err != nil {
 		return false, err
 	}
@@ -266,6 +273,7 @@ func (so *soak) start(in *instance) error {
 	_ = os.Remove(idPath(in.path)) // the new process writes its own
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s %s", childEnv, in.name, strings.Join(zookeeper, ","), in.path, in.seed, strings.Join(routes, ","), in.coordinator))
+	cmd.Env = append(cmd.Env, so.processEnv()...) // process.go
 	stderr, err := os.OpenFile(filepath.Join(so.s.dir, in.name+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -356,7 +364,7 @@ func (so *soak) produce(stop <-chan struct{}) error {
 		so.mu.Unlock()
 		msgs := make([]*sarama.ProducerMessage, batch)
 		for i := range msgs {
-			msgs[i] = &sarama.ProducerMessage{Topic: topics[seq%len(topics)], Value: sarama.StringEncoder(fmt.Sprintf("m%d", seq))}
+			msgs[i] = &sarama.ProducerMessage{Topic: topics[seq%len(topics)], Key: so.messageKey(seq), Value: sarama.StringEncoder(fmt.Sprintf("m%d", seq))}
 			seq++
 		}
 		if err := producer.SendMessages(msgs); err != nil {
@@ -617,7 +625,7 @@ func (so *soak) readBack() ([]soakcheck.Event, error) {
 				return nil, err
 			}
 			for msg := range pc.Messages() {
-				events = append(events, soakcheck.Event{Kind: soakcheck.Produced, Time: msg.Timestamp.UnixNano(), Topic: t, Partition: p, Offset: msg.Offset, Value: string(msg.Value)})
+				events = append(events, soakcheck.Event{Kind: soakcheck.Produced, Time: msg.Timestamp.UnixNano(), Topic: t, Partition: p, Offset: msg.Offset, Value: string(msg.Value), Key: string(msg.Key)})
 				if msg.Offset >= end-1 {
 					break
 				}

@@ -14,6 +14,10 @@
 //   - not held: every message handed out belongs to a partition the
 //     instance held (between its assignment and its revocation).
 //
+// CheckWith judges more on request (Options): liveness (liveness.go) and,
+// for instances that run process.Run, key order and handlings after an
+// ack (process.go).
+//
 // It counts duplicates too. Each violation comes with its evidence.
 package soakcheck
 
@@ -47,6 +51,7 @@ type Event struct {
 	Partition int32  `json:"part"`
 	Offset    int64  `json:"off"`
 	Value     string `json:"val,omitempty"`
+	Key       string `json:"key,omitempty"` // the message's key (Produced)
 }
 
 // At returns the event's time.
@@ -70,7 +75,7 @@ func ReadEvents(r io.Reader) (events []Event, bad int, err error) {
 
 // Violation is one broken invariant, with its evidence.
 type Violation struct {
-	Check    string // lost, double-owned, moved back, past unacked, poll skip, not held
+	Check    string // lost, double-owned, moved back, past unacked, poll skip, not held; liveness; not handled, key order, handled after ack
 	Evidence string
 }
 
@@ -88,7 +93,9 @@ type Report struct {
 	MovedBack         int // committed offsets that decreased
 	PastUnacked       int // committed offsets past an unacked message
 	PollSkips         int
-	NotHeld           int // deliveries outside the instance's hold of the partition
+	NotHeld           int           // deliveries outside the instance's hold of the partition
+	Unlive            int           // stalls of a partition past Options.Liveness (liveness.go)
+	Process           ProcessReport // with Options.Process (process.go)
 	Violations        []Violation
 }
 
@@ -112,13 +119,42 @@ type hold struct {
 
 // Check checks the events of a soak run (in any order) and returns the
 // report. maxViolations bounds the evidence kept per check (the counts are
-// complete).
+// complete). It is CheckWith with nothing more than MaxViolations.
 func Check(events []Event, maxViolations int) *Report {
+	return CheckWith(events, Options{MaxViolations: maxViolations})
+}
+
+// Options says what CheckWith judges beyond the invariants of Check.
+type Options struct {
+	// MaxViolations bounds the evidence kept per check (the counts are
+	// complete).
+	MaxViolations int
+	// Liveness, when positive, is the window of the liveness check
+	// (checkLiveness): once it has passed since the last fault ended,
+	// no partition with a message waiting goes that long without a
+	// message handed out. The soak gives the session timeout + 15 s.
+	Liveness time.Duration
+	// Process judges a run whose instances run process.Run with
+	// Config.DurableAcks (Handled events; checkProcess): per-key order of
+	// first handlings, every message handled, no handling after an ack
+	// beyond AckedBound; and a hold's gaps of messages acked before it
+	// are no poll skips.
+	Process bool
+	// AckedBound is how long before the end of its instance's hold of
+	// the partition a message may be acked and still be handled again
+	// (with Process): see checkRehandled.
+	AckedBound time.Duration
+}
+
+// CheckWith checks the events of a soak run (in any order) as Check does,
+// and what opts asks for, and returns the report.
+func CheckWith(events []Event, opts Options) *Report {
 	sorted := append([]Event(nil), events...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time < sorted[j].Time })
 	c := &checker{
+		opts:     opts,
 		report:   &Report{},
-		max:      maxViolations,
+		max:      opts.MaxViolations,
 		kept:     make(map[string]int),
 		produced: make(map[partition][]int64),
 		valueAt:  make(map[partition]map[int64]string),
@@ -129,10 +165,17 @@ func Check(events []Event, maxViolations int) *Report {
 	c.checkLost(sorted)
 	c.checkHolds()
 	c.checkCommitted(sorted)
+	if opts.Liveness > 0 {
+		c.checkLiveness(sorted)
+	}
+	if opts.Process {
+		c.checkProcess(sorted)
+	}
 	return c.report
 }
 
 type checker struct {
+	opts   Options
 	report *Report
 	max    int
 	kept   map[string]int // violations kept per check
@@ -284,6 +327,9 @@ func (c *checker) checkOrder(p partition, h *hold) {
 		k := sort.Search(len(produced), func(j int) bool { return produced[j] > prev })
 		if k < len(produced) && produced[k] == cur {
 			continue
+		}
+		if c.opts.Process && c.ackedBefore(p, prev, cur, h.deliveries[0].Time) {
+			continue // DurableAcks: acked before the hold started (process.go)
 		}
 		want := int64(-1)
 		if k < len(produced) {
