@@ -205,6 +205,7 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 	}
 	c.topics = partitionTopics(view.partitions)
 	k.setMember(groupMember{id: newMemberID(), generation: 0})
+	var refusedSince time.Time // awaitConversion's
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		resp, err := k.heartbeatConsumer(ctx, k.current())
@@ -229,6 +230,8 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 			if !sleepCtx(ctx, min(100*time.Millisecond<<attempt, 2*time.Second)) {
 				return ctx.Err()
 			}
+			continue
+		case k.awaitConversion(ctx, resp, &refusedSince):
 			continue
 		}
 		return k.joinError(resp, err)
