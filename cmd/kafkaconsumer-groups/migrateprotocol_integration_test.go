@@ -413,3 +413,54 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 	}
 	checkProtocolJSON(t, []byte(stdout), group, GroupProtocolClassic, 2, false)
 }
+
+// TestMigrateBackUndoesForLateConsumerProtocolMemberIntegration: a
+// member of the consumer protocol (franz-go) joins a group moved to
+// Kafka between migrate --to zookeeper's check of the members and its
+// write of the switch (the test's beforeSwitch hook). It cannot see the
+// switch: migrate must notice it after the write, set the switch back
+// to kafka, and refuse naming it, rather than leave the followers
+// waiting for a group that never empties.
+func TestMigrateBackUndoesForLateConsumerProtocolMemberIntegration(t *testing.T) {
+	zookeeper, brokers := consumerProtocolPeers(t)
+	if zookeeper == "" {
+		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
+	}
+	topic := createTopic(t, brokers, 4)
+	group := "cli-848-late." + topic
+	bootstrap := strings.Join(brokers, ",")
+	joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers))
+	waitFor(t, 30*time.Second, "the instance to register in ZooKeeper", func() error {
+		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
+		if err == nil && len(desc.Instances) != 1 {
+			err = fmt.Errorf("%d instances", len(desc.Instances))
+		}
+		return err
+	})
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
+	if code != exitOK || !strings.Contains(stdout, "Stable with 1 members") {
+		t.Fatalf("migrate --to kafka: exit status %d: %s%s", code, stdout, stderr)
+	}
+
+	var out bytes.Buffer
+	err := migrateGroup(zookeeper, zookeeperAccess{}, kafkaAccess{bootstrap: brokers}, 20*time.Second, migration{
+		group: group, to: switchZookeeper, wait: 20 * time.Second, out: &out,
+		beforeSwitch: func() {
+			startConsumerProtocolMember(t, brokers, group, topic, "cli-848-late", 0)
+			waitFor(t, 60*time.Second, "the consumer-protocol member to join", func() error {
+				desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
+				if err == nil && desc.GroupProtocol != GroupProtocolConsumer {
+					err = fmt.Errorf("group protocol %q", desc.GroupProtocol)
+				}
+				return err
+			})
+		},
+	})
+	t.Logf("migrate --to zookeeper: %v; %s", err, out.String())
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "cli-848-late") {
+		t.Errorf("migrate --to zookeeper with a consumer-protocol member joined before the switch: %v, want a refusal naming cli-848-late", err)
+	}
+	if value, _ := readSwitchValue(t, zookeeper, group); value != switchKafka {
+		t.Errorf("the switch says %q after the refusal, want it set back to kafka", value)
+	}
+}
