@@ -128,6 +128,9 @@ type kafkaCoordinator struct {
 	// from it (expectRebalance): the guard heartbeats every
 	// awaitingHeartbeat meanwhile.
 	awaitingUntil atomic.Int64
+	// lister asks ListGroups v5 for a follower of the coordinator switch
+	// (coordinator_migrate_list.go); close closes its connection.
+	lister groupLister
 }
 
 // expectRebalance tells the guard that the generation just synced
@@ -532,6 +535,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 func (k *kafkaCoordinator) close() []error {
 	k.cm.stopGuard()
 	k.calls.Wait()
+	k.lister.close()
 	if k.consumer != nil {
 		k.consumer.t.close()
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // TestIntegrationConsumerProtocolRollingMove: a classic group of three
@@ -71,11 +73,30 @@ func TestIntegrationConsumerProtocolRollingMove(t *testing.T) {
 func TestMigrationSwitchBackWaitsForConsumerProtocolMembers(t *testing.T) {
 	consumerProtocolTest(t)
 	debugLogs(t)
+	switchBackBesideConsumerProtocol(t, testKafkaVersion())
+}
+
+// TestMigrationSwitchBackWaitsForConsumerProtocolMembersOldVersion: as
+// TestMigrationSwitchBackWaitsForConsumerProtocolMembers, with the
+// follower's Config.Version sarama's default (2.1.0), below the 3.8.0
+// of ListGroups v5: it must still tell the consumer-protocol group from
+// an empty one.
+func TestMigrationSwitchBackWaitsForConsumerProtocolMembersOldVersion(t *testing.T) {
+	consumerProtocolTest(t)
+	debugLogs(t)
+	switchBackBesideConsumerProtocol(t, sarama.V2_1_0_0)
+}
+
+// switchBackBesideConsumerProtocol is the test of
+// TestMigrationSwitchBackWaitsForConsumerProtocolMembers, with version as
+// the follower's Config.Version.
+func switchBackBesideConsumerProtocol(t *testing.T, version sarama.KafkaVersion) {
 	const partitions = 4
 	topic := newTopic(t, partitions)
 	group := uniqueName("switch848")
 	conn, chroot := testZookeeper(t, zookeeperPeers)
 	config := testConfig()
+	config.Version = version
 	config.Discovery = DiscoverFromKafka
 	config.Brokers = kafkaPeers
 	config.DiscoveryInterval = testDiscoveryInterval
