@@ -175,14 +175,15 @@ func TestIntegrationConsumerProtocolMoveDuringRevocation(t *testing.T) {
 func moveDuringRevocation(t *testing.T, leaves bool) {
 	r := newKafkaFaultRun(t, kafkaPeers, 8, 1)
 	r.opts.maxProcessing = 30 * time.Second
-	r.opts.workers, r.opts.delay = 64, 6*time.Second // every stop waits seconds for its acks
+	r.opts.workers, r.opts.delay = 128, 10*time.Second // every stop waits seconds for its acks
 	sampler := sampleCommitted(t, r.client, r.group, r.topic)
 	a, b := r.start(), r.start()
 	r.waitShared(30*time.Second, a, b)
 	wait := r.produceSteadily(400, 40*time.Second)
+	before := stoppingRounds(a) + stoppingRounds(b)
 	c := r.start() // classic: the leader moves partitions of a and b to c
 	waitFor(t, 30*time.Second, "a or b to stop partitions that move to c", func() bool {
-		return stoppedSome(a) || stoppedSome(b)
+		return stoppingRounds(a)+stoppingRounds(b) > before
 	})
 	live := []*child{a, b, c}
 	if leaves {
@@ -200,10 +201,10 @@ func moveDuringRevocation(t *testing.T, leaves bool) {
 	r.finishKafka(sampler)
 }
 
-// stoppedSome reports whether the child's log has a round that stops
-// partitions (managePartitionManagers' line).
-func stoppedSome(c *child) bool {
-	return c.logged("partitions (stopping ") > c.logged("partitions (stopping 0,")
+// stoppingRounds counts the rounds of the child that stopped partitions
+// (managePartitionManagers' log lines).
+func stoppingRounds(c *child) int {
+	return c.logged("partitions (stopping ") - c.logged("partitions (stopping 0,")
 }
 
 // assignmentOverlaps returns, from the children's OnRebalance lines (A
