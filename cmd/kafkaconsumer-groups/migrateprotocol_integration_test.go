@@ -137,21 +137,19 @@ func readSwitchValue(t *testing.T, zookeeper, group string) (string, bool) {
 	return string(data), true
 }
 
-// TestMigrateConsumerProtocolRefusesZookeeperIntegration: a group moved
-// to Kafka (one instance that follows the switch) is joined by a member
-// of the consumer protocol (franz-go), which runs without ZooKeeper and
-// cannot see the switch. Kafka 4's DescribeGroups describes the group as
-// Dead with no members; migrate --to zookeeper must not take that for
-// an empty group: it refuses, names the consumer-protocol member and
-// leaves the switch at kafka.
-func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
-	zookeeper, brokers := consumerProtocolPeers(t)
+// switchedToKafka starts a group in ZooKeeper, on a new topic of 4
+// partitions, with one instance of the library that follows the switch,
+// and moves it to Kafka (migrate --to kafka). The group's name is prefix
+// and the topic's. It skips without a consumer-protocol cluster and
+// ZooKeeper.
+func switchedToKafka(t *testing.T, prefix string) (zookeeper string, brokers []string, topic, group string) {
+	t.Helper()
+	zookeeper, brokers = consumerProtocolPeers(t)
 	if zookeeper == "" {
 		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
 	}
-	topic := createTopic(t, brokers, 4)
-	group := "cli-848-back." + topic
-	bootstrap := strings.Join(brokers, ",")
+	topic = createTopic(t, brokers, 4)
+	group = prefix + "." + topic
 	joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers))
 	waitFor(t, 30*time.Second, "the instance to register in ZooKeeper", func() error {
 		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
@@ -160,10 +158,23 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 		}
 		return err
 	})
-	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", strings.Join(brokers, ","), "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
 	if code != exitOK || !strings.Contains(stdout, "Stable with 1 members") {
 		t.Fatalf("migrate --to kafka: exit status %d: %s%s", code, stdout, stderr)
 	}
+	return zookeeper, brokers, topic, group
+}
+
+// TestMigrateConsumerProtocolRefusesZookeeperIntegration: a group moved
+// to Kafka (one instance that follows the switch) is joined by a member
+// of the consumer protocol (franz-go), which runs without ZooKeeper and
+// cannot see the switch. Kafka 4's DescribeGroups describes the group as
+// Dead with no members; migrate --to zookeeper must not take that for
+// an empty group: it refuses, names the consumer-protocol member and
+// leaves the switch at kafka.
+func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
+	zookeeper, brokers, topic, group := switchedToKafka(t, "cli-848-back")
+	bootstrap := strings.Join(brokers, ",")
 
 	startConsumerProtocolMember(t, brokers, group, topic, "cli-848-intruder", 0)
 	waitFor(t, 60*time.Second, "the group to hold a classic and a consumer-protocol member", func() error {
@@ -183,7 +194,7 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 
 	// migrate --to kafka again finds the group coordinated by Kafka, and
 	// Stable with its two members, though DescribeGroups says Dead.
-	code, stdout, stderr = migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "20s", "--timeout", "20s")
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "20s", "--timeout", "20s")
 	if code != exitOK || !strings.Contains(stdout, "Stable with 2 members") {
 		t.Errorf("migrate --to kafka on the switched consumer-protocol group: exit status %d: %s%s; want 0, Stable with 2 members", code, stdout, stderr)
 	}
@@ -422,25 +433,7 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 // to kafka, and refuse naming it, rather than leave the followers
 // waiting for a group that never empties.
 func TestMigrateBackUndoesForLateConsumerProtocolMemberIntegration(t *testing.T) {
-	zookeeper, brokers := consumerProtocolPeers(t)
-	if zookeeper == "" {
-		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
-	}
-	topic := createTopic(t, brokers, 4)
-	group := "cli-848-late." + topic
-	bootstrap := strings.Join(brokers, ",")
-	joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers))
-	waitFor(t, 30*time.Second, "the instance to register in ZooKeeper", func() error {
-		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
-		if err == nil && len(desc.Instances) != 1 {
-			err = fmt.Errorf("%d instances", len(desc.Instances))
-		}
-		return err
-	})
-	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
-	if code != exitOK || !strings.Contains(stdout, "Stable with 1 members") {
-		t.Fatalf("migrate --to kafka: exit status %d: %s%s", code, stdout, stderr)
-	}
+	zookeeper, brokers, topic, group := switchedToKafka(t, "cli-848-late")
 
 	var out bytes.Buffer
 	err := migrateGroup(zookeeper, zookeeperAccess{}, kafkaAccess{bootstrap: brokers}, 20*time.Second, migration{
