@@ -37,8 +37,9 @@ const conversionRetry = 250 * time.Millisecond
 // that the rebalance that ends the revocations would never complete.
 // refusedSince is the first such refusal (zero before; set here). It
 // gives up (false) after the rebalance timeout, within which the owners
-// stop the revoked partitions and join again, and when ctx is done;
-// Join then fails with the refusal.
+// stop the revoked partitions and join again, at once when the user data
+// is another assignor's (conversionNever), and when ctx is done; Join
+// then fails with the refusal.
 func (k *kafkaCoordinator) awaitConversion(ctx context.Context, resp *kmsg.ConsumerGroupHeartbeatResponse, refusedSince *time.Time) bool {
 	if codeOf(resp) != kerr.GroupIDNotFound.Code || resp.ErrorMessage == nil || !strings.Contains(*resp.ErrorMessage, conversionRefusal) {
 		return false
@@ -52,39 +53,57 @@ func (k *kafkaCoordinator) awaitConversion(ctx context.Context, resp *kmsg.Consu
 		if !sleepCtx(ctx, conversionRetry) {
 			return false
 		}
-		if k.convertible(ctx) {
+		switch k.convertible(ctx) {
+		case conversionNow:
 			return true
+		case conversionNever:
+			return false
 		}
 	}
 	return false
 }
 
-// convertible reports whether the brokers may convert the classic group
-// now, by DescribeGroups: false while it rebalances, or while a member's
-// assignment carries user data (assignmentUserData); true otherwise, and
-// when the coordinator did not answer (the heartbeat tells then).
-func (k *kafkaCoordinator) convertible(ctx context.Context) bool {
+// conversion is what convertible tells of the classic group.
+type conversion int
+
+const (
+	conversionLater conversion = iota // it rebalances, or revokes partitions
+	conversionNow                     // the brokers may convert it now
+	conversionNever                   // another assignor's user data: Join fails
+)
+
+// convertible tells, by DescribeGroups, whether the brokers may convert
+// the classic group now: later while it rebalances, or while a member's
+// assignment carries this library's user data (assignmentUserData);
+// never when the user data is another assignor's (the group's protocol is
+// not kafkaProtocol), which it keeps; now otherwise, and when the
+// coordinator did not answer (the heartbeat tells then).
+func (k *kafkaCoordinator) convertible(ctx context.Context) conversion {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{k.cm.group}
 	r, err := k.consumer.t.coordinatorRequest(ctx, req)
 	if err != nil {
-		return true
+		return conversionNow
 	}
 	resp, ok := r.(*kmsg.DescribeGroupsResponse)
 	if !ok || len(resp.Groups) != 1 || resp.Groups[0].ErrorCode != 0 {
-		return true
+		return conversionNow
 	}
 	g := resp.Groups[0]
 	switch g.State {
 	case "PreparingRebalance", "CompletingRebalance":
-		return false
+		return conversionLater
 	case "Stable":
 		for _, m := range g.Members {
 			var a kmsg.ConsumerMemberAssignment
-			if a.ReadFrom(m.MemberAssignment) == nil && len(a.UserData) > 0 {
-				return false
+			if a.ReadFrom(m.MemberAssignment) != nil || len(a.UserData) == 0 {
+				continue
 			}
+			if g.Protocol != kafkaProtocol {
+				return conversionNever
+			}
+			return conversionLater
 		}
 	}
-	return true
+	return conversionNow
 }
