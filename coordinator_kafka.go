@@ -131,6 +131,9 @@ type kafkaCoordinator struct {
 	// from it (expectRebalance): the guard heartbeats every
 	// awaitingHeartbeat meanwhile.
 	awaitingUntil atomic.Int64
+	// lister asks ListGroups v5 for a follower of the coordinator switch
+	// (coordinator_migrate_list.go); close closes its connection.
+	lister groupLister
 }
 
 // expectRebalance tells the guard that the generation just synced
@@ -543,6 +546,7 @@ func (k *kafkaCoordinator) close() []error {
 	k.cm.stopGuard()
 	k.calls.Wait()
 	k.rejoins.stop()
+	k.lister.close()
 	if k.consumer != nil {
 		k.consumer.t.close()
 	}

@@ -57,6 +57,7 @@ func (k *kafkaCoordinator) joinConsumer(ctx context.Context) error {
 	cm, c := k.cm, k.consumer
 	k.setMember(groupMember{id: newMemberID(), generation: 0})
 	began := time.Now()
+	var refusedSince time.Time // awaitConversion's
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		resp, err := k.heartbeatConsumer(ctx, k.current())
@@ -79,6 +80,8 @@ func (k *kafkaCoordinator) joinConsumer(ctx context.Context) error {
 			if !sleepCtx(ctx, wait) {
 				return ctx.Err()
 			}
+			continue
+		case k.awaitConversion(ctx, resp, &refusedSince):
 			continue
 		}
 		return k.joinError(resp, err)

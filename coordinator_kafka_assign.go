@@ -127,26 +127,69 @@ func assignCooperative(members []kafkaMember, counts map[string]int32) (plan map
 	return plan, awaiting
 }
 
-// awaitingUserData is the user data of the assignment of a member that a
-// partition was withheld from (assignCooperative): it heartbeats more
-// often until the next generation starts (kafkaCoordinator.expectRebalance),
-// instead of learning of it a heartbeat interval later.
-var awaitingUserData = []byte(`{"awaiting":true}`)
+// The user data of an assignment: this member awaits a partition
+// withheld from it (assignCooperative: it heartbeats more often until
+// the next generation starts, kafkaCoordinator.expectRebalance, instead
+// of learning of it a heartbeat interval later), it stops a partition it
+// reports as owned, or both. Any user data in a member's assignment makes
+// Kafka 4's brokers refuse to convert the group to a consumer group
+// (GROUP_ID_NOT_FOUND, "an unsupported custom assignor is in use"): the
+// converted group is built from the assignments, where a partition that
+// its owner still stops, and that no assignment lists, would look free.
+// So no generation that revokes a partition converts; the next one,
+// which the owners' JoinGroups start once they stopped, can
+// (docs/consumer-protocol.md, "Moving a group between the protocols").
+var (
+	awaitingUserData         = []byte(`{"awaiting":true}`)
+	revokingUserData         = []byte(`{"revoking":true}`)
+	awaitingRevokingUserData = []byte(`{"awaiting":true,"revoking":true}`)
+)
 
-// awaitingAssignment reports whether the user data of this member's
-// assignment is awaitingUserData. Another member's encoding that differs
-// only in spacing reads as not awaiting: the member heartbeats as usual.
-func awaitingAssignment(userData []byte) bool {
-	return bytes.Equal(userData, awaitingUserData)
+// assignmentUserData returns the user data of a member's assignment: nil
+// when it neither awaits nor revokes.
+func assignmentUserData(awaiting, revoking bool) []byte {
+	switch {
+	case awaiting && revoking:
+		return awaitingRevokingUserData
+	case awaiting:
+		return awaitingUserData
+	case revoking:
+		return revokingUserData
+	}
+	return nil
 }
 
-// assign is the leader's assignment of the generation that resp opened.
+// awaitingAssignment reports whether the user data of this member's
+// assignment says it awaits a partition (assignmentUserData). Another
+// member's encoding that differs only in spacing reads as not awaiting:
+// the member heartbeats as usual.
+func awaitingAssignment(userData []byte) bool {
+	return bytes.Equal(userData, awaitingUserData) || bytes.Equal(userData, awaitingRevokingUserData)
+}
+
+// revokingMembers returns the members whose assignment in plan lacks a
+// partition they report as owned: they stop it before they join again.
+func revokingMembers(members []kafkaMember, plan map[string]map[string][]int32) map[string]bool {
+	revoking := make(map[string]bool)
+	for _, m := range members {
+		for _, tp := range m.owned {
+			if !slices.Contains(plan[m.id][tp.Topic], tp.Partition) {
+				revoking[m.id] = true
+				break
+			}
+		}
+	}
+	return revoking
+}
+
+// assign is the leader's assignment of the generation that resp opened,
+// with the user data of each member's assignment (assignmentUserData).
 // The partition counts of the topics in the leader's own view of the
 // metadata (partitions) come from there; those of the topics that only
 // other members subscribe to are read from Kafka's metadata, through
 // call (abandonable): an error fails the join, which is tried again.
 // Once the generation is synced, the leader watches them (watchOthers).
-func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (map[string]map[string][]int32, map[string]bool, error) {
+func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kazoo.PartitionList) (plan map[string]map[string][]int32, userData map[string][]byte, err error) {
 	members, err := kafkaMembers(resp)
 	if err != nil {
 		return nil, nil, err
@@ -169,7 +212,12 @@ func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kaz
 		k.rejoins.leadOthers(resp.GenerationId, nil, metadataView{})
 	}
 	plan, awaiting := assignCooperative(members, counts)
-	return plan, awaiting, nil
+	revoking := revokingMembers(members, plan)
+	userData = make(map[string][]byte, len(plan))
+	for id := range plan {
+		userData[id] = assignmentUserData(awaiting[id], revoking[id])
+	}
+	return plan, userData, nil
 }
 
 // otherTopics returns the topics that members subscribe to and counts

@@ -204,15 +204,12 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 	cm := k.cm
 	sync := syncGroupRequest(cm.config.Version, cm.group, member, k.instanceID)
 	if resp.LeaderId == resp.MemberId {
-		plan, awaiting, err := k.assign(resp, partitions)
+		plan, userData, err := k.assign(resp, partitions)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("assign the group's partitions: %w", err)
 		}
 		for id, topics := range plan {
-			a := &sarama.ConsumerGroupMemberAssignment{Topics: topics}
-			if awaiting[id] {
-				a.UserData = awaitingUserData
-			}
+			a := &sarama.ConsumerGroupMemberAssignment{Topics: topics, UserData: userData[id]}
 			if err := sync.AddGroupAssignmentMember(id, a); err != nil {
 				return nil, time.Time{}, err
 			}

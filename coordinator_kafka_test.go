@@ -269,6 +269,45 @@ func TestAssignCooperativeMovesOneOwnerAtATime(t *testing.T) {
 	}
 }
 
+// TestAssignmentUserDataMarksRevocations: a generation that moves a
+// partition marks the assignment of its owner (revoking) as well as that
+// of its next owner (awaiting), so that no stored assignment of a
+// generation that revokes is free of user data: Kafka 4's brokers do not
+// convert such a group (assignmentUserData).
+func TestAssignmentUserDataMarksRevocations(t *testing.T) {
+	t.Parallel()
+	partitions := map[string]int32{"t": 4}
+	all := []TopicPartition{{"t", 0}, {"t", 1}, {"t", 2}, {"t", 3}}
+	sub := []string{"t"}
+	members := []kafkaMember{{id: "m1", key: "a", topics: sub, owned: all}, {id: "m2", key: "b", topics: sub}, {id: "m3", key: "c", topics: sub, owned: nil}}
+	plan, awaiting := assignCooperative(members, partitions)
+	revoking := revokingMembers(members, plan)
+	var got []string
+	for _, m := range members {
+		got = append(got, m.id+" "+string(assignmentUserData(awaiting[m.id], revoking[m.id])))
+	}
+	if want := `m1 {"revoking":true}, m2 {"awaiting":true}, m3 {"awaiting":true}`; strings.Join(got, ", ") != want {
+		t.Errorf("user data %s, want %s", strings.Join(got, ", "), want)
+	}
+	// m1 stopped what moves and joined again: no user data.
+	members[0].owned = nil
+	for id, ps := range plan["m1"] {
+		for _, p := range ps {
+			members[0].owned = append(members[0].owned, TopicPartition{id, p})
+		}
+	}
+	plan, awaiting = assignCooperative(members, partitions)
+	revoking = revokingMembers(members, plan)
+	for _, m := range members {
+		if data := assignmentUserData(awaiting[m.id], revoking[m.id]); data != nil {
+			t.Errorf("the next generation's assignment of %s carries %s", m.id, data)
+		}
+	}
+	if !awaitingAssignment(awaitingRevokingUserData) || awaitingAssignment(revokingUserData) {
+		t.Error("awaitingAssignment misreads the combined or the revoking user data")
+	}
+}
+
 // TestKafkaAssignmentEncoding: the member metadata and the assignments
 // go through Kafka's consumer protocol encodings (sarama's), which the
 // tools read.

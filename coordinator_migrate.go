@@ -563,7 +563,7 @@ func (k *kafkaCoordinator) describe() (state string, members []string, err error
 		// Kafka 4 answers DescribeGroups so for a group of the consumer
 		// protocol (KIP-848), its members' partitions owned all the
 		// same: ListGroups v5 tells its type and state.
-		if state, ok := k.consumerGroupState(broker); ok {
+		if state, ok := k.lister.consumerGroupState(k.client, broker, k.cm.group); ok {
 			return state, []string{"members of the consumer protocol, which DescribeGroups does not list"}, nil
 		}
 	}
@@ -571,27 +571,6 @@ func (k *kafkaCoordinator) describe() (state string, members []string, err error
 		members = append(members, id+" ("+member.ClientHost+")")
 	}
 	return g.State, members, nil
-}
-
-// consumerGroupState returns the state of the group when the
-// coordinator's broker lists it as a group of the consumer protocol
-// (ListGroups v5, Kafka 3.8 and later; not asked with Config.Version
-// below 3.8.0): ok is false otherwise, or when the broker did not
-// answer.
-func (k *kafkaCoordinator) consumerGroupState(broker *sarama.Broker) (state string, ok bool) {
-	if !k.cm.config.Version.IsAtLeast(sarama.V3_8_0_0) {
-		return "", false
-	}
-	resp, err := broker.ListGroups(&sarama.ListGroupsRequest{Version: 5, TypesFilter: []string{"consumer"}})
-	if err != nil {
-		_ = broker.Close()
-		return "", false
-	}
-	data, listed := resp.GroupsData[k.cm.group]
-	if !listed || !errors.Is(resp.Err, sarama.ErrNoError) || data.GroupType != "consumer" {
-		return "", false
-	}
-	return data.GroupState, true
 }
 
 // leaveForSwitch stops every partition with its final commit, stops the

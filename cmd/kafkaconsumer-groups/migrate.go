@@ -56,6 +56,9 @@ type migration struct {
 	// each request.
 	timeout time.Duration
 	out     io.Writer // progress lines
+	// beforeSwitch, when set (tests), runs right before migrate --to
+	// zookeeper writes the switch, after its checks.
+	beforeSwitch func()
 }
 
 // migrateGroup writes the group's coordinator switch after its checks,
@@ -313,7 +316,9 @@ func (s *zkSession) awaitKafka(k *kafkaSession, m migration, began time.Time) er
 // and as many instances are registered in ZooKeeper as it had members.
 // A group that rebalances is judged once it settled (settledGroup,
 // within m.settle); the waits for that and for the members to move share
-// m.wait.
+// m.wait. A member of the consumer protocol that joins after the check
+// is caught after the write and while it waits: the switch goes back to
+// kafka (undoForConsumerProtocol).
 func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
 	began := time.Now()
 	deadline := began.Add(m.wait)
@@ -361,10 +366,16 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSessio
 		return fmt.Errorf("%w: Kafka's group %s has members that do not follow the coordinator switch: %s; stop them first", ErrRefused, m.group, strings.Join(refused, ", "))
 	}
 	members := len(g.Members)
+	if m.beforeSwitch != nil {
+		m.beforeSwitch()
+	}
 	if err := s.writeSwitch(m.group, switchZookeeper, version); err != nil {
 		return err
 	}
 	switched := time.Now()
+	if err := s.undoForConsumerProtocol(k, m); err != nil {
+		return err
+	}
 	fmt.Fprintf(m.out, "Switched group %s back to ZooKeeper: %d members stop their partitions, leave Kafka's group and register in ZooKeeper once it is Empty.\n", m.group, members)
 	if m.wait <= 0 {
 		return nil
@@ -379,6 +390,9 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSessio
 		if err != nil {
 			return err
 		}
+		if err := s.undoForConsumerProtocol(k, m); err != nil {
+			return err
+		}
 		if (g.State == "Empty" || g.State == "Dead") && len(ids) >= members {
 			fmt.Fprintf(m.out, "Done after %s: Kafka's group %s is %s; %d instances are registered in ZooKeeper.\n", time.Since(switched).Round(time.Millisecond), m.group, g.State, len(ids))
 			return nil
@@ -389,6 +403,35 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSessio
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval
 	}
+}
+
+// undoForConsumerProtocol checks, after migrate --to zookeeper wrote the
+// switch and while it waits, that Kafka's group has no member of the
+// consumer protocol: one may join between the check before the switch
+// and its write, or later, and it cannot see the switch. It then writes
+// the switch back to kafka, so that the members that follow it go on
+// under Kafka beside that member, and returns the refusal naming it.
+func (s *zkSession) undoForConsumerProtocol(k *kafkaSession, m migration) error {
+	k.renew(m.timeout)
+	st, err := k.protocolStatus(m.group)
+	if err != nil {
+		return err
+	}
+	if st.GroupProtocol != GroupProtocolConsumer || len(st.Members) == 0 {
+		return nil
+	}
+	refusal := consumerProtocolRefusal(st)
+	value, version, err := s.readSwitch(m.group)
+	if err != nil {
+		return fmt.Errorf("%w; reading the switch to set it back to kafka: %w", refusal, err)
+	}
+	if value == switchZookeeper {
+		if err := s.writeSwitch(m.group, switchKafka, version); err != nil {
+			return fmt.Errorf("%w; setting the switch back to kafka: %w", refusal, err)
+		}
+	}
+	fmt.Fprintf(m.out, "A member of the consumer protocol joined Kafka's group %s after the check: the switch is set back to kafka.\n", m.group)
+	return refusal
 }
 
 // rebalancing tells whether Kafka's group is between generations

@@ -137,21 +137,19 @@ func readSwitchValue(t *testing.T, zookeeper, group string) (string, bool) {
 	return string(data), true
 }
 
-// TestMigrateConsumerProtocolRefusesZookeeperIntegration: a group moved
-// to Kafka (one instance that follows the switch) is joined by a member
-// of the consumer protocol (franz-go), which runs without ZooKeeper and
-// cannot see the switch. Kafka 4's DescribeGroups describes the group as
-// Dead with no members; migrate --to zookeeper must not take that for
-// an empty group: it refuses, names the consumer-protocol member and
-// leaves the switch at kafka.
-func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
-	zookeeper, brokers := consumerProtocolPeers(t)
+// switchedToKafka starts a group in ZooKeeper, on a new topic of 4
+// partitions, with one instance of the library that follows the switch,
+// and moves it to Kafka (migrate --to kafka). The group's name is prefix
+// and the topic's. It skips without a consumer-protocol cluster and
+// ZooKeeper.
+func switchedToKafka(t *testing.T, prefix string) (zookeeper string, brokers []string, topic, group string) {
+	t.Helper()
+	zookeeper, brokers = consumerProtocolPeers(t)
 	if zookeeper == "" {
 		t.Skip("needs ZOOKEEPER_PEERS: the group starts in ZooKeeper")
 	}
-	topic := createTopic(t, brokers, 4)
-	group := "cli-848-back." + topic
-	bootstrap := strings.Join(brokers, ",")
+	topic = createTopic(t, brokers, 4)
+	group = prefix + "." + topic
 	joinDraining(t, group, topic, zookeeper, protocolMigrateConfig(brokers))
 	waitFor(t, 30*time.Second, "the instance to register in ZooKeeper", func() error {
 		desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
@@ -160,10 +158,23 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 		}
 		return err
 	})
-	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", strings.Join(brokers, ","), "--group", group, "--to", "kafka", "--wait", "60s", "--timeout", "20s")
 	if code != exitOK || !strings.Contains(stdout, "Stable with 1 members") {
 		t.Fatalf("migrate --to kafka: exit status %d: %s%s", code, stdout, stderr)
 	}
+	return zookeeper, brokers, topic, group
+}
+
+// TestMigrateConsumerProtocolRefusesZookeeperIntegration: a group moved
+// to Kafka (one instance that follows the switch) is joined by a member
+// of the consumer protocol (franz-go), which runs without ZooKeeper and
+// cannot see the switch. Kafka 4's DescribeGroups describes the group as
+// Dead with no members; migrate --to zookeeper must not take that for
+// an empty group: it refuses, names the consumer-protocol member and
+// leaves the switch at kafka.
+func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
+	zookeeper, brokers, topic, group := switchedToKafka(t, "cli-848-back")
+	bootstrap := strings.Join(brokers, ",")
 
 	startConsumerProtocolMember(t, brokers, group, topic, "cli-848-intruder", 0)
 	waitFor(t, 60*time.Second, "the group to hold a classic and a consumer-protocol member", func() error {
@@ -183,7 +194,7 @@ func TestMigrateConsumerProtocolRefusesZookeeperIntegration(t *testing.T) {
 
 	// migrate --to kafka again finds the group coordinated by Kafka, and
 	// Stable with its two members, though DescribeGroups says Dead.
-	code, stdout, stderr = migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "20s", "--timeout", "20s")
+	code, stdout, stderr := migrateArgs("--zookeeper", zookeeper, "--bootstrap-server", bootstrap, "--group", group, "--to", "kafka", "--wait", "20s", "--timeout", "20s")
 	if code != exitOK || !strings.Contains(stdout, "Stable with 2 members") {
 		t.Errorf("migrate --to kafka on the switched consumer-protocol group: exit status %d: %s%s; want 0, Stable with 2 members", code, stdout, stderr)
 	}
@@ -412,4 +423,37 @@ func TestMigrateConsumerProtocolIntegration(t *testing.T) {
 		t.Errorf("migrate --protocol classic --wait 0 on a classic group: exit status %d: %s", code, stderr)
 	}
 	checkProtocolJSON(t, []byte(stdout), group, GroupProtocolClassic, 2, false)
+}
+
+// TestMigrateBackUndoesForLateConsumerProtocolMemberIntegration: a
+// member of the consumer protocol (franz-go) joins a group moved to
+// Kafka between migrate --to zookeeper's check of the members and its
+// write of the switch (the test's beforeSwitch hook). It cannot see the
+// switch: migrate must notice it after the write, set the switch back
+// to kafka, and refuse naming it, rather than leave the followers
+// waiting for a group that never empties.
+func TestMigrateBackUndoesForLateConsumerProtocolMemberIntegration(t *testing.T) {
+	zookeeper, brokers, topic, group := switchedToKafka(t, "cli-848-late")
+
+	var out bytes.Buffer
+	err := migrateGroup(zookeeper, zookeeperAccess{}, kafkaAccess{bootstrap: brokers}, 20*time.Second, migration{
+		group: group, to: switchZookeeper, wait: 20 * time.Second, out: &out,
+		beforeSwitch: func() {
+			startConsumerProtocolMember(t, brokers, group, topic, "cli-848-late", 0)
+			waitFor(t, 60*time.Second, "the consumer-protocol member to join", func() error {
+				desc, err := describeGroup(zookeeper, zookeeperAccess{}, group, 10*time.Second, kafkaAccess{bootstrap: brokers})
+				if err == nil && desc.GroupProtocol != GroupProtocolConsumer {
+					err = fmt.Errorf("group protocol %q", desc.GroupProtocol)
+				}
+				return err
+			})
+		},
+	})
+	t.Logf("migrate --to zookeeper: %v; %s", err, out.String())
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "cli-848-late") {
+		t.Errorf("migrate --to zookeeper with a consumer-protocol member joined before the switch: %v, want a refusal naming cli-848-late", err)
+	}
+	if value, _ := readSwitchValue(t, zookeeper, group); value != switchKafka {
+		t.Errorf("the switch says %q after the refusal, want it set back to kafka", value)
+	}
 }
