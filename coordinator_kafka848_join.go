@@ -52,7 +52,9 @@ func (k *kafkaCoordinator) connectConsumer(ctx context.Context, brokers []string
 // COORDINATOR_LOAD_IN_PROGRESS, from the heartbeat or from the lookup
 // of the coordinator) is retried with a capped backoff for at most
 // Consumer.Group.Session.Timeout, and a failed request three times; ctx
-// ends the wait. Any other error fails Join (joinError).
+// ends the wait. A refusal to convert a classic group that still revokes
+// partitions waits for the conversion (awaitConversion). Any other error
+// fails Join (joinError).
 func (k *kafkaCoordinator) joinConsumer(ctx context.Context) error {
 	cm, c := k.cm, k.consumer
 	k.setMember(groupMember{id: newMemberID(), generation: 0})
