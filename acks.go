@@ -78,6 +78,21 @@ func (pm *partitionManager) notify() {
 	}
 }
 
+// giveBack takes back msg, handed out by this partition manager and given
+// back unprocessed (Processing.GiveBack), as withdraw does. It reports
+// false, and does nothing, for a message it did not hand out: one of an
+// earlier run of the partition, whose offset this run handed out again.
+func (pm *partitionManager) giveBack(msg *sarama.ConsumerMessage) bool {
+	pm.mu.Lock()
+	known := pm.pending.giveBack(msg)
+	wake := known && pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		pm.notify()
+	}
+	return known
+}
+
 // withdraw takes back a handed-out message that the user never received,
 // at Close (see also withdrawAll): it is not committed, and it is not
 // waited for.

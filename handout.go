@@ -249,7 +249,7 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n
 	}
 	before = pm.lastHandedOut
 	if pm.skipped == nil {
-		for n < len(batch) && pm.pending.push(batch[n].Offset) {
+		for n < len(batch) && pm.pending.pushMessage(batch[n]) {
 			n++
 		}
 		out = n
@@ -290,7 +290,7 @@ func (pm *partitionManager) enterSkipping(batch []*sarama.ConsumerMessage) (n, o
 				break
 			}
 		} else {
-			if !pm.pending.push(msg.Offset) {
+			if !pm.pending.pushMessage(msg) {
 				break
 			}
 			batch[out] = msg
