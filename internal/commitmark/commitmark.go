@@ -119,9 +119,10 @@ type Range struct{ From, To int64 }
 // part that says that the offsets of acked, beyond next, were acked.
 // acked is in increasing order and its ranges do not overlap; what lies
 // at or below next is left out, and adjacent ranges are merged. The part
-// holds as many of the first ranges as fit in limit bytes; truncated
-// reports that some were left out (or all: then the part is empty, and
-// metadata is returned as it is). Deflated when that is smaller.
+// holds as many of the first ranges as fit in limit bytes, and in 64 KiB
+// before compression (what Acked reads); truncated reports that some
+// were left out (or all: then the part is empty, and metadata is
+// returned as it is). Deflated when that is smaller.
 //
 // Releases of kafkaconsumer before the acked part read such metadata as
 // no mark (Decode's unmarked case): without CommitLastProcessed they
@@ -150,15 +151,8 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	}
 	room := limit - len(metadata) - len(ackedSep) - len(rawTag)
 	fits := func(n int) bool { return base64.RawURLEncoding.EncodedLen(n) <= room }
-	payload := binary.AppendUvarint(nil, uint64(next))
-	ends := make([]int, len(runs)) // payload length after each pair
-	pos := next
-	for i, r := range runs {
-		payload = binary.AppendUvarint(payload, uint64(r.From-pos))
-		payload = binary.AppendUvarint(payload, uint64(r.To-r.From))
-		ends[i] = len(payload)
-		pos = r.To
-	}
+	payload, ends := encodeRuns(next, runs)
+	cut := len(ends) < len(runs) // beyond what Acked inflates
 	if len(payload) >= compressAbove && room > 0 {
 		// Deflated, whole or as truncated as the ratio says, in a few
 		// tries.
@@ -169,7 +163,7 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 				break // does not compress
 			}
 			if fits(len(z)) {
-				return metadata + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z), n < len(ends)
+				return metadata + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z), cut || n < len(ends)
 			}
 			n = min(n-1, n*base64.RawURLEncoding.DecodedLen(room)/len(z)*15/16)
 		}
@@ -181,7 +175,28 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	if n == 0 {
 		return metadata, true
 	}
-	return metadata + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]]), n < len(ends)
+	return metadata + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]]), cut || n < len(ends)
+}
+
+// encodeRuns returns the payload (version 1) of runs beyond next, and its
+// length after each pair: as many of the first runs as fit in
+// maxPayload bytes, so that Acked reads back what WithAcked writes
+// however well it deflates.
+func encodeRuns(next int64, runs []Range) (payload []byte, ends []int) {
+	payload = binary.AppendUvarint(nil, uint64(next))
+	ends = make([]int, 0, len(runs))
+	pos := next
+	for _, r := range runs {
+		n := len(payload)
+		payload = binary.AppendUvarint(payload, uint64(r.From-pos))
+		payload = binary.AppendUvarint(payload, uint64(r.To-r.From))
+		if len(payload) > maxPayload {
+			return payload[:n], ends
+		}
+		ends = append(ends, len(payload))
+		pos = r.To
+	}
+	return payload, ends
 }
 
 func maxOf(a, b int64) int64 {

@@ -172,6 +172,35 @@ func TestAckedLimits(t *testing.T) {
 	}
 }
 
+// TestAckedInflatedLimit: a set that deflates well within the limit but
+// inflates beyond what Acked reads (alternating acks, a large
+// MaxPendingAcks) is cut to its first ranges, reported, and reads back
+// as that prefix, not as none.
+func TestAckedInflatedLimit(t *testing.T) {
+	t.Parallel()
+	const next = 1000
+	var rs []Range
+	for i := int64(0); i < maxPayload; i++ { // 2 bytes a range, raw
+		rs = append(rs, Range{next + 2 + 2*i, next + 3 + 2*i})
+	}
+	for _, limit := range []int{4096, 1 << 20} {
+		metadata, truncated := WithAcked(NextMark, next, rs, limit)
+		if !truncated {
+			t.Errorf("limit %d: a set of %d ranges, %d bytes raw, not reported as cut", limit, len(rs), 2*len(rs))
+		}
+		got := Acked(metadata, next)
+		if len(got) == 0 {
+			t.Fatalf("limit %d: WithAcked wrote %d bytes that Acked reads as no acked set", limit, len(metadata))
+		}
+		if !reflect.DeepEqual(got, rs[:len(got)]) {
+			t.Errorf("limit %d: not a prefix of the set", limit)
+		}
+		if len(got) < len(rs)/4 {
+			t.Errorf("limit %d: kept %d of %d ranges, want most of what %d bytes inflated hold", limit, len(got), len(rs), maxPayload)
+		}
+	}
+}
+
 // TestAckedGarbage: metadata that is not a well-formed acked part reads as
 // no acked set, never a panic, and the mark before it still reads right
 // when there is one.
