@@ -30,6 +30,8 @@ import (
 	"compress/flate"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -100,7 +102,7 @@ const (
 	compressedTag = "z1."
 )
 
-// Limits of Acked: what exceeds them is read as no acked set.
+// Limits of Acked: what exceeds them is read as no acked set, malformed.
 const (
 	// MaxAckedSpan bounds how far beyond the committed offset an acked
 	// set reaches.
@@ -206,14 +208,20 @@ func maxOf(a, b int64) int64 {
 	return b
 }
 
+// ErrMalformed is wrapped by the error of Acked for an acked part that
+// is not well formed.
+var ErrMalformed = errors.New("malformed acked set")
+
 // Acked returns the acked offsets that metadata carries (see WithAcked)
 // for a commit whose next offset to read (Decode's) is next, in
-// increasing order: nil when it carries none, when it was made for
-// another offset, and when it is not well formed (it never panics).
-func Acked(metadata string, next int64) []Range {
+// increasing order. It returns nil when metadata carries none, when the
+// set was made for another offset (a tool moved the commit since), or
+// when it is of a later version; nil and an error wrapping ErrMalformed
+// when the set is not well formed (it never panics).
+func Acked(metadata string, next int64) ([]Range, error) {
 	mark, part, ok := strings.Cut(metadata, ackedSep)
-	if !ok || (mark != NextMark && mark != LastMark) || next < 0 || len(part) > 2*maxPayload {
-		return nil
+	if !ok || (mark != NextMark && mark != LastMark) || next < 0 {
+		return nil, nil
 	}
 	var compressed bool
 	switch {
@@ -221,44 +229,62 @@ func Acked(metadata string, next int64) []Range {
 	case strings.HasPrefix(part, compressedTag):
 		compressed = true
 	default:
-		return nil // a later version: ignored
+		return nil, nil // a later version: ignored
+	}
+	malformed := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	if len(part) > 2*maxPayload {
+		return nil, malformed("%d bytes, more than %d", len(part), 2*maxPayload)
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(part[len(rawTag):])
 	if err != nil {
-		return nil
+		return nil, malformed("not base64: %s", err)
 	}
 	if compressed {
 		r := flate.NewReader(bytes.NewReader(payload))
 		payload, err = io.ReadAll(io.LimitReader(r, maxPayload+1))
-		if err != nil || len(payload) > maxPayload {
-			return nil
+		switch {
+		case err != nil:
+			return nil, malformed("not deflated: %s", err)
+		case len(payload) > maxPayload:
+			return nil, malformed("inflates beyond %d bytes", maxPayload)
 		}
 	}
 	base, n := binary.Uvarint(payload)
-	if n <= 0 || base != uint64(next) {
-		return nil
+	switch {
+	case n <= 0:
+		return nil, malformed("no offset")
+	case base != uint64(next):
+		return nil, nil // made for another offset
 	}
+	return decodeRuns(payload[n:], next)
+}
+
+// decodeRuns returns the ranges that the pairs of run lengths of payload
+// say, from next on.
+func decodeRuns(payload []byte, next int64) ([]Range, error) {
 	var acked []Range
 	pos := uint64(0) // relative to next
-	for i := n; i < len(payload); {
+	for i := 0; i < len(payload); {
 		gap, k := binary.Uvarint(payload[i:])
 		if k <= 0 || gap == 0 {
-			return nil
+			return nil, fmt.Errorf("%w: a bad gap at byte %d", ErrMalformed, i)
 		}
 		i += k
 		length, k := binary.Uvarint(payload[i:])
 		if k <= 0 || length == 0 {
-			return nil
+			return nil, fmt.Errorf("%w: a bad length at byte %d", ErrMalformed, i)
 		}
 		i += k
 		if gap > MaxAckedSpan || length > MaxAckedSpan || pos+gap+length > MaxAckedSpan {
-			return nil
+			return nil, fmt.Errorf("%w: reaches beyond %d offsets", ErrMalformed, int64(MaxAckedSpan))
 		}
 		pos += gap
 		acked = append(acked, Range{From: next + int64(pos), To: next + int64(pos+length)})
 		pos += length
 	}
-	return acked
+	return acked, nil
 }
 
 // deflaters are flate writers for deflate, reused: each holds large
