@@ -118,6 +118,22 @@ func (p Processing) DeadLettered(msg *sarama.ConsumerMessage) {
 	p.cm.config.metrics().DeadLettered(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
 }
 
+// DeadLetterFailed reports that the produce of msg's dead letter failed
+// with err: err goes to Errors() in a *sarama.ConsumerError that names
+// msg's topic and partition (after Close, to the log only), and
+// Config.Metrics is told (Metrics.DeadLetterFailed). Package process
+// calls it once per message whose produce fails; it produces again.
+func (p Processing) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
+	if p.cm == nil || msg == nil {
+		return
+	}
+	tp := TopicPartition{Topic: msg.Topic, Partition: msg.Partition}
+	p.cm.config.metrics().DeadLetterFailed(p.cm.group, tp)
+	err = &sarama.ConsumerError{Topic: msg.Topic, Partition: msg.Partition, Err: err}
+	p.cm.logf(slog.LevelWarn, "%s.", err)
+	p.cm.sendError(err)
+}
+
 // InFlight tells Config.Metrics (Metrics.InFlight) that the number of
 // handlers running changed by delta since the last call.
 func (p Processing) InFlight(delta int) {
