@@ -122,9 +122,11 @@ type Range struct{ From, To int64 }
 // acked is in increasing order and its ranges do not overlap; what lies
 // at or below next is left out, and adjacent ranges are merged. The part
 // holds as many of the first ranges as fit in limit bytes, and in 64 KiB
-// before compression (what Acked reads); truncated reports that some
-// were left out (or all: then the part is empty, and metadata is
-// returned as it is). Deflated when that is smaller.
+// before compression (what Acked reads); full reports that some were left
+// out (or all: then the part is empty, and metadata is returned as it
+// is), or that the part is past 3/4 of either bound, so that a caller
+// that stops adding to the set then keeps it whole. Deflated when that
+// is smaller.
 //
 // Releases of kafkaconsumer before the acked part read such metadata as
 // no mark (Decode's unmarked case): without CommitLastProcessed they
@@ -132,7 +134,7 @@ type Range struct{ From, To int64 }
 // it (at-least-once, as ever); with CommitLastProcessed they read a
 // NextMark commit that carries an acked part as the offset of the last
 // message processed, and skip the message at the committed offset.
-func WithAcked(metadata string, next int64, acked []Range, limit int) (string, bool) {
+func WithAcked(metadata string, next int64, acked []Range, limit int) (_ string, full bool) {
 	var runs []Range
 	for _, r := range acked {
 		from := maxOf(r.From, next+1)
@@ -154,7 +156,8 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	room := limit - len(metadata) - len(ackedSep) - len(rawTag)
 	fits := func(n int) bool { return base64.RawURLEncoding.EncodedLen(n) <= room }
 	payload, ends := encodeRuns(next, runs)
-	cut := len(ends) < len(runs) // beyond what Acked inflates
+	near := len(ends) < len(runs) || len(payload) > maxPayload*3/4 // of what Acked inflates
+	nearLimit := func(part string) bool { return len(metadata)+len(part) > limit*3/4 }
 	if len(payload) >= compressAbove && room > 0 {
 		// Deflated, whole or as truncated as the ratio says, in a few
 		// tries.
@@ -165,7 +168,8 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 				break // does not compress
 			}
 			if fits(len(z)) {
-				return metadata + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z), cut || n < len(ends)
+				part := ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z)
+				return metadata + part, near || n < len(ends) || nearLimit(part)
 			}
 			n = min(n-1, n*base64.RawURLEncoding.DecodedLen(room)/len(z)*15/16)
 		}
@@ -177,7 +181,8 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	if n == 0 {
 		return metadata, true
 	}
-	return metadata + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]]), cut || n < len(ends)
+	part := ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]])
+	return metadata + part, near || n < len(ends) || nearLimit(part)
 }
 
 // encodeRuns returns the payload (version 1) of runs beyond next, and its

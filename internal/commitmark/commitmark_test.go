@@ -104,7 +104,7 @@ func TestAckedRoundTrip(t *testing.T) {
 			offset, mark := Encode(tc.next, lastProcessed)
 			metadata, truncated := WithAcked(mark, tc.next, tc.acked, 4096)
 			if truncated {
-				t.Errorf("%s: truncated within 4096 bytes (%d)", tc.name, len(metadata))
+				t.Errorf("%s: full within 4096 bytes (%d)", tc.name, len(metadata))
 			}
 			if len(metadata) > 4096 {
 				t.Errorf("%s: %d bytes", tc.name, len(metadata))
@@ -197,7 +197,7 @@ func TestAckedInflatedLimit(t *testing.T) {
 	for _, limit := range []int{4096, 1 << 20} {
 		metadata, truncated := WithAcked(NextMark, next, rs, limit)
 		if !truncated {
-			t.Errorf("limit %d: a set of %d ranges, %d bytes raw, not reported as cut", limit, len(rs), 2*len(rs))
+			t.Errorf("limit %d: a set of %d ranges, %d bytes raw, not reported as full", limit, len(rs), 2*len(rs))
 		}
 		got := mustAcked(t, metadata, next)
 		if len(got) == 0 {
