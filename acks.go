@@ -62,11 +62,7 @@ func (pm *partitionManager) ack(offset int64) bool {
 		pm.acked++
 		pm.lastAcked = max(pm.lastAcked, offset)
 	}
-	wake := known && pm.waiting
-	pm.mu.Unlock()
-	if wake {
-		pm.notify()
-	}
+	pm.unlockAndWake(known)
 	return known
 }
 
@@ -85,12 +81,18 @@ func (pm *partitionManager) notify() {
 func (pm *partitionManager) giveBack(msg *sarama.ConsumerMessage) bool {
 	pm.mu.Lock()
 	known := pm.pending.giveBack(msg)
-	wake := known && pm.waiting
+	pm.unlockAndWake(known)
+	return known
+}
+
+// unlockAndWake unlocks pm.mu, then wakes the consume loop when it waits
+// for room (waiting) and resolved says that an entry was resolved.
+func (pm *partitionManager) unlockAndWake(resolved bool) {
+	wake := resolved && pm.waiting
 	pm.mu.Unlock()
 	if wake {
 		pm.notify()
 	}
-	return known
 }
 
 // withdraw takes back a handed-out message that the user never received,
@@ -98,10 +100,5 @@ func (pm *partitionManager) giveBack(msg *sarama.ConsumerMessage) bool {
 // waited for.
 func (pm *partitionManager) withdraw(offset int64) {
 	pm.mu.Lock()
-	known := pm.pending.withdraw(offset)
-	wake := known && pm.waiting
-	pm.mu.Unlock()
-	if wake {
-		pm.notify()
-	}
+	pm.unlockAndWake(pm.pending.withdraw(offset))
 }

@@ -351,7 +351,7 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	failures := &failureMetrics{}
 	consumer, acks, handled := joinLogged(t, zookeeper, group, topic, func(c *kafkaconsumer.Config) { c.Metrics = failures })
 	defer consumer.Close()
-	errs := collectErrors(consumer)
+	var errs []error // of consumer.Errors(), read by the test's goroutine
 	var poisonMu sync.Mutex
 	var poisonAt *sarama.ConsumerMessage
 	stop := runInBackground(t, consumer, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
@@ -408,7 +408,7 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	// The failed produce reached Errors() once, with the poison's
 	// partition, and the metric, however often it was tried again.
 	deadLetterErrors := func() (n int) {
-		for _, err := range errs.snapshot() {
+		for _, err := range errs {
 			var ce *sarama.ConsumerError
 			if errors.As(err, &ce) && ce.Topic == topic && ce.Partition == at.Partition && errors.Is(err, ErrDeadLetter) {
 				n++
@@ -416,7 +416,16 @@ func TestDeadLetterUnreachable(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 10*time.Second, "the failed dead-letter produce on Errors()", func() bool { return deadLetterErrors() > 0 })
+	waitFor(t, 10*time.Second, "the failed dead-letter produce on Errors()", func() bool {
+		for {
+			select {
+			case err := <-consumer.Errors():
+				errs = append(errs, err)
+			default:
+				return deadLetterErrors() > 0
+			}
+		}
+	})
 	if n := failures.count(); n != 1 {
 		t.Errorf("Metrics.DeadLetterFailed called %d times, want 1", n)
 	}
@@ -433,9 +442,11 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	if err := consumer.Close(); err != nil {
 		t.Fatalf("close: %s", err)
 	}
-	<-errs.done
+	for err := range consumer.Errors() { // closed by Close
+		errs = append(errs, err)
+	}
 	if n := deadLetterErrors(); n != 1 {
-		t.Errorf("%d errors of the failed dead-letter produce on Errors(), want 1: %v", n, errs.snapshot())
+		t.Errorf("%d errors of the failed dead-letter produce on Errors(), want 1: %v", n, errs)
 	}
 	letters := deadLetters(t, brokers, dlq)
 	if len(letters) != 1 || string(letters[0].Value) != poison {
@@ -462,31 +473,4 @@ func (m *failureMetrics) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.n
-}
-
-// errorLog records what a consumer sends on Errors(), until it closes.
-type errorLog struct {
-	mu   sync.Mutex
-	errs []error
-	done chan struct{} // closed when Errors() is closed
-}
-
-// collectErrors reads c.Errors() on a goroutine that ends when c closes.
-func collectErrors(c kafkaconsumer.Consumer) *errorLog {
-	el := &errorLog{done: make(chan struct{})}
-	go func() {
-		defer close(el.done)
-		for err := range c.Errors() {
-			el.mu.Lock()
-			el.errs = append(el.errs, err)
-			el.mu.Unlock()
-		}
-	}()
-	return el
-}
-
-func (el *errorLog) snapshot() []error {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return append([]error(nil), el.errs...)
 }
