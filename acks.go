@@ -62,11 +62,7 @@ func (pm *partitionManager) ack(offset int64) bool {
 		pm.acked++
 		pm.lastAcked = max(pm.lastAcked, offset)
 	}
-	wake := known && pm.waiting
-	pm.mu.Unlock()
-	if wake {
-		pm.notify()
-	}
+	pm.unlockAndWake(known)
 	return known
 }
 
@@ -78,15 +74,31 @@ func (pm *partitionManager) notify() {
 	}
 }
 
+// giveBack takes back msg, handed out by this partition manager and given
+// back unprocessed (Processing.GiveBack), as withdraw does. It reports
+// false, and does nothing, for a message it did not hand out: one of an
+// earlier run of the partition, whose offset this run handed out again.
+func (pm *partitionManager) giveBack(msg *sarama.ConsumerMessage) bool {
+	pm.mu.Lock()
+	known := pm.pending.giveBack(msg)
+	pm.unlockAndWake(known)
+	return known
+}
+
+// unlockAndWake unlocks pm.mu, then wakes the consume loop when it waits
+// for room (waiting) and resolved says that an entry was resolved.
+func (pm *partitionManager) unlockAndWake(resolved bool) {
+	wake := resolved && pm.waiting
+	pm.mu.Unlock()
+	if wake {
+		pm.notify()
+	}
+}
+
 // withdraw takes back a handed-out message that the user never received,
 // at Close (see also withdrawAll): it is not committed, and it is not
 // waited for.
 func (pm *partitionManager) withdraw(offset int64) {
 	pm.mu.Lock()
-	known := pm.pending.withdraw(offset)
-	wake := known && pm.waiting
-	pm.mu.Unlock()
-	if wake {
-		pm.notify()
-	}
+	pm.unlockAndWake(pm.pending.withdraw(offset))
 }

@@ -319,3 +319,33 @@ func TestNoCommitPastFenceDeadline(t *testing.T) {
 		t.Fatal("the fence is not up after its deadline")
 	}
 }
+
+// TestDurableAcksHoldBeforeInflatedLimit: with DurableAcks, alternating
+// acks make an acked set that deflates to little but inflates towards
+// what commitmark.Acked reads: the partition holds its hand-out before
+// the set must be cut, as it does near the metadata limit.
+func TestDurableAcksHoldBeforeInflatedLimit(t *testing.T) {
+	t.Parallel()
+	config := NewConfig()
+	config.DurableAcks = true
+	config.MaxPendingAcks = 1 << 17
+	cm, pm, _, handOut := testManager(t, config)
+	cm.offsets.ackedLimit.Store(maxMetadataBytes)
+	pm.parent.offsets.set(pm.tp, 0)
+	const n = 52000 // 26000 acked ranges of 1, 2 bytes each raw: past 3/4 of 64 KiB, not beyond
+	offsets := make([]int64, n)
+	for i := range offsets {
+		offsets[i] = int64(i)
+	}
+	handOut(offsets...)
+	for o := int64(1); o < n; o += 2 {
+		cm.Ack(message(o))
+	}
+	pm.markAcked()
+	pm.mu.Lock()
+	held := pm.pending.held
+	pm.mu.Unlock()
+	if !held {
+		t.Fatal("the partition hands out more while its acked set nears what a commit's reader inflates")
+	}
+}

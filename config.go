@@ -258,10 +258,10 @@ type Config struct {
 	// pauses: it hands out nothing more until the oldest of them is acked,
 	// and says so (ErrMaxPendingAcks on Errors, PartitionStats.Paused).
 	// Every message must be acked: acking only the last message of a batch
-	// stops the partition here for good. The bookkeeping is a ring of 16
-	// bytes per message that grows by doubling: at most 16 times
+	// stops the partition here for good. The bookkeeping is a ring of 24
+	// bytes per message that grows by doubling: at most 24 times
 	// MaxPendingAcks rounded up to a power of two bytes per partition
-	// (256 KiB with the default). Default 16384.
+	// (384 KiB with the default). Default 16384.
 	MaxPendingAcks int
 
 	// MaxBufferedBytes bounds the memory of the messages that the instance

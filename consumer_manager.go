@@ -236,7 +236,12 @@ type consumerManager struct {
 	closedMessages      chan *sarama.ConsumerMessage
 	closedBatches       chan *Batch
 	wrongChannelLogOnce sync.Once
-	errors              chan error // closed by shutdown, after every sender stopped
+	errors              chan error // closed by shutdown (closeErrors), after every sender of the consumer's own stopped
+	// errorsMu orders sendError with closeErrors, for the senders that are
+	// not the consumer's (Processing.DeadLetterFailed); errorsClosed is
+	// set by closeErrors.
+	errorsMu     sync.RWMutex
+	errorsClosed bool
 }
 
 // Messages implements Consumer.
@@ -341,11 +346,26 @@ func (cm *consumerManager) sendError(err error) {
 		cm.logf(slog.LevelError, "Error: %s", err)
 		return
 	}
+	cm.errorsMu.RLock()
+	defer cm.errorsMu.RUnlock()
+	if cm.errorsClosed {
+		cm.logf(slog.LevelError, "Error after Close: %s", err)
+		return
+	}
 	select {
 	case cm.errors <- err:
 	default:
 		cm.logf(slog.LevelError, "Errors channel full; dropped error: %s", err)
 	}
+}
+
+// closeErrors closes the Errors channel, once: sendError logs what comes
+// later.
+func (cm *consumerManager) closeErrors() {
+	cm.errorsMu.Lock()
+	defer cm.errorsMu.Unlock()
+	cm.errorsClosed = true
+	close(cm.errors)
 }
 
 // logf writes a line of this consumer at level (see Config.Logger).

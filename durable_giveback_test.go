@@ -136,7 +136,10 @@ func TestDurableAcksGiveBack(t *testing.T) {
 			if committed[0] != tc.giveBack {
 				t.Errorf("committed %d after the give-back of %d and Close, want %d", committed[0], tc.giveBack, tc.giveBack)
 			}
-			acked := commitmark.Acked(metadata[0], committed[0])
+			acked, err := commitmark.Acked(metadata[0], committed[0])
+			if err != nil {
+				t.Errorf("the acked set of the last commit: %s", err)
+			}
 			var missing []int64
 			for _, o := range offsets {
 				if o > tc.giveBack && !inRanges(acked, o) {

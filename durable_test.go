@@ -149,7 +149,7 @@ func TestDurableAcksRestart(t *testing.T) {
 			waitFor(t, 30*time.Second, "commits that carry the acked sets", func() bool {
 				offsets, metadata := committedMetadata(t, client, group, topic)
 				for p := int32(0); p < 2; p++ {
-					if offsets[p] != 3 || commitmark.Acked(metadata[p], 3) == nil {
+					if acked, _ := commitmark.Acked(metadata[p], 3); offsets[p] != 3 || acked == nil {
 						return false
 					}
 				}
@@ -325,7 +325,8 @@ func TestDurableAcksKill(t *testing.T) {
 					committed = -1
 				}
 				next, _ := commitmark.Decode(committed, metadata[d.partition], false)
-				if next >= 0 && d.offset < next || inRanges(commitmark.Acked(metadata[d.partition], next), d.offset) {
+				acked, _ := commitmark.Acked(metadata[d.partition], next)
+				if next >= 0 && d.offset < next || inRanges(acked, d.offset) {
 					continue // covered by the last commit
 				}
 				if out.acked[m] {
@@ -354,4 +355,90 @@ func inRanges(rs []commitmark.Range, offset int64) bool {
 		}
 	}
 	return false
+}
+
+// unreadableMetrics counts the calls of AckedSetUnreadable.
+type unreadableMetrics struct {
+	BaseMetrics
+	mu    sync.Mutex
+	calls []TopicPartition
+}
+
+func (m *unreadableMetrics) AckedSetUnreadable(_ string, tp TopicPartition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, tp)
+}
+
+func (m *unreadableMetrics) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.calls)
+}
+
+// TestDurableAcksUnreadableSet: a commit whose acked set cannot be
+// decoded is read as its offset alone (the messages after it are handed
+// out again), and the consumer says so once, on Errors() with the topic
+// and partition, and to Metrics.
+func TestDurableAcksUnreadableSet(t *testing.T) {
+	parallelClusterTest(t)
+	client := newTestClient(t)
+	topic, group := uniqueName("durable.unreadable"), uniqueName("durable-unreadable")
+	createTopic(t, newTestAdmin(t, client), topic, 1)
+	produce(t, client, topic, "v", 20)
+	om, err := sarama.NewOffsetManagerFromClient(group, client)
+	if err != nil {
+		t.Fatalf("offset manager: %s", err)
+	}
+	pom, err := om.ManagePartition(topic, 0)
+	if err != nil {
+		t.Fatalf("manage %s/0: %s", topic, err)
+	}
+	const bad = commitmark.NextMark + ";a1.!!!" // not base64
+	pom.MarkOffset(5, bad)
+	pom.ResetOffset(5, bad)
+	pom.AsyncClose()
+	om.Commit()
+	if err := om.Close(); err != nil {
+		t.Fatalf("close offset manager: %s", err)
+	}
+	if _, metadata := committedMetadata(t, client, group, topic); metadata[0] != bad {
+		t.Fatalf("committed metadata %q, want %q", metadata[0], bad)
+	}
+
+	config := testConfig()
+	config.DurableAcks = true
+	metrics := &unreadableMetrics{}
+	config.Metrics = metrics
+	c := join(t, group, TopicSubscription(topic), config)
+	t.Cleanup(func() { _ = c.Close() })
+	errs := logErrors(c)
+	reader := readDurable(c, false, func(*sarama.ConsumerMessage) bool { return false })
+	waitFor(t, 60*time.Second, "the 15 messages after the commit to be received", func() bool {
+		n, _ := reader.count()
+		return n == 15
+	})
+	unreadable := func() (n int) {
+		errs.mu.Lock()
+		defer errs.mu.Unlock()
+		for _, err := range errs.errs {
+			var ce *sarama.ConsumerError
+			if errors.As(err, &ce) && ce.Topic == topic && ce.Partition == 0 && errors.Is(err, ErrAckedSetUnreadable) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "an error on Errors() about the unreadable acked set of partition 0 ("+errs.summary()+")", func() bool { return unreadable() > 0 })
+	if err := c.Close(); err != nil {
+		t.Fatalf("close: %s", err)
+	}
+	<-reader.done
+	<-errs.done
+	if n := unreadable(); n != 1 {
+		t.Errorf("%d errors about the unreadable acked set, want 1: %s", n, errs.summary())
+	}
+	if n := metrics.count(); n != 1 {
+		t.Errorf("Metrics.AckedSetUnreadable called %d times, want 1", n)
+	}
 }

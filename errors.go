@@ -68,6 +68,15 @@ var (
 	// the state.
 	ErrMaxPendingAcks = errors.New("kafkaconsumer: partition paused at MaxPendingAcks")
 
+	// ErrAckedSetUnreadable is sent on Errors(), wrapped in a
+	// *sarama.ConsumerError, when a partition starts at a commit whose
+	// acked set (Config.DurableAcks) cannot be decoded: the commit's
+	// offset holds, but the messages after it that the set said were
+	// acked are delivered again. Sent once per such commit read, with
+	// Metrics.AckedSetUnreadable; the partition's next commit replaces
+	// the set.
+	ErrAckedSetUnreadable = errors.New("kafkaconsumer: the acked set of a commit cannot be read")
+
 	// ErrLogTruncated is sent on Errors(), wrapped in a
 	// *sarama.ConsumerError, when a partition's log no longer holds the
 	// position consumed so far: the topic was deleted and created again,

@@ -249,7 +249,7 @@ func (pm *partitionManager) enter(batch []*sarama.ConsumerMessage, gap int64) (n
 	}
 	before = pm.lastHandedOut
 	if pm.skipped == nil {
-		for n < len(batch) && pm.pending.push(batch[n].Offset) {
+		for n < len(batch) && pm.pending.pushMessage(batch[n]) {
 			n++
 		}
 		out = n
@@ -290,7 +290,7 @@ func (pm *partitionManager) enterSkipping(batch []*sarama.ConsumerMessage) (n, o
 				break
 			}
 		} else {
-			if !pm.pending.push(msg.Offset) {
+			if !pm.pending.pushMessage(msg) {
 				break
 			}
 			batch[out] = msg
@@ -323,7 +323,7 @@ func (pm *partitionManager) reportPause(paused, held bool) {
 	pm.parent.config.metrics().Paused(pm.parent.group, pm.tp)
 	var err error
 	if held {
-		err = pm.errorf("%w: the acked messages beyond the oldest one not acked near the most that a commit's metadata holds (Config.DurableAcks, offset.metadata.max.bytes); handing out nothing more until it is acked",
+		err = pm.errorf("%w: the acked messages beyond the oldest one not acked near the most that a commit's metadata holds (Config.DurableAcks: offset.metadata.max.bytes, and 64 KiB before compression); handing out nothing more until it is acked",
 			ErrMaxPendingAcks)
 	} else {
 		err = pm.errorf("%w: %d handed-out messages are not committable yet (the oldest of them is not acked); handing out nothing more until it is",

@@ -389,7 +389,7 @@ func (cm *consumerManager) shutdown() {
 	cm.stopMetadataPoller() // after the client closed, which ends a request in flight
 	close(cm.messages)
 	close(cm.batches)
-	close(cm.errors)
+	cm.closeErrors()
 	cm.t.Kill(errors.Join(errs...))
 }
 

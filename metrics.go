@@ -7,8 +7,9 @@ import "time"
 //
 // Its methods are called from the consumer's goroutines, concurrently and
 // without a lock: they must be safe for concurrent use, return quickly, and
-// not call the Consumer. None is called per message (but Retried and
-// DeadLettered, per failure of package process's handlers): the counts of
+// not call the Consumer. None is called per message (but Retried,
+// DeadLettered and DeadLetterFailed, per failure of package process's
+// handlers): the counts of
 // messages handed out and acked, and the gauges (claimed, paused, pending,
 // lag), are read from Consumer.Stats, e.g. at scrape time.
 //
@@ -56,6 +57,15 @@ type Metrics interface {
 	// (it is then acked).
 	DeadLettered(group string, tp TopicPartition)
 
+	// DeadLetterFailed is called by package process when the produce of
+	// the dead letter of a message of tp failed, once per message (it is
+	// tried again); the error goes to Errors().
+	DeadLetterFailed(group string, tp TopicPartition)
+
+	// AckedSetUnreadable is called when tp starts at a commit whose acked
+	// set (Config.DurableAcks) cannot be decoded (ErrAckedSetUnreadable).
+	AckedSetUnreadable(group string, tp TopicPartition)
+
 	// InFlight is called by package process, about once a second while a
 	// process.Run runs and once when it returns, with the change of the
 	// number of its handlers running since its last call: the sum of the
@@ -91,6 +101,12 @@ func (BaseMetrics) Retried(string, TopicPartition) {}
 
 // DeadLettered implements Metrics.
 func (BaseMetrics) DeadLettered(string, TopicPartition) {}
+
+// DeadLetterFailed implements Metrics.
+func (BaseMetrics) DeadLetterFailed(string, TopicPartition) {}
+
+// AckedSetUnreadable implements Metrics.
+func (BaseMetrics) AckedSetUnreadable(string, TopicPartition) {}
 
 // InFlight implements Metrics.
 func (BaseMetrics) InFlight(string, int) {}

@@ -18,7 +18,8 @@ import "github.com/IBM/sarama"
 //     out again later, with a new HandingOut.
 //
 // A message that is handed out and never acked (the user dropped it) gets
-// neither; the consumer holds no reference to it after handing it out.
+// neither; the consumer may hold a reference to it until its partition
+// stops.
 // Acked is also called for what the consumer did not hand out, or handed
 // out and saw acked already: a message acked twice, or acked after its
 // partition moved to another instance. An Observer ignores the messages

@@ -89,7 +89,7 @@ type offsetStore struct {
 	rewrite map[TopicPartition]bool
 	// acked holds the acked sets (Config.DurableAcks) of the partitions
 	// whose committed offset fetch read last, until takeAcked.
-	acked map[TopicPartition][]commitmark.Range
+	acked map[TopicPartition]ackedSet
 }
 
 // maxMetadataBytes is Kafka's default offset.metadata.max.bytes: the most
@@ -130,7 +130,7 @@ func newOffsetStore(client sarama.Client, group string, report func(TopicPartiti
 		report:  report,
 		parts:   make(map[TopicPartition]*storedOffset),
 		rewrite: make(map[TopicPartition]bool),
-		acked:   make(map[TopicPartition][]commitmark.Range),
+		acked:   make(map[TopicPartition]ackedSet),
 	}
 	s.ackedLimit.Store(maxMetadataBytes)
 	return s
@@ -181,11 +181,7 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 			} else {
 				delete(s.rewrite, tp)
 			}
-			if acked := commitmark.Acked(block.Metadata, next); s.durable && acked != nil {
-				s.acked[tp] = acked
-			} else {
-				delete(s.acked, tp)
-			}
+			s.keepAcked(tp, block.Metadata, next)
 			continue
 		default:
 			err = block.Err
@@ -269,16 +265,6 @@ func (s *offsetStore) markAcked(tp TopicPartition, next int64, acked string) {
 		p.next, p.acked = next, acked
 	}
 	s.mu.Unlock()
-}
-
-// takeAcked returns the acked set of tp that fetch read with its committed
-// offset (nil for none, and without Config.DurableAcks), once.
-func (s *offsetStore) takeAcked(tp TopicPartition) []commitmark.Range {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	acked := s.acked[tp]
-	delete(s.acked, tp)
-	return acked
 }
 
 // reset sets the offset to commit of tp to next, forward or back.

@@ -180,8 +180,9 @@ func (pm *partitionManager) markLocked() {
 // c (-1 for none yet: the committed offset) with the acked set beyond it:
 // the acked entries of the pending acks, and what is left of the set the
 // partition started with (skipped) beyond the last offset entered. A set
-// that nears the offset store's ackedLimit (3/4 of it, or cut to fit)
-// holds the pending acks: the partition hands out nothing more until the
+// that nears what a commit holds (3/4 of the offset store's ackedLimit,
+// or of what commitmark.Acked inflates; or cut to fit) holds the pending
+// acks: the partition hands out nothing more until the
 // commit point moves, the pause of MaxPendingAcks. The set is encoded
 // again only when it changed. pm.mu is held.
 func (pm *partitionManager) markAckedSet(c int64) {
@@ -206,9 +207,9 @@ func (pm *partitionManager) markAckedSet(c int64) {
 				rs = append(rs, commitmark.Range{From: from, To: r.To})
 			}
 		}
-		metadata, truncated := commitmark.WithAcked(commitmark.NextMark, base, rs, int(limit))
+		metadata, full := commitmark.WithAcked(commitmark.NextMark, base, rs, int(limit))
 		acked = metadata[len(commitmark.NextMark):]
-		if truncated || int64(len(metadata)) > limit*3/4 {
+		if full {
 			pm.pending.hold()
 		}
 	}

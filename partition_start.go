@@ -32,7 +32,10 @@ func (pm *partitionManager) startOffsets() bool {
 				offsets.set(pm.tp, committed)
 				// The acked set of the commit (Config.DurableAcks):
 				// none of it is handed out again.
-				acked := offsets.takeAcked(pm.tp)
+				acked, err := offsets.takeAcked(pm.tp)
+				if err != nil {
+					pm.ackedSetUnreadable(committed, err)
+				}
 				pm.mu.Lock()
 				pm.skipped, pm.skipAt = acked, 0
 				pm.mu.Unlock()
@@ -53,6 +56,16 @@ func (pm *partitionManager) startOffsets() bool {
 			return false
 		}
 	}
+}
+
+// ackedSetUnreadable reports that the commit at committed carries an
+// acked set that cannot be read (err): the partition starts at the
+// commit, and delivers again what the set said was acked.
+func (pm *partitionManager) ackedSetUnreadable(committed int64, err error) {
+	pm.parent.config.metrics().AckedSetUnreadable(pm.parent.group, pm.tp)
+	err = pm.errorf("%w: at offset %d, %w; the messages after it are delivered again", ErrAckedSetUnreadable, committed, err)
+	pm.logf(slog.LevelWarn, "%s.", err)
+	pm.parent.sendError(err)
 }
 
 // readCommitted returns the partition's committed offset, -1 for none.

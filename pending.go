@@ -3,7 +3,10 @@ package kafkaconsumer
 // Pending acks: the bookkeeping of one partition's handed-out messages,
 // acked in any order, whose acked prefix is what may be committed.
 
-import "github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
+import (
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
+)
 
 // slotState is the state of a message that a partition handed out.
 type slotState uint8
@@ -17,7 +20,12 @@ const (
 
 type slot struct {
 	offset int64
-	state  slotState
+	// msg is the message handed out (pushMessage), by which giveBack
+	// knows it; nil for an entry pushed by offset alone, or skipped. It
+	// is cleared when the entry leaves, so that the ring keeps no
+	// message alive.
+	msg   *sarama.ConsumerMessage
+	state slotState
 }
 
 // pendingAcks is the ack bookkeeping of one partition: the offsets it handed
@@ -73,13 +81,24 @@ func (p *pendingAcks) size() int { return p.n }
 // increase. It returns false, and records nothing, when the limit is
 // reached.
 func (p *pendingAcks) push(offset int64) bool {
+	return p.pushSlot(slot{offset: offset})
+}
+
+// pushMessage is push for msg, the message handed out: giveBack takes
+// back this message only, not another one at its offset.
+func (p *pendingAcks) pushMessage(msg *sarama.ConsumerMessage) bool {
+	return p.pushSlot(slot{offset: msg.Offset, msg: msg})
+}
+
+// pushSlot appends s, pending, unless full.
+func (p *pendingAcks) pushSlot(s slot) bool {
 	if p.full() {
 		return false
 	}
 	if p.n == len(p.ring) {
 		p.grow()
 	}
-	p.ring[(p.head+p.n)&(len(p.ring)-1)] = slot{offset: offset}
+	p.ring[(p.head+p.n)&(len(p.ring)-1)] = s
 	p.n++
 	p.open++
 	return true
@@ -118,6 +137,7 @@ func (p *pendingAcks) unpushFrom(offset int64) (handedOut int) {
 		default:
 			handedOut++
 		}
+		last.msg = nil
 		p.n--
 	}
 	return handedOut
@@ -230,6 +250,7 @@ func (p *pendingAcks) resolve(offset int64, state slotState) (known, advanced bo
 	mask := len(p.ring) - 1
 	for p.n > 0 && p.ring[p.head].state != slotPending {
 		s := p.ring[p.head]
+		p.ring[p.head].msg = nil
 		p.head = (p.head + 1) & mask
 		p.n--
 		if s.state == slotWithdrawn {
@@ -255,6 +276,17 @@ func (p *pendingAcks) ack(offset int64) (known, advanced bool) {
 func (p *pendingAcks) withdraw(offset int64) (known bool) {
 	known, _ = p.resolve(offset, slotWithdrawn)
 	return known
+}
+
+// giveBack withdraws msg, handed out by pushMessage. It does nothing for
+// another message at msg's offset: one that an earlier run of the
+// partition handed out, given back after this run handed the offset out
+// again, is not this run's to withdraw.
+func (p *pendingAcks) giveBack(msg *sarama.ConsumerMessage) (known bool) {
+	if i := p.find(msg.Offset); i < 0 || p.ring[i].msg != msg {
+		return false
+	}
+	return p.withdraw(msg.Offset)
 }
 
 // commitOffset returns the offset to commit, the offset of the next message

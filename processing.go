@@ -78,9 +78,12 @@ func (p Processing) Revoked(msg *sarama.ConsumerMessage) <-chan struct{} {
 // stay pending: after MaxPendingAcks of them the partition pauses
 // (ErrMaxPendingAcks). With Config.DurableAcks, the acks of later
 // messages go in the acked set of the commit at msg's offset, so that
-// the next owner consumes msg again but not them. Giving back nil, a
-// message acked or given back before, or one of a partition this instance
-// no longer runs does nothing. Config.Observer is told with TakenBack.
+// the next owner consumes msg again but not them. msg must be the message
+// as handed out (the same pointer, not a copy): giving back nil, a
+// message acked or given back before, one of a partition this instance
+// no longer runs, or one of an earlier run of the partition on this
+// instance (given back after the partition came back) does nothing.
+// Config.Observer is told with TakenBack.
 func (p Processing) GiveBack(msg *sarama.ConsumerMessage) {
 	if p.cm == nil || msg == nil {
 		return
@@ -91,7 +94,9 @@ func (p Processing) GiveBack(msg *sarama.ConsumerMessage) {
 		cm.logf(slog.LevelDebug, "Gave back message %d of %s/%d, but this instance does not own that partition (any more).", msg.Offset, msg.Topic, msg.Partition)
 		return
 	}
-	pm.withdraw(msg.Offset)
+	if !pm.giveBack(msg) {
+		cm.logf(slog.LevelDebug, "Gave back message %d of %s/%d, but the partition's run on this instance did not hand it out, or it was acked or given back already.", msg.Offset, msg.Topic, msg.Partition)
+	}
 	cm.tookBack(msg)
 }
 
@@ -111,6 +116,22 @@ func (p Processing) DeadLettered(msg *sarama.ConsumerMessage) {
 		return
 	}
 	p.cm.config.metrics().DeadLettered(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
+}
+
+// DeadLetterFailed reports that the produce of msg's dead letter failed
+// with err: err goes to Errors() in a *sarama.ConsumerError that names
+// msg's topic and partition (after Close, to the log only), and
+// Config.Metrics is told (Metrics.DeadLetterFailed). Package process
+// calls it once per message whose produce fails; it produces again.
+func (p Processing) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
+	if p.cm == nil || msg == nil {
+		return
+	}
+	tp := TopicPartition{Topic: msg.Topic, Partition: msg.Partition}
+	p.cm.config.metrics().DeadLetterFailed(p.cm.group, tp)
+	err = &sarama.ConsumerError{Topic: msg.Topic, Partition: msg.Partition, Err: err}
+	p.cm.logf(slog.LevelWarn, "%s.", err)
+	p.cm.sendError(err)
 }
 
 // InFlight tells Config.Metrics (Metrics.InFlight) that the number of

@@ -28,8 +28,10 @@
 //	kafkaconsumer_commit_seconds                   histogram group
 //	kafkaconsumer_commit_errors_total              counter   group, topic, partition
 //	kafkaconsumer_pauses_total                     counter   group, topic, partition
+//	kafkaconsumer_acked_sets_unreadable_total      counter   group, topic, partition
 //	kafkaconsumer_processing_retries_total         counter   group, topic, partition (package process)
 //	kafkaconsumer_processing_dead_lettered_total   counter   group, topic, partition (package process)
+//	kafkaconsumer_processing_dead_letter_failures_total counter group, topic, partition (package process)
 //	kafkaconsumer_processing_in_flight             gauge     group (package process)
 //	kafkaconsumer_messages_handed_out_total        counter   group, topic, partition (Stats)
 //	kafkaconsumer_messages_acked_total             counter   group, topic, partition (Stats)
@@ -80,6 +82,8 @@ type Metrics struct {
 	pauses             *prometheus.CounterVec
 	retries            *prometheus.CounterVec
 	deadLettered       *prometheus.CounterVec
+	deadLetterFailures *prometheus.CounterVec
+	ackedUnreadable    *prometheus.CounterVec
 	inFlight           *prometheus.GaugeVec
 
 	handedOut, acked, claimed, paused, pausedByUser, pending, lag, buffered, awaiting *prometheus.Desc
@@ -119,6 +123,8 @@ func New() *Metrics {
 		pauses:             counter("pauses_total", "Times a partition paused at MaxPendingAcks.", partitionLabels...),
 		retries:            counter("processing_retries_total", "Handler failures of package process whose message is tried again.", partitionLabels...),
 		deadLettered:       counter("processing_dead_lettered_total", "Messages that package process produced to the dead-letter topic after their last attempt.", partitionLabels...),
+		deadLetterFailures: counter("processing_dead_letter_failures_total", "Messages whose dead letter package process failed to produce (it tries again).", partitionLabels...),
+		ackedUnreadable:    counter("acked_sets_unreadable_total", "Commits whose acked set (DurableAcks) could not be read when the partition started.", partitionLabels...),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "processing_in_flight",
 			Help: "Handlers of package process running, as of the last second."}, []string{"group"}),
 		handedOut:    desc("messages_handed_out_total", "Messages handed out on Messages since the instance started running the partition."),
@@ -153,7 +159,7 @@ func (m *Metrics) Forget(c kafkaconsumer.Consumer) {
 func (m *Metrics) vecs() []prometheus.Collector {
 	return []prometheus.Collector{m.rebalances, m.rebalanceSeconds, m.partitionsAssigned, m.partitionsRevoked,
 		m.claimWaits, m.claimWaitSeconds, m.registrationsLost, m.commits, m.commitSeconds, m.commitErrors, m.pauses,
-		m.retries, m.deadLettered, m.inFlight}
+		m.retries, m.deadLettered, m.deadLetterFailures, m.ackedUnreadable, m.inFlight}
 }
 
 // Describe implements prometheus.Collector.
@@ -272,6 +278,16 @@ func (m *Metrics) Retried(group string, tp kafkaconsumer.TopicPartition) {
 // DeadLettered implements kafkaconsumer.Metrics.
 func (m *Metrics) DeadLettered(group string, tp kafkaconsumer.TopicPartition) {
 	m.deadLettered.WithLabelValues(partitionValues(group, tp)...).Inc()
+}
+
+// DeadLetterFailed implements kafkaconsumer.Metrics.
+func (m *Metrics) DeadLetterFailed(group string, tp kafkaconsumer.TopicPartition) {
+	m.deadLetterFailures.WithLabelValues(partitionValues(group, tp)...).Inc()
+}
+
+// AckedSetUnreadable implements kafkaconsumer.Metrics.
+func (m *Metrics) AckedSetUnreadable(group string, tp kafkaconsumer.TopicPartition) {
+	m.ackedUnreadable.WithLabelValues(partitionValues(group, tp)...).Inc()
 }
 
 // InFlight implements kafkaconsumer.Metrics.

@@ -292,6 +292,8 @@ func TestProcessingMetrics(t *testing.T) {
 	m.Retried("g", tp)
 	m.Retried("g", tp)
 	m.DeadLettered("g", tp)
+	m.DeadLetterFailed("g", tp)
+	m.AckedSetUnreadable("g", tp)
 	m.InFlight("g", 5)
 	m.InFlight("g", -2)
 
@@ -302,6 +304,8 @@ func TestProcessingMetrics(t *testing.T) {
 	}{
 		{"kafkaconsumer_processing_retries_total", 2},
 		{"kafkaconsumer_processing_dead_lettered_total", 1},
+		{"kafkaconsumer_processing_dead_letter_failures_total", 1},
+		{"kafkaconsumer_acked_sets_unreadable_total", 1},
 		{"kafkaconsumer_processing_in_flight", 3},
 	} {
 		if got, n := sum(samples, c.name, `group="g"`); n != 1 || got != c.want {

@@ -201,13 +201,16 @@ func deadLetters(t testing.TB, brokers []string, topic string) []*sarama.Consume
 }
 
 // joinLogged joins group on topic with consumerConfig, its Observer
-// recording the acks, and returns the consumer, its ackLog and an empty
+// recording the acks, changed by configure, and returns the consumer, its ackLog and an empty
 // handledLog; the caller closes the consumer.
-func joinLogged(t *testing.T, zookeeper, group, topic string) (kafkaconsumer.Consumer, *ackLog, *handledLog) {
+func joinLogged(t *testing.T, zookeeper, group, topic string, configure ...func(*kafkaconsumer.Config)) (kafkaconsumer.Consumer, *ackLog, *handledLog) {
 	t.Helper()
 	acks := &ackLog{acked: make(map[string]int)}
 	config := consumerConfig()
 	config.Observer = acks
+	for _, f := range configure {
+		f(config)
+	}
 	consumer, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), zookeeper, config)
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +348,10 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	dlConfig.Metadata.Retry.Max = 1
 	dlConfig.Producer.Retry.Max = 1
 
-	consumer, acks, handled := joinLogged(t, zookeeper, group, topic)
+	failures := &failureMetrics{}
+	consumer, acks, handled := joinLogged(t, zookeeper, group, topic, func(c *kafkaconsumer.Config) { c.Metrics = failures })
 	defer consumer.Close()
+	var errs []error // of consumer.Errors(), read by the test's goroutine
 	var poisonMu sync.Mutex
 	var poisonAt *sarama.ConsumerMessage
 	stop := runInBackground(t, consumer, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
@@ -400,6 +405,31 @@ func TestDeadLetterUnreachable(t *testing.T) {
 		}
 	}
 
+	// The failed produce reached Errors() once, with the poison's
+	// partition, and the metric, however often it was tried again.
+	deadLetterErrors := func() (n int) {
+		for _, err := range errs {
+			var ce *sarama.ConsumerError
+			if errors.As(err, &ce) && ce.Topic == topic && ce.Partition == at.Partition && errors.Is(err, ErrDeadLetter) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "the failed dead-letter produce on Errors()", func() bool {
+		for {
+			select {
+			case err := <-consumer.Errors():
+				errs = append(errs, err)
+			default:
+				return deadLetterErrors() > 0
+			}
+		}
+	})
+	if n := failures.count(); n != 1 {
+		t.Errorf("Metrics.DeadLetterFailed called %d times, want 1", n)
+	}
+
 	refused := 0
 	for _, p := range proxies {
 		refused += p.Accepted()
@@ -412,10 +442,35 @@ func TestDeadLetterUnreachable(t *testing.T) {
 	if err := consumer.Close(); err != nil {
 		t.Fatalf("close: %s", err)
 	}
+	for err := range consumer.Errors() { // closed by Close
+		errs = append(errs, err)
+	}
+	if n := deadLetterErrors(); n != 1 {
+		t.Errorf("%d errors of the failed dead-letter produce on Errors(), want 1: %v", n, errs)
+	}
 	letters := deadLetters(t, brokers, dlq)
 	if len(letters) != 1 || string(letters[0].Value) != poison {
 		t.Fatalf("%d dead letters, want 1 of %s", len(letters), poison)
 	}
 	t.Logf("%d connections of the dead-letter producer reset meanwhile, the poison's partition committed at most its offset %d; acked once its dead letter landed",
 		refused, at.Offset)
+}
+
+// failureMetrics counts the calls of DeadLetterFailed.
+type failureMetrics struct {
+	kafkaconsumer.BaseMetrics
+	mu sync.Mutex
+	n  int
+}
+
+func (m *failureMetrics) DeadLetterFailed(string, kafkaconsumer.TopicPartition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+}
+
+func (m *failureMetrics) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
 }

@@ -151,9 +151,10 @@ const (
 // message's topic, partition and offset, in decimal), HeaderError (the
 // handler's last error) and HeaderAttempts (how many times it was
 // handled). The message is acked only once the produce succeeded. A
-// produce that fails is tried again after Retry's backoff, as long as the
-// partition is this instance's; meanwhile the message holds its key, as
-// a retry does. Its partition's next owner handles it again when the
+// produce that fails is reported on the consumer's Errors() once per
+// message (ErrDeadLetter), and tried again after Retry's backoff, as
+// long as the partition is this instance's; meanwhile the message holds
+// its key, as a retry does. Its partition's next owner handles it again when the
 // partition moves first, so a message may be dead lettered more than
 // once.
 type DeadLetter struct {
@@ -195,6 +196,13 @@ var (
 	// not acked: the partition's next owner (after a restart, this
 	// instance) handles it again.
 	ErrGaveUp = errors.New("process: gave up on a message")
+	// ErrDeadLetter is wrapped by the error that Run sends on the
+	// consumer's Errors(), in a *sarama.ConsumerError with the message's
+	// topic and partition, when the produce of a message's dead letter
+	// fails: once per message, however often it is tried again. The
+	// error names the offset and the dead-letter topic, and wraps the
+	// producer's error. Metrics.DeadLetterFailed counts them.
+	ErrDeadLetter = errors.New("process: dead letter not produced")
 )
 
 // validate checks o.
@@ -251,7 +259,9 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 // error wrapping ErrGaveUp. Call Run once per consumer.
 //
 // Through c.Processing, Run reports to c's Config.Metrics the retries,
-// the dead letters and the handlers in flight (see kafkaconsumer.Metrics).
+// the dead letters, the failed produces of dead letters and the handlers
+// in flight (see kafkaconsumer.Metrics), and sends a failed produce of a
+// dead letter on c's Errors() (ErrDeadLetter).
 func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Options) error {
 	if c == nil {
 		return fmt.Errorf("%w: nil consumer", ErrInvalidOptions)
@@ -314,4 +324,7 @@ func (cs consumerSource) Revoked(msg *sarama.ConsumerMessage) <-chan struct{} {
 }
 func (cs consumerSource) Retried(msg *sarama.ConsumerMessage)      { cs.p.Retried(msg) }
 func (cs consumerSource) DeadLettered(msg *sarama.ConsumerMessage) { cs.p.DeadLettered(msg) }
-func (cs consumerSource) InFlight(delta int)                       { cs.p.InFlight(delta) }
+func (cs consumerSource) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
+	cs.p.DeadLetterFailed(msg, err)
+}
+func (cs consumerSource) InFlight(delta int) { cs.p.InFlight(delta) }

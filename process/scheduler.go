@@ -28,6 +28,7 @@ type source interface {
 	Revoked(msg *sarama.ConsumerMessage) <-chan struct{}
 	Retried(msg *sarama.ConsumerMessage)
 	DeadLettered(msg *sarama.ConsumerMessage)
+	DeadLetterFailed(msg *sarama.ConsumerMessage, err error)
 	InFlight(delta int)
 }
 
@@ -301,7 +302,9 @@ func (s *scheduler) handle(it *item) error {
 // ran, and returns the next lane and item for that worker to run (nil
 // once the scheduler stops).
 //
-// In order: a revoked run's or a stopping scheduler's item that failed is
+// A failed produce of a dead letter is reported first, the first time
+// for its item. Then, in order: a revoked run's or a stopping scheduler's
+// item that failed is
 // given back, and so is one that failed once Run's context ended (its
 // handler saw its context done before Run stopped the scheduler: not a
 // failed attempt); one that succeeded is acked unless its run was
@@ -316,6 +319,12 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 	it.running = false
 	l.busy = false
 	run := it.run
+	if err != nil && it.deadLetter {
+		it.produces++
+		if it.produces == 1 {
+			s.src.DeadLetterFailed(it.msg, fmt.Errorf("%w: offset %d, to topic %s: %w", ErrDeadLetter, it.msg.Offset, s.dl.topic, err))
+		}
+	}
 	switch {
 	case err == nil:
 		if it.deadLetter && !run.over {
@@ -325,7 +334,6 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 	case run.over || s.stopping || s.ctx.Err() != nil:
 		s.complete(l, false)
 	case it.deadLetter:
-		it.produces++
 		s.wait(l, it, s.backoff(it.produces-1))
 	case it.attempts < s.opts.Retry.attempts():
 		it.err = err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,7 @@ type fakeSource struct {
 	revoked   map[kafkaconsumer.TopicPartition]chan struct{}
 	retried   int
 	dead      int
+	failed    []error // of DeadLetterFailed
 	inFlight  int
 }
 
@@ -73,6 +75,12 @@ func (f *fakeSource) DeadLettered(*sarama.ConsumerMessage) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dead++
+}
+
+func (f *fakeSource) DeadLetterFailed(_ *sarama.ConsumerMessage, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = append(f.failed, err)
 }
 
 func (f *fakeSource) InFlight(delta int) {
@@ -403,6 +411,10 @@ func TestDeadLetter(t *testing.T) {
 	}
 	if produced[0].Topic != "dlq" || src.dead != 1 || src.retried != 2 {
 		t.Fatalf("topic %q, %d dead letters and %d retries reported; want dlq, 1 and 2", produced[0].Topic, src.dead, src.retried)
+	}
+	// The failed produces were reported once, with the producer's error.
+	if len(src.failed) != 1 || !errors.Is(src.failed[0], ErrDeadLetter) || !strings.Contains(src.failed[0].Error(), "offset 5, to topic dlq: dead-letter topic unreachable") {
+		t.Fatalf("failed produces reported: %v; want one ErrDeadLetter", src.failed)
 	}
 }
 

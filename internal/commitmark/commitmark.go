@@ -30,6 +30,8 @@ import (
 	"compress/flate"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -100,7 +102,7 @@ const (
 	compressedTag = "z1."
 )
 
-// Limits of Acked: what exceeds them is read as no acked set.
+// Limits of Acked: what exceeds them is read as no acked set, malformed.
 const (
 	// MaxAckedSpan bounds how far beyond the committed offset an acked
 	// set reaches.
@@ -119,9 +121,12 @@ type Range struct{ From, To int64 }
 // part that says that the offsets of acked, beyond next, were acked.
 // acked is in increasing order and its ranges do not overlap; what lies
 // at or below next is left out, and adjacent ranges are merged. The part
-// holds as many of the first ranges as fit in limit bytes; truncated
-// reports that some were left out (or all: then the part is empty, and
-// metadata is returned as it is). Deflated when that is smaller.
+// holds as many of the first ranges as fit in limit bytes, and in 64 KiB
+// before compression (what Acked reads); full reports that some were left
+// out (or all: then the part is empty, and metadata is returned as it
+// is), or that the part is past 3/4 of either bound, so that a caller
+// that stops adding to the set then keeps it whole. Deflated when that
+// is smaller.
 //
 // Releases of kafkaconsumer before the acked part read such metadata as
 // no mark (Decode's unmarked case): without CommitLastProcessed they
@@ -129,7 +134,7 @@ type Range struct{ From, To int64 }
 // it (at-least-once, as ever); with CommitLastProcessed they read a
 // NextMark commit that carries an acked part as the offset of the last
 // message processed, and skip the message at the committed offset.
-func WithAcked(metadata string, next int64, acked []Range, limit int) (string, bool) {
+func WithAcked(metadata string, next int64, acked []Range, limit int) (_ string, full bool) {
 	var runs []Range
 	for _, r := range acked {
 		from := maxOf(r.From, next+1)
@@ -150,15 +155,9 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	}
 	room := limit - len(metadata) - len(ackedSep) - len(rawTag)
 	fits := func(n int) bool { return base64.RawURLEncoding.EncodedLen(n) <= room }
-	payload := binary.AppendUvarint(nil, uint64(next))
-	ends := make([]int, len(runs)) // payload length after each pair
-	pos := next
-	for i, r := range runs {
-		payload = binary.AppendUvarint(payload, uint64(r.From-pos))
-		payload = binary.AppendUvarint(payload, uint64(r.To-r.From))
-		ends[i] = len(payload)
-		pos = r.To
-	}
+	payload, ends := encodeRuns(next, runs)
+	near := len(ends) < len(runs) || len(payload) > maxPayload*3/4 // of what Acked inflates
+	nearLimit := func(part string) bool { return len(metadata)+len(part) > limit*3/4 }
 	if len(payload) >= compressAbove && room > 0 {
 		// Deflated, whole or as truncated as the ratio says, in a few
 		// tries.
@@ -169,7 +168,8 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 				break // does not compress
 			}
 			if fits(len(z)) {
-				return metadata + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z), n < len(ends)
+				part := ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(z)
+				return metadata + part, near || n < len(ends) || nearLimit(part)
 			}
 			n = min(n-1, n*base64.RawURLEncoding.DecodedLen(room)/len(z)*15/16)
 		}
@@ -181,7 +181,29 @@ func WithAcked(metadata string, next int64, acked []Range, limit int) (string, b
 	if n == 0 {
 		return metadata, true
 	}
-	return metadata + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]]), n < len(ends)
+	part := ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(payload[:ends[n-1]])
+	return metadata + part, near || n < len(ends) || nearLimit(part)
+}
+
+// encodeRuns returns the payload (version 1) of runs beyond next, and its
+// length after each pair: as many of the first runs as fit in
+// maxPayload bytes, so that Acked reads back what WithAcked writes
+// however well it deflates.
+func encodeRuns(next int64, runs []Range) (payload []byte, ends []int) {
+	payload = binary.AppendUvarint(nil, uint64(next))
+	ends = make([]int, 0, len(runs))
+	pos := next
+	for _, r := range runs {
+		n := len(payload)
+		payload = binary.AppendUvarint(payload, uint64(r.From-pos))
+		payload = binary.AppendUvarint(payload, uint64(r.To-r.From))
+		if len(payload) > maxPayload {
+			return payload[:n], ends
+		}
+		ends = append(ends, len(payload))
+		pos = r.To
+	}
+	return payload, ends
 }
 
 func maxOf(a, b int64) int64 {
@@ -191,14 +213,20 @@ func maxOf(a, b int64) int64 {
 	return b
 }
 
+// ErrMalformed is wrapped by the error of Acked for an acked part that
+// is not well formed.
+var ErrMalformed = errors.New("malformed acked set")
+
 // Acked returns the acked offsets that metadata carries (see WithAcked)
 // for a commit whose next offset to read (Decode's) is next, in
-// increasing order: nil when it carries none, when it was made for
-// another offset, and when it is not well formed (it never panics).
-func Acked(metadata string, next int64) []Range {
+// increasing order. It returns nil when metadata carries none, when the
+// set was made for another offset (a tool moved the commit since), or
+// when it is of a later version; nil and an error wrapping ErrMalformed
+// when the set is not well formed (it never panics).
+func Acked(metadata string, next int64) ([]Range, error) {
 	mark, part, ok := strings.Cut(metadata, ackedSep)
-	if !ok || (mark != NextMark && mark != LastMark) || next < 0 || len(part) > 2*maxPayload {
-		return nil
+	if !ok || (mark != NextMark && mark != LastMark) || next < 0 {
+		return nil, nil
 	}
 	var compressed bool
 	switch {
@@ -206,44 +234,62 @@ func Acked(metadata string, next int64) []Range {
 	case strings.HasPrefix(part, compressedTag):
 		compressed = true
 	default:
-		return nil // a later version: ignored
+		return nil, nil // a later version: ignored
+	}
+	malformed := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	if len(part) > 2*maxPayload {
+		return nil, malformed("%d bytes, more than %d", len(part), 2*maxPayload)
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(part[len(rawTag):])
 	if err != nil {
-		return nil
+		return nil, malformed("not base64: %s", err)
 	}
 	if compressed {
 		r := flate.NewReader(bytes.NewReader(payload))
 		payload, err = io.ReadAll(io.LimitReader(r, maxPayload+1))
-		if err != nil || len(payload) > maxPayload {
-			return nil
+		switch {
+		case err != nil:
+			return nil, malformed("not deflated: %s", err)
+		case len(payload) > maxPayload:
+			return nil, malformed("inflates beyond %d bytes", maxPayload)
 		}
 	}
 	base, n := binary.Uvarint(payload)
-	if n <= 0 || base != uint64(next) {
-		return nil
+	switch {
+	case n <= 0:
+		return nil, malformed("no offset")
+	case base != uint64(next):
+		return nil, nil // made for another offset
 	}
+	return decodeRuns(payload[n:], next)
+}
+
+// decodeRuns returns the ranges that the pairs of run lengths of payload
+// say, from next on.
+func decodeRuns(payload []byte, next int64) ([]Range, error) {
 	var acked []Range
 	pos := uint64(0) // relative to next
-	for i := n; i < len(payload); {
+	for i := 0; i < len(payload); {
 		gap, k := binary.Uvarint(payload[i:])
 		if k <= 0 || gap == 0 {
-			return nil
+			return nil, fmt.Errorf("%w: a bad gap at byte %d", ErrMalformed, i)
 		}
 		i += k
 		length, k := binary.Uvarint(payload[i:])
 		if k <= 0 || length == 0 {
-			return nil
+			return nil, fmt.Errorf("%w: a bad length at byte %d", ErrMalformed, i)
 		}
 		i += k
 		if gap > MaxAckedSpan || length > MaxAckedSpan || pos+gap+length > MaxAckedSpan {
-			return nil
+			return nil, fmt.Errorf("%w: reaches beyond %d offsets", ErrMalformed, int64(MaxAckedSpan))
 		}
 		pos += gap
 		acked = append(acked, Range{From: next + int64(pos), To: next + int64(pos+length)})
 		pos += length
 	}
-	return acked
+	return acked, nil
 }
 
 // deflaters are flate writers for deflate, reused: each holds large

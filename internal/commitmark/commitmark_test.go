@@ -3,6 +3,7 @@ package commitmark
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"math/rand"
 	"reflect"
 	"strings"
@@ -103,12 +104,12 @@ func TestAckedRoundTrip(t *testing.T) {
 			offset, mark := Encode(tc.next, lastProcessed)
 			metadata, truncated := WithAcked(mark, tc.next, tc.acked, 4096)
 			if truncated {
-				t.Errorf("%s: truncated within 4096 bytes (%d)", tc.name, len(metadata))
+				t.Errorf("%s: full within 4096 bytes (%d)", tc.name, len(metadata))
 			}
 			if len(metadata) > 4096 {
 				t.Errorf("%s: %d bytes", tc.name, len(metadata))
 			}
-			if got := Acked(metadata, tc.next); !reflect.DeepEqual(got, want) {
+			if got := mustAcked(t, metadata, tc.next); !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: Acked(%q) = %v, want %v", tc.name, metadata, got, want)
 			}
 			if next, rewrite := Decode(offset, metadata, lastProcessed); next != tc.next || rewrite {
@@ -127,6 +128,16 @@ func TestAckedRoundTrip(t *testing.T) {
 	if metadata, _ := WithAcked(NextMark, 5, rs, 4096); !strings.HasPrefix(metadata, NextMark+ackedSep+compressedTag) {
 		t.Errorf("a repetitive set is not deflated: %q", metadata)
 	}
+}
+
+// mustAcked is Acked, failing the test on an error.
+func mustAcked(t *testing.T, metadata string, next int64) []Range {
+	t.Helper()
+	rs, err := Acked(metadata, next)
+	if err != nil {
+		t.Errorf("Acked(%.60q, %d): %s", metadata, next, err)
+	}
+	return rs
 }
 
 // TestAckedLimits: a set that does not fit is truncated to its first
@@ -151,7 +162,7 @@ func TestAckedLimits(t *testing.T) {
 		if len(metadata) > max(limit, len(NextMark)) {
 			t.Errorf("limit %d: %d bytes", limit, len(metadata))
 		}
-		got := Acked(metadata, 100)
+		got := mustAcked(t, metadata, 100)
 		if len(got) > len(rs) || len(got) > 0 && !reflect.DeepEqual(got, rs[:len(got)]) {
 			t.Errorf("limit %d: not a prefix of the set: %v", limit, got)
 		}
@@ -167,14 +178,44 @@ func TestAckedLimits(t *testing.T) {
 	}
 	far := []Range{{12, 13}, {10 + MaxAckedSpan, 11 + MaxAckedSpan}}
 	metadata, _ := WithAcked(NextMark, 10, far, 4096)
-	if got := Acked(metadata, 10); !reflect.DeepEqual(got, far[:1]) {
+	if got := mustAcked(t, metadata, 10); !reflect.DeepEqual(got, far[:1]) {
 		t.Errorf("beyond MaxAckedSpan: %v", got)
 	}
 }
 
+// TestAckedInflatedLimit: a set that deflates well within the limit but
+// inflates beyond what Acked reads (alternating acks, a large
+// MaxPendingAcks) is cut to its first ranges, reported, and reads back
+// as that prefix, not as none.
+func TestAckedInflatedLimit(t *testing.T) {
+	t.Parallel()
+	const next = 1000
+	var rs []Range
+	for i := int64(0); i < maxPayload; i++ { // 2 bytes a range, raw
+		rs = append(rs, Range{next + 2 + 2*i, next + 3 + 2*i})
+	}
+	for _, limit := range []int{4096, 1 << 20} {
+		metadata, truncated := WithAcked(NextMark, next, rs, limit)
+		if !truncated {
+			t.Errorf("limit %d: a set of %d ranges, %d bytes raw, not reported as full", limit, len(rs), 2*len(rs))
+		}
+		got := mustAcked(t, metadata, next)
+		if len(got) == 0 {
+			t.Fatalf("limit %d: WithAcked wrote %d bytes that Acked reads as no acked set", limit, len(metadata))
+		}
+		if !reflect.DeepEqual(got, rs[:len(got)]) {
+			t.Errorf("limit %d: not a prefix of the set", limit)
+		}
+		if len(got) < len(rs)/4 {
+			t.Errorf("limit %d: kept %d of %d ranges, want most of what %d bytes inflated hold", limit, len(got), len(rs), maxPayload)
+		}
+	}
+}
+
 // TestAckedGarbage: metadata that is not a well-formed acked part reads as
-// no acked set, never a panic, and the mark before it still reads right
-// when there is one.
+// no acked set, with ErrMalformed (but for a set of a later version or
+// of another offset), never a panic, and the mark before it still reads
+// right when there is one.
 func TestAckedGarbage(t *testing.T) {
 	t.Parallel()
 	good, _ := WithAcked(NextMark, 10, []Range{{12, 14}, {20, 21}}, 4096)
@@ -186,10 +227,16 @@ func TestAckedGarbage(t *testing.T) {
 		return NextMark + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString(b)
 	}
 	for _, metadata := range []string{
-		"", NextMark, LastMark, "other", NextMark + ";", NextMark + ";a1", NextMark + ";a1.", NextMark + ";b7.AAAA",
-		NextMark + ";a1.!!!", NextMark + ";z1.AAAA", NextMark + ";z1.", "other;a1.CgIC",
+		"", NextMark, LastMark, "other", NextMark + ";", NextMark + ";a1", NextMark + ";b7.AAAA", "other;a1.CgIC",
+		payload(11, 2, 2), // made for another offset
+	} {
+		if got, err := Acked(metadata, 10); got != nil || err != nil {
+			t.Errorf("Acked(%q) = %v, %v; want none, no error", metadata, got, err)
+		}
+	}
+	for _, metadata := range []string{
+		NextMark + ";a1.", NextMark + ";a1.!!!", NextMark + ";z1.AAAA", NextMark + ";z1.",
 		good[:len(good)-1], good + "A",
-		payload(11, 2, 2),               // made for another offset
 		payload(10, 0, 2),               // a zero gap
 		payload(10, 2, 0),               // a zero length
 		payload(10, 2),                  // a gap without its length
@@ -199,12 +246,12 @@ func TestAckedGarbage(t *testing.T) {
 		NextMark + ackedSep + rawTag + base64.RawURLEncoding.EncodeToString([]byte{0xff, 0xff, 0xff}),
 		NextMark + ackedSep + compressedTag + base64.RawURLEncoding.EncodeToString(deflate(make([]byte, maxPayload+10))),
 	} {
-		if got := Acked(metadata, 10); got != nil {
-			t.Errorf("Acked(%q) = %v, want none", metadata, got)
+		if got, err := Acked(metadata, 10); got != nil || !errors.Is(err, ErrMalformed) {
+			t.Errorf("Acked(%q) = %v, %v; want none, ErrMalformed", metadata, got, err)
 		}
 	}
-	if got := Acked(good, -1); got != nil {
-		t.Errorf("Acked for no committed offset = %v", got)
+	if got, err := Acked(good, -1); got != nil || err != nil {
+		t.Errorf("Acked for no committed offset = %v, %v", got, err)
 	}
 	// The mark before a part of a later version still reads.
 	if next, rewrite := Decode(10, NextMark+";b7.AAAA", false); next != 10 || rewrite {
@@ -222,6 +269,6 @@ func TestAckedGarbage(t *testing.T) {
 		if i%2 == 1 {
 			tag = compressedTag
 		}
-		Acked(NextMark+ackedSep+tag+base64.RawURLEncoding.EncodeToString(b), int64(rng.Intn(20)))
+		_, _ = Acked(NextMark+ackedSep+tag+base64.RawURLEncoding.EncodeToString(b), int64(rng.Intn(20)))
 	}
 }
