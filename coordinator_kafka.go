@@ -381,21 +381,52 @@ func (k *kafkaCoordinator) sleep(changedMetadata, switched <-chan zk.Event) (cha
 }
 
 // coordinatorBroker returns the group client's broker for the group's
-// coordinator as the offset store knows it: the guard's heartbeats go
-// there, and the store looks the coordinator up again when a request to
-// it fails or it moved, while the group client keeps the coordinator of
-// its last lookup. After the coordinator's broker died or hung, a
-// JoinGroup or LeaveGroup sent to the group client's coordinator would
-// fail (LeaveGroup: Close returned the error) or hang until the group
-// client's read timeout, beyond the rebalance timeout. Without the
-// store's coordinator, the group client's.
+// coordinator as the offset store knows it (offsets_coordinator.go):
+// every request of the group goes to that one coordinator, which a
+// request that failed, or an answer that it is not the coordinator,
+// makes the store forget (coordinatorFailed), so that the next one looks
+// it up again. The group client has a connection of its own to it (a
+// JoinGroup waits there for the whole rebalance).
 func (k *kafkaCoordinator) coordinatorBroker() (*sarama.Broker, error) {
-	if b, err := k.cm.offsets.broker(); err == nil {
-		if broker, err := k.client.Broker(b.ID()); err == nil {
-			return broker, nil
+	cm := k.cm
+	b, err := cm.offsets.broker()
+	if err != nil {
+		return nil, fmt.Errorf("find the coordinator of group %s: %w", cm.group, err)
+	}
+	broker, err := k.client.Broker(b.ID())
+	if err != nil {
+		// Not in the group client's metadata yet (a broker that joined
+		// the cluster since): its lookup of the coordinator adds it.
+		if err = k.client.RefreshCoordinator(cm.group); err == nil {
+			broker, err = k.client.Broker(b.ID())
 		}
 	}
-	return k.client.Coordinator(k.cm.group)
+	if err != nil {
+		cm.offsets.forget(b.ID())
+		return nil, fmt.Errorf("find the coordinator of group %s: %s: %w", cm.group, brokerName(b), err)
+	}
+	return broker, nil
+}
+
+// coordinatorFailed handles err, what a group request to broker, the
+// group's coordinator, returned (the request's error, or its answer's):
+// when the request failed, or the broker answered that it is not the
+// coordinator (coordinatorMoved), the offset store forgets it, and the
+// next request looks the coordinator up again; a failed request's
+// connection is closed (closeFailed). It returns err naming broker
+// (its ID and address), for the log line.
+func (k *kafkaCoordinator) coordinatorFailed(broker *sarama.Broker, err error) error {
+	if err == nil || errors.Is(err, errAbandoned) {
+		return err
+	}
+	var kerr sarama.KError
+	if !errors.As(err, &kerr) {
+		closeFailed(broker, err)
+		k.cm.offsets.forget(broker.ID())
+	} else if coordinatorMoved(kerr) {
+		k.cm.offsets.forget(broker.ID())
+	}
+	return fmt.Errorf("%w (the group's coordinator, %s)", err, brokerName(broker))
 }
 
 // errAbandoned is what call returns for a request it stopped waiting
@@ -508,8 +539,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	}
 	resp, err := broker.LeaveGroup(req)
 	if err != nil {
-		_ = broker.Close()
-		return err
+		return k.coordinatorFailed(broker, err)
 	}
 	errs := []sarama.KError{resp.Err}
 	for _, r := range resp.Members {
@@ -520,7 +550,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 			k.instanceFenced(fmt.Errorf("leave group %s: %w", cm.group, kerr))
 		}
 		if !errors.Is(kerr, sarama.ErrNoError) && !errors.Is(kerr, sarama.ErrUnknownMemberId) {
-			return kerr
+			return k.coordinatorFailed(broker, kerr)
 		}
 	}
 	return nil

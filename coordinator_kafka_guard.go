@@ -316,7 +316,9 @@ func (k *kafkaCoordinator) requestRejoin(generation int32) {
 
 // heartbeat sends one heartbeat of m to the group's coordinator (on the
 // offset store's connection to it: the group client's may be held by a
-// JoinGroup), and returns the error of the request or of its answer.
+// JoinGroup), and returns the error of the request or of its answer; one
+// that forgets the coordinator (coordinatorMoved, a failed request)
+// names its broker.
 func (k *kafkaCoordinator) heartbeat(m groupMember) error {
 	cm := k.cm
 	broker, err := cm.offsets.broker()
@@ -338,15 +340,16 @@ func (k *kafkaCoordinator) heartbeat(m groupMember) error {
 	}
 	resp, err := broker.Heartbeat(req)
 	if err != nil {
-		cm.offsets.releaseBroker(broker)
+		cm.offsets.forget(broker.ID())
 		_ = broker.Close() // the client opens it again on its next use
-		return err
-	}
-	if coordinatorMoved(resp.Err) {
-		cm.offsets.releaseBroker(broker)
+		return fmt.Errorf("%w (the group's coordinator, %s)", err, brokerName(broker))
 	}
 	if errors.Is(resp.Err, sarama.ErrNoError) {
 		return nil
+	}
+	if coordinatorMoved(resp.Err) {
+		cm.offsets.forget(broker.ID())
+		return fmt.Errorf("%w (the group's coordinator, %s)", resp.Err, brokerName(broker))
 	}
 	return resp.Err
 }

@@ -56,13 +56,6 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 				k.reportedProtocol = true
 				cm.sendError(fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
 			}
-		case coordinatorMoved(kerr) || kerr == 0:
-			// A coordinator that moved, or a request that failed as a
-			// whole: look it up again, through call: the group client's
-			// read timeout covers a rebalance (a minute with sarama's
-			// default), and a broker cut off would hold the manager, and
-			// a Close, that long.
-			_ = k.call(func() error { return k.client.RefreshCoordinator(cm.group) })
 		}
 		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
@@ -173,8 +166,7 @@ func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo
 	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
-		closeFailed(broker, err)
-		return nil, nil, err
+		return nil, nil, k.coordinatorFailed(broker, err)
 	}
 	switch {
 	case errors.Is(resp.Err, sarama.ErrMemberIdRequired):
@@ -185,7 +177,7 @@ func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo
 			k.setMember(groupMember{generation: sarama.GroupGenerationUndefined}) // a member ID that expired before its first generation
 			return nil, nil, errRejoin
 		}
-		return nil, nil, fmt.Errorf("join group %s: %w", cm.group, resp.Err)
+		return nil, nil, fmt.Errorf("join group %s: %w", cm.group, k.coordinatorFailed(broker, resp.Err))
 	}
 	if cur := k.current(); cur.id == "" {
 		// The coordinator named this member (a Kafka before 2.2 does so
@@ -223,8 +215,7 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 	var syncResp *sarama.SyncGroupResponse
 	sent := time.Now()
 	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
-		closeFailed(broker, err)
-		return nil, sent, err
+		return nil, sent, k.coordinatorFailed(broker, err)
 	}
 	switch {
 	case errors.Is(syncResp.Err, sarama.ErrRebalanceInProgress):
@@ -234,7 +225,7 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 		// tells whether this member is still in the group.
 		return nil, sent, errRejoin
 	case !errors.Is(syncResp.Err, sarama.ErrNoError):
-		return nil, sent, fmt.Errorf("sync group %s: %w", cm.group, syncResp.Err)
+		return nil, sent, fmt.Errorf("sync group %s: %w", cm.group, k.coordinatorFailed(broker, syncResp.Err))
 	}
 	mine, err := syncResp.GetMemberAssignment()
 	if err != nil {

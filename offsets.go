@@ -43,14 +43,9 @@ type offsetStore struct {
 	// no lock held.
 	report func(tp TopicPartition, err error)
 
-	brokerMu    sync.Mutex
-	coordinator *sarama.Broker // nil until looked up, and after a failure
-	// noLookup is set when a Shutdown's context ended: a coordinator that
-	// is not known is not looked up any more. A lookup retries every
-	// broker Metadata.Retry.Max times, each up to three Net.ReadTimeout
-	// against a hung broker (a dial, ApiVersions twice, FindCoordinator),
-	// and only cutting the connections under it (closeKafka) ends it.
-	noLookup atomic.Bool
+	// coordinatorCache is the group's coordinator, which every request
+	// of the group goes to (offsets_coordinator.go).
+	coordinatorCache
 	// failRound, when set (a test hook), runs first in each commit round;
 	// its error fails the round.
 	failRound func() error
@@ -114,10 +109,6 @@ type storedOffset struct {
 	closed chan struct{}
 }
 
-// errNoLookup is what broker returns when the coordinator is not known
-// and noLookup is set.
-var errNoLookup = errors.New("the group's coordinator is not known, and the shutdown's deadline has passed")
-
 // errAlreadyManaged is returned by reserve for a partition whose earlier
 // partition manager's final commit is still pending.
 var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
@@ -157,7 +148,7 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 	if err != nil {
 		// sarama's broker fails every later request on a connection whose
 		// read failed: close it, as a failed commit does.
-		s.releaseBroker(broker)
+		s.forget(broker.ID())
 		_ = broker.Close()
 		return nil, err
 	}
@@ -191,20 +182,13 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 			err = block.Err
 		}
 		if coordinatorMoved(err) {
-			s.releaseBroker(broker)
+			s.forget(broker.ID())
 		}
 		if first == nil {
 			first = err
 		}
 	}
 	return offsets, first
-}
-
-// coordinatorMoved reports whether err means that the request must go to
-// the group's coordinator again, looked up afresh.
-func coordinatorMoved(err error) bool {
-	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) ||
-		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable)
 }
 
 // reserve starts keeping the offset of tp, with nothing to commit until
@@ -481,7 +465,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		for _, b := range batch {
 			s.report(b.tp, err)
 		}
-		s.releaseBroker(broker)
+		s.forget(broker.ID())
 		_ = broker.Close() // the client opens it again on its next use
 		return false
 	}
@@ -542,7 +526,7 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 	}
 	s.mu.Unlock()
 	if release {
-		s.releaseBroker(broker)
+		s.forget(broker.ID())
 	}
 	for _, f := range failed {
 		s.report(f.tp, f.err)
@@ -621,45 +605,6 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 		req.RetentionTime = int64(r / time.Millisecond)
 	}
 	return req
-}
-
-// broker returns the group's coordinator, looking it up when not known.
-func (s *offsetStore) broker() (*sarama.Broker, error) {
-	// The flag is read once: whichever way it changes meanwhile, the
-	// mutex is locked exactly once here.
-	if s.noLookup.Load() {
-		if !s.brokerMu.TryLock() {
-			return nil, errNoLookup // a lookup is under way, and may last
-		}
-	} else {
-		s.brokerMu.Lock()
-	}
-	defer s.brokerMu.Unlock()
-	if s.coordinator != nil {
-		return s.coordinator, nil
-	}
-	if s.noLookup.Load() {
-		return nil, errNoLookup
-	}
-	if err := s.client.RefreshCoordinator(s.group); err != nil {
-		return nil, err
-	}
-	broker, err := s.client.Coordinator(s.group)
-	if err != nil {
-		return nil, err
-	}
-	s.coordinator = broker
-	return broker, nil
-}
-
-// releaseBroker forgets the coordinator b, so that the next request looks
-// the coordinator up again.
-func (s *offsetStore) releaseBroker(b *sarama.Broker) {
-	s.brokerMu.Lock()
-	if s.coordinator == b {
-		s.coordinator = nil
-	}
-	s.brokerMu.Unlock()
 }
 
 // uncommitted returns how many partitions have an offset to commit that is

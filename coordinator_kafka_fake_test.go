@@ -1,0 +1,151 @@
+package kafkaconsumer
+
+// The Kafka coordinator's requests on sarama's in-memory mock brokers:
+// which broker each group request goes to when the coordinator moves,
+// and what the member does with the answers that no retry mends.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// fakeGroup is a Kafka-coordinated member on two mock brokers, 1 and 2,
+// whose metadata lists both and whose FindCoordinator names coordinator.
+type fakeGroup struct {
+	k                *kafkaCoordinator
+	brokers          [2]*sarama.MockBroker
+	groupClient      sarama.Client
+	offsetsClient    sarama.Client
+	reported, errors chan error
+}
+
+// newFakeGroup returns the member "g" of a group on two mock brokers;
+// FindCoordinator names broker coordinator (1 or 2). Close is a cleanup
+// of t.
+func newFakeGroup(t *testing.T, coordinator int) *fakeGroup {
+	t.Helper()
+	f := &fakeGroup{reported: make(chan error, 1000)}
+	for i := range f.brokers {
+		f.brokers[i] = sarama.NewMockBroker(t, int32(i+1))
+	}
+	meta := sarama.NewMockMetadataResponse(t).SetController(1)
+	for _, b := range f.brokers {
+		meta.SetBroker(b.Addr(), b.BrokerID())
+	}
+	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[coordinator-1])
+	for _, b := range f.brokers {
+		b.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FindCoordinatorRequest": find})
+	}
+	cm, _ := fakeSessionManager(t)
+	cm.config.Coordinator = CoordinatorKafka
+	cm.config.Version = sarama.V2_4_0_0
+	cm.config.ApiVersionsRequest = false // the mocks answer what they are told
+	cm.config.Metadata.Retry.Max = 0
+	cm.config.Consumer.Return.Errors = true
+	f.errors = cm.errors
+	var err error
+	if f.offsetsClient, err = sarama.NewClient([]string{f.brokers[0].Addr()}, cm.config.Config); err != nil {
+		t.Fatal(err)
+	}
+	cm.offsets = newOffsetStore(f.offsetsClient, "g", func(_ TopicPartition, err error) { f.reported <- err })
+	f.k = newKafkaCoordinator(cm)
+	if f.groupClient, err = sarama.NewClient([]string{f.brokers[0].Addr()}, cm.config.Config); err != nil {
+		t.Fatal(err)
+	}
+	f.k.client = f.groupClient
+	t.Cleanup(func() {
+		cm.t.Kill(nil)
+		_ = f.groupClient.Close()
+		_ = f.offsetsClient.Close()
+		f.k.calls.Wait()
+		for _, b := range f.brokers {
+			b.Close()
+		}
+	})
+	return f
+}
+
+// answer sets the handlers of broker id (1 or 2) for the group's
+// requests, on top of the metadata and FindCoordinator.
+func (f *fakeGroup) answer(id int, handlers map[string]sarama.MockResponse) {
+	meta := sarama.NewMockMetadataResponse(nil).SetController(1)
+	for _, b := range f.brokers {
+		meta.SetBroker(b.Addr(), b.BrokerID())
+	}
+	all := map[string]sarama.MockResponse{"MetadataRequest": meta}
+	for name, h := range handlers {
+		all[name] = h
+	}
+	f.brokers[id-1].SetHandlerByMap(all)
+}
+
+// requests counts the requests of the kind (e.g. *sarama.JoinGroupRequest)
+// that broker id received.
+func requests[T any](f *fakeGroup, id int) int {
+	n := 0
+	for _, r := range f.brokers[id-1].History() {
+		if _, ok := r.Request.(T); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// cacheCoordinator makes broker id the coordinator that the offset store
+// knows, as after its last commit.
+func (f *fakeGroup) cacheCoordinator(t *testing.T, id int) {
+	t.Helper()
+	b, err := f.offsetsClient.Broker(int32(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.k.cm.offsets.coordinator = b
+}
+
+// joinedAnswers are the handlers of a coordinator that lets member m-1
+// join generation 1 as a follower, with no partition.
+func joinedAnswers(t *testing.T) map[string]sarama.MockResponse {
+	return map[string]sarama.MockResponse{
+		"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetMemberId("m-1").SetGenerationId(1).
+			SetLeaderId("leader").SetGroupProtocol(kafkaProtocol),
+		"SyncGroupRequest": sarama.NewMockSyncGroupResponse(t).SetMemberAssignment(&sarama.ConsumerGroupMemberAssignment{}),
+	}
+}
+
+// TestJoinAfterNotCoordinatorAsksTheNewCoordinator: the offset store
+// knew broker 1 as the coordinator; the group moved to broker 2, and
+// broker 1 answers NOT_COORDINATOR. The JoinGroup goes to broker 2 after
+// the first refusal. It went to broker 1 for ever (the store's
+// coordinator was forgotten only by heartbeats and commits, which a
+// member without a generation does not send): the soak's stall.
+func TestJoinAfterNotCoordinatorAsksTheNewCoordinator(t *testing.T) {
+	t.Parallel()
+	f := newFakeGroup(t, 2)
+	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[1])
+	f.answer(1, map[string]sarama.MockResponse{
+		"JoinGroupRequest":       sarama.NewMockJoinGroupResponse(t).SetError(sarama.ErrNotCoordinatorForConsumer),
+		"FindCoordinatorRequest": find,
+	})
+	answers := joinedAnswers(t)
+	answers["FindCoordinatorRequest"] = find
+	f.answer(2, answers)
+	f.cacheCoordinator(t, 1)
+	done := runDone(func() bool { _, ok := f.k.join(nil); return ok })
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("join() = false")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not joined within 10 s: %d JoinGroups to broker 1 (NOT_COORDINATOR), %d to broker 2 (the coordinator)",
+			requests[*sarama.JoinGroupRequest](f, 1), requests[*sarama.JoinGroupRequest](f, 2))
+	}
+	if n := requests[*sarama.JoinGroupRequest](f, 1); n != 1 {
+		t.Errorf("%d JoinGroups to broker 1, want 1", n)
+	}
+	if m := f.k.current(); m.generation != 1 || m.id != "m-1" {
+		t.Errorf("member %+v, want m-1 in generation 1", m)
+	}
+}
