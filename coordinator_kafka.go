@@ -116,9 +116,10 @@ type kafkaCoordinator struct {
 	// in the member metadata's user data (memberUserData), for the
 	// groups tool.
 	followsSwitch bool
-	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
-	// to Errors(): it is reported once, and retried quietly.
-	reportedProtocol bool
+	// reportedJoin holds the JoinGroup errors sent to Errors() since the
+	// last generation joined (reportJoinError): each is reported once,
+	// and retried quietly. Used by the manager goroutine only.
+	reportedJoin map[sarama.KError]bool
 	// consumer is the state of a GroupProtocolConsumer member
 	// (coordinator_kafka848.go); nil with the classic protocol. Set by
 	// connectKafka.
@@ -204,8 +205,10 @@ func (k *kafkaCoordinator) commitMember() (generation int32, memberID string, in
 // connectKafka does the work of Join after validation for a
 // Kafka-coordinated group: the sarama clients, offset store and consumer
 // (openKafka) from Config.Brokers, the group client, and a lookup of the
-// group's coordinator, so that Join fails when there is none to join. The
-// group is joined by the manager loop. On error, closeConnections undoes
+// group's coordinator, so that Join fails when there is none to join, and
+// a dynamic member's first JoinGroup, so that Join fails when the
+// coordinator refuses the member for good (firstJoin). The group is
+// joined by the manager loop. On error, closeConnections undoes
 // what was done.
 func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 	cm := k.cm
@@ -220,7 +223,10 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 		cm.offsets.send = k.commitConsumer
 		return k.connectConsumer(ctx, brokers)
 	}
-	return k.openGroupClient(ctx, brokers)
+	if err := k.openGroupClient(ctx, brokers); err != nil {
+		return err
+	}
+	return k.firstJoin()
 }
 
 // openGroupClient opens the group client on brokers and looks up the

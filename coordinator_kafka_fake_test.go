@@ -5,6 +5,8 @@ package kafkaconsumer
 // and what the member does with the answers that no retry mends.
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +149,84 @@ func TestJoinAfterNotCoordinatorAsksTheNewCoordinator(t *testing.T) {
 	}
 	if m := f.k.current(); m.generation != 1 || m.id != "m-1" {
 		t.Errorf("member %+v, want m-1 in generation 1", m)
+	}
+}
+
+// TestPermanentJoinErrorsReachErrors: a JoinGroup refused for a reason
+// that no retry mends (a session timeout outside the brokers' bounds, no
+// ACL for the group, a full group) is reported on Errors(), once, naming
+// the error and what to change, while the member keeps trying. They were
+// only logged, every second, for ever.
+func TestPermanentJoinErrorsReachErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		kerr sarama.KError
+		says string
+	}{
+		{"INVALID_SESSION_TIMEOUT", sarama.ErrInvalidSessionTimeout, "group.min.session.timeout.ms"},
+		{"GROUP_AUTHORIZATION_FAILED", sarama.ErrGroupAuthorizationFailed, "READ"},
+		{"GROUP_MAX_SIZE_REACHED", sarama.ErrGroupMaxSizeReached, "group.max.size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeGroup(t, 1)
+			f.answer(1, map[string]sarama.MockResponse{
+				"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(tc.kerr),
+				"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
+					SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
+			})
+			go f.k.join(nil) // ends when the cleanup kills the tomb
+			select {
+			case err := <-f.errors:
+				if !errors.Is(err, tc.kerr) || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("Errors() = %q, want one wrapping %s that says %q", err, tc.kerr, tc.says)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("nothing on Errors() within 10 s; %d JoinGroups refused with %s", requests[*sarama.JoinGroupRequest](f, 1), tc.kerr)
+			}
+			waitFor(t, 10*time.Second, "two more JoinGroups", func() bool { return requests[*sarama.JoinGroupRequest](f, 1) >= 3 })
+			select {
+			case err := <-f.errors:
+				t.Fatalf("reported again: %s", err)
+			default:
+			}
+		})
+	}
+}
+
+// TestFirstJoinGroupFailsJoin: the first JoinGroup of a dynamic member,
+// which Join sends, fails Join when it is refused with
+// INVALID_SESSION_TIMEOUT or GROUP_AUTHORIZATION_FAILED, and only then;
+// MEMBER_ID_REQUIRED gives the member its ID.
+func TestFirstJoinGroupFailsJoin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		kerr sarama.KError
+		fail bool
+	}{
+		{"INVALID_SESSION_TIMEOUT", sarama.ErrInvalidSessionTimeout, true},
+		{"GROUP_AUTHORIZATION_FAILED", sarama.ErrGroupAuthorizationFailed, true},
+		{"GROUP_MAX_SIZE_REACHED", sarama.ErrGroupMaxSizeReached, false},
+		{"NOT_COORDINATOR", sarama.ErrNotCoordinatorForConsumer, false},
+		{"MEMBER_ID_REQUIRED", sarama.ErrMemberIdRequired, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeGroup(t, 1)
+			f.answer(1, map[string]sarama.MockResponse{
+				"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(tc.kerr).SetMemberId("m-1"),
+				"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
+					SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
+			})
+			err := f.k.firstJoin()
+			if fail := err != nil; fail != tc.fail || err != nil && !errors.Is(err, tc.kerr) {
+				t.Fatalf("firstJoin() = %v, want an error wrapping %s: %t", err, tc.kerr, tc.fail)
+			}
+			if id := f.k.current().id; tc.kerr == sarama.ErrMemberIdRequired && id != "m-1" {
+				t.Errorf("member ID %q after MEMBER_ID_REQUIRED, want m-1", id)
+			}
+		})
 	}
 }

@@ -29,6 +29,7 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			return nil, k.stayOut() // fenced by another request meanwhile
 		}
 		if err == nil {
+			k.reportedJoin = nil // reported again should they come back
 			return assigned, true
 		}
 		select {
@@ -52,9 +53,10 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			k.instanceFenced(err)
 			return nil, k.stayOut()
 		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
-			if !k.reportedProtocol {
-				k.reportedProtocol = true
-				cm.sendError(fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+			k.reportJoinError(kerr, fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+		default:
+			if permanent := k.permanentJoinError(err); permanent != nil {
+				k.reportJoinError(kerr, fmt.Errorf("%w; trying again every second", permanent))
 			}
 		}
 		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
@@ -62,6 +64,64 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			return nil, false
 		}
 	}
+}
+
+// reportJoinError sends err, the error of a JoinGroup answered kerr, to
+// Errors(), unless an answer kerr was reported since the last generation
+// joined.
+func (k *kafkaCoordinator) reportJoinError(kerr sarama.KError, err error) {
+	if k.reportedJoin[kerr] {
+		return
+	}
+	if k.reportedJoin == nil {
+		k.reportedJoin = make(map[sarama.KError]bool)
+	}
+	k.reportedJoin[kerr] = true
+	k.cm.sendError(err)
+}
+
+// permanentJoinError returns the error of a JoinGroup answered err when
+// no retry mends it, naming the error and what to change, nil for any
+// other err: INVALID_SESSION_TIMEOUT (wrapping ErrInvalidConfig too),
+// GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED. Each wraps err.
+func (k *kafkaCoordinator) permanentJoinError(err error) error {
+	cm := k.cm
+	switch {
+	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
+		return fmt.Errorf("%w: join group %s: %w: Consumer.Group.Session.Timeout (%s) is outside the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms; set it between them",
+			ErrInvalidConfig, cm.group, err, k.sessionTimeout)
+	case errors.Is(err, sarama.ErrGroupAuthorizationFailed):
+		return fmt.Errorf("kafkaconsumer: join group %s: %w: the brokers' ACLs do not allow this client's principal (Net.SASL or Net.TLS) to READ the group; grant it READ on group %s",
+			cm.group, err, cm.group)
+	case errors.Is(err, sarama.ErrGroupMaxSizeReached):
+		return fmt.Errorf("kafkaconsumer: join group %s: %w: the group has as many members as the brokers' group.max.size allows; raise group.max.size or run fewer instances (this one joins when a member leaves)",
+			cm.group, err)
+	}
+	return nil
+}
+
+// firstJoin sends the first JoinGroup of a dynamic member (no
+// InstanceID), which Join waits for: without a member ID, the
+// coordinator answers it at once (KIP-394, JoinGroup v4, Version 2.2.0
+// and later) with MEMBER_ID_REQUIRED and the ID that the manager's first
+// JoinGroup then carries, or with an error. It returns the error of
+// INVALID_SESSION_TIMEOUT and GROUP_AUTHORIZATION_FAILED
+// (permanentJoinError), which fail Join; nil for any other answer, which
+// the manager's JoinGroup meets again. A static member's JoinGroup waits
+// for the rebalance: Join does not send it, and its errors go to
+// Errors().
+func (k *kafkaCoordinator) firstJoin() error {
+	if k.instanceID != nil || sarama.NewJoinGroupRequest(k.cm.config.Version).Version < 4 {
+		return nil
+	}
+	broker, err := k.coordinatorBroker()
+	if err == nil {
+		_, _, err = k.sendJoinGroup(broker, nil)
+	}
+	if errors.Is(err, sarama.ErrGroupMaxSizeReached) {
+		return nil // a member may leave before the manager joins
+	}
+	return k.permanentJoinError(err)
 }
 
 // errRejoin is what joinOnce returns when the coordinator asks for a new
