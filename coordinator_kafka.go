@@ -95,9 +95,12 @@ type kafkaCoordinator struct {
 	// fencedOut is set once the group's coordinator answered a request
 	// of this member FENCED_INSTANCE_ID (instanceFenced): final.
 	fencedOut atomic.Bool
-	// removal receives a token (buffer 1) when the manager goroutine
-	// learns that this member was removed: the guard handles it.
-	removal chan struct{}
+	// removal receives the generation (buffer 1) that the manager
+	// goroutine learnt this member was removed from, or that it was
+	// fenced out of (instanceFenced): the guard handles it, unless the
+	// member is in another generation by then (it handled that removal
+	// already, and a new generation was synced since).
+	removal chan int32
 	// joined passes the send time of the SyncGroup of each generation
 	// synced to the guard, which moves the fence's deadline (buffer 1;
 	// the manager goroutine replaces a value not taken yet).
@@ -171,7 +174,7 @@ func newKafkaCoordinator(cm *consumerManager) *kafkaCoordinator {
 		rebalanceTimeout:  max(g.Rebalance.Timeout, cm.config.MaxProcessingTime+stopGrace+g.Session.Timeout),
 		member:            groupMember{generation: sarama.GroupGenerationUndefined},
 		rejoin:            make(chan struct{}, 1),
-		removal:           make(chan struct{}, 1),
+		removal:           make(chan int32, 1),
 		joined:            make(chan time.Time, 1),
 	}
 	if cm.config.InstanceID != "" {

@@ -230,3 +230,59 @@ func TestFirstJoinGroupFailsJoin(t *testing.T) {
 		})
 	}
 }
+
+// TestRemovalHandledByTheGuardIsNotSignalledAgain: the guard handled a
+// removal (its heartbeat was answered UNKNOWN_MEMBER_ID) and the
+// manager's JoinGroup learnt it too (removedFromGroup). The member then
+// joins generation 2, which it keeps: removedFromGroup sent the guard a
+// removal signal all the same, left over, and the guard took it for a
+// removal from generation 2 (one needless rebalance).
+func TestRemovalHandledByTheGuardIsNotSignalledAgain(t *testing.T) {
+	t.Parallel()
+	f := newFakeGroup(t, 1)
+	f.answer(1, map[string]sarama.MockResponse{
+		"HeartbeatRequest": sarama.NewMockHeartbeatResponse(t),
+		"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
+			SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
+	})
+	f.cacheCoordinator(t, 1)
+	k, cm := f.k, f.k.cm
+	k.heartbeatInterval = 200 * time.Millisecond
+	k.setMember(groupMember{id: "m-1", generation: 1})
+	k.lost.Store(true) // the guard lost generation 1
+	k.removedFromGroup()
+	cm.startKafkaGuard(k)
+	defer cm.stopGuard()
+	k.setMember(groupMember{id: "m-1", generation: 2})
+	k.tellJoined(time.Now())
+	waitFor(t, 10*time.Second, "a heartbeat of generation 2, or its loss", func() bool {
+		if k.current().generation != 2 {
+			return true
+		}
+		for _, r := range f.brokers[0].History() {
+			if hb, ok := r.Request.(*sarama.HeartbeatRequest); ok && hb.GenerationId == 2 && r.Response != nil {
+				return true
+			}
+		}
+		return false
+	})
+	if m := k.current(); m.generation != 2 || k.lost.Load() {
+		t.Fatalf("member %+v (lost %t): the guard lost generation 2", m, k.lost.Load())
+	}
+}
+
+// TestFenceLogBeforeAnyAnswer: the fence's log line of a member that no
+// heartbeat was answered for says so, not the time since the zero time
+// ("since 2562047h47m16.854775807s ago").
+func TestFenceLogBeforeAnyAnswer(t *testing.T) {
+	t.Parallel()
+	cm, _ := fakeSessionManager(t)
+	var rec *recorded
+	cm.log, rec = newRecordingLogger()
+	cm.logKafkaFence(time.Time{})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.records) != 1 || strings.Contains(rec.records[0].msg, "2562047h") || !strings.Contains(rec.records[0].msg, "coordinator") {
+		t.Fatalf("logged %+v, want one line about the coordinator without the time since the zero time", rec.records)
+	}
+}

@@ -133,13 +133,13 @@ var errRejoin = errors.New("join again")
 // goroutine learnt of: the guard, as for one it learns of itself, raises
 // the fence, takes back what sits unread once no partition hands out,
 // and loses the membership (loseMembership); removedFromGroup waits for
-// that, or until the manager is interrupted. The next generation synced
-// lifts the fence.
+// that, or until the manager is interrupted. A removal that the guard
+// handled already (lost is set) is not signalled again. The next
+// generation synced lifts the fence.
 func (k *kafkaCoordinator) removedFromGroup() {
 	cm := k.cm
-	select {
-	case k.removal <- struct{}{}:
-	default:
+	if !k.lost.Load() {
+		k.signalRemoval()
 	}
 	for !k.lost.Load() {
 		select {
@@ -149,6 +149,15 @@ func (k *kafkaCoordinator) removedFromGroup() {
 		}
 	}
 	k.lost.Store(false) // the caller stops the partitions
+}
+
+// signalRemoval tells the guard, without blocking, that this member was
+// removed from its current generation, or fenced out.
+func (k *kafkaCoordinator) signalRemoval() {
+	select {
+	case k.removal <- k.current().generation:
+	default:
+	}
 }
 
 // loseMembership records that this member was removed from the group:
