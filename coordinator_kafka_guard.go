@@ -367,7 +367,7 @@ func (k *kafkaCoordinator) heartbeat(m groupMember) error {
 // none).
 func (cm *consumerManager) logKafkaFence(lastAnswered time.Time) {
 	cm.fencedAt = time.Now()
-	since := "in this generation"
+	since := "yet"
 	if !lastAnswered.IsZero() {
 		since = "since " + time.Since(lastAnswered).Round(time.Millisecond).String() + " ago"
 	}
