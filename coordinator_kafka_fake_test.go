@@ -286,3 +286,52 @@ func TestFenceLogBeforeAnyAnswer(t *testing.T) {
 		t.Fatalf("logged %+v, want one line about the coordinator without the time since the zero time", rec.records)
 	}
 }
+
+// TestCommitRefusedBetweenJoinAndSyncIsRetried: a commit refused with
+// ILLEGAL_GENERATION while the member is joining (the group's next
+// generation began; the member's SyncGroup is to come) is not reported
+// on Errors(), and the next round commits the offset with the new
+// generation. It was reported: thousands of errors in a large group's
+// rebalances, none of them a user's to act on.
+func TestCommitRefusedBetweenJoinAndSyncIsRetried(t *testing.T) {
+	t.Parallel()
+	f := newFakeGroup(t, 1)
+	refused := sarama.NewMockOffsetCommitResponse(t).SetError("g", "t", 0, sarama.ErrIllegalGeneration)
+	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0])
+	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": refused, "FindCoordinatorRequest": find})
+	f.cacheCoordinator(t, 1)
+	k, cm := f.k, f.k.cm
+	cm.coord = k
+	cm.offsets.report = cm.commitFailed
+	cm.offsets.member = k.commitMember
+	tp := TopicPartition{Topic: "t", Partition: 0}
+	if err := cm.offsets.reserve(tp); err != nil {
+		t.Fatal(err)
+	}
+	cm.offsets.set(tp, 5)
+	cm.offsets.mark(tp, 9)
+	k.setMember(groupMember{id: "m-1", generation: 1})
+	k.joining.Store(true) // JoinGroup of generation 2 answered, SyncGroup to come
+	cm.offsets.commitRound()
+	select {
+	case err := <-cm.errors:
+		t.Fatalf("Errors() = %q while the member joins the next generation", err)
+	default:
+	}
+	k.setMember(groupMember{id: "m-1", generation: 2})
+	k.joining.Store(false)
+	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": sarama.NewMockOffsetCommitResponse(t), "FindCoordinatorRequest": find})
+	cm.offsets.commitRound()
+	if !cm.offsets.isCommitted(tp, 9) {
+		t.Fatal("offset 9 not committed with the next generation")
+	}
+	var generations []int32
+	for _, r := range f.brokers[0].History() {
+		if c, ok := r.Request.(*sarama.OffsetCommitRequest); ok {
+			generations = append(generations, c.ConsumerGroupGeneration)
+		}
+	}
+	if len(generations) != 2 || generations[1] != 2 {
+		t.Errorf("commits of generations %v, want [1 2]", generations)
+	}
+}
