@@ -21,6 +21,8 @@ type fakeGroup struct {
 	groupClient      sarama.Client
 	offsetsClient    sarama.Client
 	reported, errors chan error
+	meta             *sarama.MockMetadataResponse        // lists both brokers
+	find             *sarama.MockFindCoordinatorResponse // names the coordinator
 }
 
 // newFakeGroup returns the member "g" of a group on two mock brokers;
@@ -32,13 +34,13 @@ func newFakeGroup(t *testing.T, coordinator int) *fakeGroup {
 	for i := range f.brokers {
 		f.brokers[i] = sarama.NewMockBroker(t, int32(i+1))
 	}
-	meta := sarama.NewMockMetadataResponse(t).SetController(1)
+	f.meta = sarama.NewMockMetadataResponse(t).SetController(1)
 	for _, b := range f.brokers {
-		meta.SetBroker(b.Addr(), b.BrokerID())
+		f.meta.SetBroker(b.Addr(), b.BrokerID())
 	}
-	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[coordinator-1])
-	for _, b := range f.brokers {
-		b.SetHandlerByMap(map[string]sarama.MockResponse{"MetadataRequest": meta, "FindCoordinatorRequest": find})
+	f.find = sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[coordinator-1])
+	for i := range f.brokers {
+		f.answer(i+1, nil)
 	}
 	cm, _ := fakeSessionManager(t)
 	cm.config.Coordinator = CoordinatorKafka
@@ -70,13 +72,10 @@ func newFakeGroup(t *testing.T, coordinator int) *fakeGroup {
 }
 
 // answer sets the handlers of broker id (1 or 2) for the group's
-// requests, on top of the metadata and FindCoordinator.
+// requests, on top of the metadata and FindCoordinator (naming the
+// coordinator of newFakeGroup).
 func (f *fakeGroup) answer(id int, handlers map[string]sarama.MockResponse) {
-	meta := sarama.NewMockMetadataResponse(nil).SetController(1)
-	for _, b := range f.brokers {
-		meta.SetBroker(b.Addr(), b.BrokerID())
-	}
-	all := map[string]sarama.MockResponse{"MetadataRequest": meta}
+	all := map[string]sarama.MockResponse{"MetadataRequest": f.meta, "FindCoordinatorRequest": f.find}
 	for name, h := range handlers {
 		all[name] = h
 	}
@@ -125,14 +124,10 @@ func joinedAnswers(t *testing.T) map[string]sarama.MockResponse {
 func TestJoinAfterNotCoordinatorAsksTheNewCoordinator(t *testing.T) {
 	t.Parallel()
 	f := newFakeGroup(t, 2)
-	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[1])
 	f.answer(1, map[string]sarama.MockResponse{
-		"JoinGroupRequest":       sarama.NewMockJoinGroupResponse(t).SetError(sarama.ErrNotCoordinatorForConsumer),
-		"FindCoordinatorRequest": find,
+		"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(sarama.ErrNotCoordinatorForConsumer),
 	})
-	answers := joinedAnswers(t)
-	answers["FindCoordinatorRequest"] = find
-	f.answer(2, answers)
+	f.answer(2, joinedAnswers(t))
 	f.cacheCoordinator(t, 1)
 	done := runDone(func() bool { _, ok := f.k.join(nil); return ok })
 	select {
@@ -170,12 +165,7 @@ func TestPermanentJoinErrorsReachErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeGroup(t, 1)
-			f.answer(1, map[string]sarama.MockResponse{
-				"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(tc.kerr),
-				"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
-					SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
-			})
+			f := refusingJoins(t, tc.kerr)
 			go f.k.join(nil) // ends when the cleanup kills the tomb
 			select {
 			case err := <-f.errors:
@@ -193,6 +183,16 @@ func TestPermanentJoinErrorsReachErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusingJoins returns a fake group whose coordinator, broker 1,
+// answers every JoinGroup kerr, naming the member m-1.
+func refusingJoins(t *testing.T, kerr sarama.KError) *fakeGroup {
+	f := newFakeGroup(t, 1)
+	f.answer(1, map[string]sarama.MockResponse{
+		"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(kerr).SetMemberId("m-1"),
+	})
+	return f
 }
 
 // TestFirstJoinGroupFailsJoin: the first JoinGroup of a dynamic member,
@@ -214,12 +214,7 @@ func TestFirstJoinGroupFailsJoin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeGroup(t, 1)
-			f.answer(1, map[string]sarama.MockResponse{
-				"JoinGroupRequest": sarama.NewMockJoinGroupResponse(t).SetError(tc.kerr).SetMemberId("m-1"),
-				"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
-					SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
-			})
+			f := refusingJoins(t, tc.kerr)
 			err := f.k.firstJoin()
 			if fail := err != nil; fail != tc.fail || err != nil && !errors.Is(err, tc.kerr) {
 				t.Fatalf("firstJoin() = %v, want an error wrapping %s: %t", err, tc.kerr, tc.fail)
@@ -242,8 +237,6 @@ func TestRemovalHandledByTheGuardIsNotSignalledAgain(t *testing.T) {
 	f := newFakeGroup(t, 1)
 	f.answer(1, map[string]sarama.MockResponse{
 		"HeartbeatRequest": sarama.NewMockHeartbeatResponse(t),
-		"FindCoordinatorRequest": sarama.NewMockFindCoordinatorResponse(t).
-			SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0]),
 	})
 	f.cacheCoordinator(t, 1)
 	k, cm := f.k, f.k.cm
@@ -297,8 +290,7 @@ func TestCommitRefusedBetweenJoinAndSyncIsRetried(t *testing.T) {
 	t.Parallel()
 	f := newFakeGroup(t, 1)
 	refused := sarama.NewMockOffsetCommitResponse(t).SetError("g", "t", 0, sarama.ErrIllegalGeneration)
-	find := sarama.NewMockFindCoordinatorResponse(t).SetCoordinator(sarama.CoordinatorGroup, "g", f.brokers[0])
-	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": refused, "FindCoordinatorRequest": find})
+	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": refused})
 	f.cacheCoordinator(t, 1)
 	k, cm := f.k, f.k.cm
 	cm.coord = k
@@ -320,7 +312,7 @@ func TestCommitRefusedBetweenJoinAndSyncIsRetried(t *testing.T) {
 	}
 	k.setMember(groupMember{id: "m-1", generation: 2})
 	k.joining.Store(false)
-	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": sarama.NewMockOffsetCommitResponse(t), "FindCoordinatorRequest": find})
+	f.answer(1, map[string]sarama.MockResponse{"OffsetCommitRequest": sarama.NewMockOffsetCommitResponse(t)})
 	cm.offsets.commitRound()
 	if !cm.offsets.isCommitted(tp, 9) {
 		t.Fatal("offset 9 not committed with the next generation")
