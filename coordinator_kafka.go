@@ -529,7 +529,10 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 // at once too.
 func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	cm := k.cm
-	broker, err := k.coordinatorBroker()
+	// On the offset store's connection, as a heartbeat: on the group
+	// client's, it would wait behind a JoinGroup that a Close abandoned,
+	// which the coordinator answers when the rebalance completes.
+	broker, err := cm.offsets.broker()
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package kafkaconsumer
 
 import (
+	"errors"
 	"github.com/IBM/sarama"
 	"log/slog"
 	"testing"
@@ -42,4 +43,75 @@ func TestIntegrationKafkaCoordinatorCloseDuringRevocation(t *testing.T) {
 		t.Fatalf("Close took %s during the stop of a revoked partition, beyond its bound of %s (MaxProcessingTime + the session timeout + 10 s)", took.Round(100*time.Millisecond), bound)
 	}
 	<-held.done
+}
+
+// TestIntegrationKafkaCoordinatorCloseDuringJoin: Close while the
+// member's JoinGroup waits for the rebalance (another member, which
+// neither heartbeats nor joins again, holds it for its rebalance timeout
+// of a minute) leaves the group at once and returns no error. Its
+// LeaveGroup went on the group client's connection, held by the JoinGroup
+// until Close cut it 5 s later: Close returned the LeaveGroup's error.
+func TestIntegrationKafkaCoordinatorCloseDuringJoin(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("kafkacoord-closejoin")
+	client := newTestClient(t)
+	holdRebalance(t, client, group, topic)
+	c, err := Join(group, TopicSubscription(topic), "", kafkaTestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := newTestAdmin(t, client)
+	waitFor(t, 30*time.Second, "the group to rebalance, waiting for the other member", func() bool {
+		groups, err := admin.DescribeConsumerGroups([]string{group})
+		return err == nil && len(groups) == 1 && groups[0].State == "PreparingRebalance"
+	})
+	began := time.Now()
+	err = c.Close()
+	took := time.Since(began)
+	t.Logf("Close took %s during the JoinGroup", took.Round(100*time.Millisecond))
+	if err != nil || took > 3*time.Second {
+		t.Fatalf("Close = %v after %s during the JoinGroup, want nil within 3 s", err, took.Round(100*time.Millisecond))
+	}
+}
+
+// holdRebalance joins group as a member of the library's protocol
+// subscribing to topic, with a session and rebalance timeout of a minute,
+// and never heartbeats nor joins again: the next rebalance waits for it.
+// It leaves at the end of the test.
+func holdRebalance(t *testing.T, client sarama.Client, group, topic string) {
+	t.Helper()
+	if err := client.RefreshCoordinator(group); err != nil {
+		t.Fatal(err)
+	}
+	coordinator, err := client.Coordinator(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: kafkaProtocolType}
+	if err := join.AddGroupProtocolMetadata(kafkaProtocol, &sarama.ConsumerGroupMemberMetadata{Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	joined, err := coordinator.JoinGroup(join)
+	if err == nil && !errors.Is(joined.Err, sarama.ErrNoError) {
+		err = joined.Err
+	}
+	if err != nil {
+		t.Fatalf("JoinGroup of the holding member: %v", err)
+	}
+	member := joined.MemberId
+	t.Cleanup(func() {
+		_, _ = coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member})
+	})
+	sync := &sarama.SyncGroupRequest{Version: 1, GroupId: group, GenerationId: joined.GenerationId, MemberId: member}
+	if err := sync.AddGroupAssignmentMember(member, &sarama.ConsumerGroupMemberAssignment{}); err != nil {
+		t.Fatal(err)
+	}
+	synced, err := coordinator.SyncGroup(sync)
+	if err == nil && !errors.Is(synced.Err, sarama.ErrNoError) {
+		err = synced.Err
+	}
+	if err != nil {
+		t.Fatalf("SyncGroup of the holding member: %v", err)
+	}
 }
