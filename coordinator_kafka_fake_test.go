@@ -327,3 +327,47 @@ func TestCommitRefusedBetweenJoinAndSyncIsRetried(t *testing.T) {
 		t.Errorf("commits of generations %v, want [1 2]", generations)
 	}
 }
+
+// TestGroupRequestsForgetAMovedCoordinator: a LeaveGroup, Heartbeat or
+// DescribeGroups answered NOT_COORDINATOR makes the offset store forget
+// the coordinator, so that the next request of the group looks it up
+// again. LeaveGroup and DescribeGroups did not.
+func TestGroupRequestsForgetAMovedCoordinator(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		request string
+		answer  func(t *testing.T) sarama.MockResponse
+		send    func(k *kafkaCoordinator) error
+	}{
+		{"LeaveGroup", "LeaveGroupRequest",
+			func(t *testing.T) sarama.MockResponse {
+				return sarama.NewMockLeaveGroupResponse(t).SetError(sarama.ErrNotCoordinatorForConsumer)
+			},
+			func(k *kafkaCoordinator) error { return k.leave(groupMember{id: "m-1", generation: 1}, nil) }},
+		{"Heartbeat", "HeartbeatRequest",
+			func(t *testing.T) sarama.MockResponse {
+				return sarama.NewMockHeartbeatResponse(t).SetError(sarama.ErrNotCoordinatorForConsumer)
+			},
+			func(k *kafkaCoordinator) error { return k.heartbeat(groupMember{id: "m-1", generation: 1}) }},
+		{"DescribeGroups", "DescribeGroupsRequest",
+			func(t *testing.T) sarama.MockResponse {
+				return sarama.NewMockDescribeGroupsResponse(t).AddGroupDescription("g", &sarama.GroupDescription{
+					GroupId: "g", ErrorCode: int16(sarama.ErrNotCoordinatorForConsumer), Err: sarama.ErrNotCoordinatorForConsumer})
+			},
+			func(k *kafkaCoordinator) error { _, _, err := k.describe(); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeGroup(t, 2)
+			f.answer(1, map[string]sarama.MockResponse{tc.request: tc.answer(t)})
+			f.cacheCoordinator(t, 1)
+			if err := tc.send(f.k); !errors.Is(err, sarama.ErrNotCoordinatorForConsumer) {
+				t.Fatalf("%s = %v, want NOT_COORDINATOR", tc.name, err)
+			}
+			if b := f.k.cm.offsets.coordinator; b != nil {
+				t.Fatalf("after NOT_COORDINATOR to its %s, the offset store still knows broker %d as the coordinator", tc.name, b.ID())
+			}
+		})
+	}
+}
