@@ -81,6 +81,20 @@ func TestIntegrationKafkaCoordinatorCloseDuringJoin(t *testing.T) {
 // It leaves at the end of the test.
 func holdRebalance(t *testing.T, client sarama.Client, group, topic string) {
 	t.Helper()
+	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: kafkaProtocolType}
+	if err := join.AddGroupProtocolMetadata(kafkaProtocol, &sarama.ConsumerGroupMemberMetadata{Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	joinRawMember(t, client, join, []byte{})
+}
+
+// joinRawMember sends join to the coordinator of its group, found
+// through client, then the SyncGroup of the generation it joined, with
+// assignment for the member (alone in the group), and returns the
+// member's ID; the member leaves at the end of the test.
+func joinRawMember(t *testing.T, client sarama.Client, join *sarama.JoinGroupRequest, assignment []byte) string {
+	t.Helper()
+	group := join.GroupId
 	if err := client.RefreshCoordinator(group); err != nil {
 		t.Fatal(err)
 	}
@@ -88,30 +102,27 @@ func holdRebalance(t *testing.T, client sarama.Client, group, topic string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: kafkaProtocolType}
-	if err := join.AddGroupProtocolMetadata(kafkaProtocol, &sarama.ConsumerGroupMemberMetadata{Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
 	joined, err := coordinator.JoinGroup(join)
 	if err == nil && !errors.Is(joined.Err, sarama.ErrNoError) {
 		err = joined.Err
 	}
 	if err != nil {
-		t.Fatalf("JoinGroup of the holding member: %v", err)
+		t.Fatalf("JoinGroup of protocol type %s: %v", join.ProtocolType, err)
 	}
 	member := joined.MemberId
 	t.Cleanup(func() {
-		_, _ = coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member})
+		if _, err := coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member}); err != nil {
+			t.Errorf("LeaveGroup of the %s member: %v", join.ProtocolType, err)
+		}
 	})
 	sync := &sarama.SyncGroupRequest{Version: 1, GroupId: group, GenerationId: joined.GenerationId, MemberId: member}
-	if err := sync.AddGroupAssignmentMember(member, &sarama.ConsumerGroupMemberAssignment{}); err != nil {
-		t.Fatal(err)
-	}
+	sync.AddGroupAssignment(member, assignment)
 	synced, err := coordinator.SyncGroup(sync)
 	if err == nil && !errors.Is(synced.Err, sarama.ErrNoError) {
 		err = synced.Err
 	}
 	if err != nil {
-		t.Fatalf("SyncGroup of the holding member: %v", err)
+		t.Fatalf("SyncGroup of protocol type %s: %v", join.ProtocolType, err)
 	}
+	return member
 }
