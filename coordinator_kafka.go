@@ -95,9 +95,12 @@ type kafkaCoordinator struct {
 	// fencedOut is set once the group's coordinator answered a request
 	// of this member FENCED_INSTANCE_ID (instanceFenced): final.
 	fencedOut atomic.Bool
-	// removal receives a token (buffer 1) when the manager goroutine
-	// learns that this member was removed: the guard handles it.
-	removal chan struct{}
+	// removal receives the generation (buffer 1) that the manager
+	// goroutine learnt this member was removed from, or that it was
+	// fenced out of (instanceFenced): the guard handles it, unless the
+	// member is in another generation by then (it handled that removal
+	// already, and a new generation was synced since).
+	removal chan int32
 	// joined passes the send time of the SyncGroup of each generation
 	// synced to the guard, which moves the fence's deadline (buffer 1;
 	// the manager goroutine replaces a value not taken yet).
@@ -116,9 +119,10 @@ type kafkaCoordinator struct {
 	// in the member metadata's user data (memberUserData), for the
 	// groups tool.
 	followsSwitch bool
-	// reportedProtocol is set once INCONSISTENT_GROUP_PROTOCOL was sent
-	// to Errors(): it is reported once, and retried quietly.
-	reportedProtocol bool
+	// reportedJoin holds the JoinGroup errors sent to Errors() since the
+	// last generation joined (reportJoinError): each is reported once,
+	// and retried quietly. Used by the manager goroutine only.
+	reportedJoin map[sarama.KError]bool
 	// consumer is the state of a GroupProtocolConsumer member
 	// (coordinator_kafka848.go); nil with the classic protocol. Set by
 	// connectKafka.
@@ -176,7 +180,7 @@ func newKafkaCoordinator(cm *consumerManager) *kafkaCoordinator {
 		rebalanceTimeout:  max(g.Rebalance.Timeout, cm.config.MaxProcessingTime+stopGrace+g.Session.Timeout),
 		member:            groupMember{generation: sarama.GroupGenerationUndefined},
 		rejoin:            make(chan struct{}, 1),
-		removal:           make(chan struct{}, 1),
+		removal:           make(chan int32, 1),
 		joined:            make(chan time.Time, 1),
 	}
 	if cm.config.InstanceID != "" {
@@ -210,8 +214,10 @@ func (k *kafkaCoordinator) commitMember() (generation int32, memberID string, in
 // connectKafka does the work of Join after validation for a
 // Kafka-coordinated group: the sarama clients, offset store and consumer
 // (openKafka) from Config.Brokers, the group client, and a lookup of the
-// group's coordinator, so that Join fails when there is none to join. The
-// group is joined by the manager loop. On error, closeConnections undoes
+// group's coordinator, so that Join fails when there is none to join, and
+// a dynamic member's first JoinGroup, so that Join fails when the
+// coordinator refuses the member for good (firstJoin). The group is
+// joined by the manager loop. On error, closeConnections undoes
 // what was done.
 func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 	cm := k.cm
@@ -226,7 +232,10 @@ func (k *kafkaCoordinator) connectKafka(ctx context.Context) error {
 		cm.offsets.send = k.commitConsumer
 		return k.connectConsumer(ctx, brokers)
 	}
-	return k.openGroupClient(ctx, brokers)
+	if err := k.openGroupClient(ctx, brokers); err != nil {
+		return err
+	}
+	return k.firstJoin()
 }
 
 // openGroupClient opens the group client on brokers and looks up the
@@ -394,21 +403,52 @@ func (k *kafkaCoordinator) sleep(changedMetadata, switched <-chan zk.Event) (cha
 }
 
 // coordinatorBroker returns the group client's broker for the group's
-// coordinator as the offset store knows it: the guard's heartbeats go
-// there, and the store looks the coordinator up again when a request to
-// it fails or it moved, while the group client keeps the coordinator of
-// its last lookup. After the coordinator's broker died or hung, a
-// JoinGroup or LeaveGroup sent to the group client's coordinator would
-// fail (LeaveGroup: Close returned the error) or hang until the group
-// client's read timeout, beyond the rebalance timeout. Without the
-// store's coordinator, the group client's.
+// coordinator as the offset store knows it (offsets_coordinator.go):
+// every request of the group goes to that one coordinator, which a
+// request that failed, or an answer that it is not the coordinator,
+// makes the store forget (coordinatorFailed), so that the next one looks
+// it up again. The group client has a connection of its own to it (a
+// JoinGroup waits there for the whole rebalance).
 func (k *kafkaCoordinator) coordinatorBroker() (*sarama.Broker, error) {
-	if b, err := k.cm.offsets.broker(); err == nil {
-		if broker, err := k.client.Broker(b.ID()); err == nil {
-			return broker, nil
+	cm := k.cm
+	b, err := cm.offsets.broker()
+	if err != nil {
+		return nil, fmt.Errorf("find the coordinator of group %s: %w", cm.group, err)
+	}
+	broker, err := k.client.Broker(b.ID())
+	if err != nil {
+		// Not in the group client's metadata yet (a broker that joined
+		// the cluster since): its lookup of the coordinator adds it.
+		if err = k.client.RefreshCoordinator(cm.group); err == nil {
+			broker, err = k.client.Broker(b.ID())
 		}
 	}
-	return k.client.Coordinator(k.cm.group)
+	if err != nil {
+		cm.offsets.forget(b.ID())
+		return nil, fmt.Errorf("find the coordinator of group %s: %s: %w", cm.group, brokerName(b), err)
+	}
+	return broker, nil
+}
+
+// coordinatorFailed handles err, what a group request to broker, the
+// group's coordinator, returned (the request's error, or its answer's):
+// when the request failed, or the broker answered that it is not the
+// coordinator (coordinatorMoved), the offset store forgets it, and the
+// next request looks the coordinator up again; a failed request's
+// connection is closed (closeFailed). It returns err naming broker
+// (its ID and address), for the log line.
+func (k *kafkaCoordinator) coordinatorFailed(broker *sarama.Broker, err error) error {
+	if err == nil || errors.Is(err, errAbandoned) {
+		return err
+	}
+	var kerr sarama.KError
+	if !errors.As(err, &kerr) {
+		closeFailed(broker, err)
+		k.cm.offsets.forget(broker.ID())
+	} else if coordinatorMoved(kerr) {
+		k.cm.offsets.forget(broker.ID())
+	}
+	return fmt.Errorf("%w (the group's coordinator, %s)", err, brokerName(broker))
 }
 
 // errAbandoned is what call returns for a request it stopped waiting
@@ -502,7 +542,10 @@ func (k *kafkaCoordinator) beforeKafkaClose() {
 // at once too.
 func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	cm := k.cm
-	broker, err := k.coordinatorBroker()
+	// On the offset store's connection, as a heartbeat: on the group
+	// client's, it would wait behind a JoinGroup that a Close abandoned,
+	// which the coordinator answers when the rebalance completes.
+	broker, err := cm.offsets.broker()
 	if err != nil {
 		return err
 	}
@@ -521,8 +564,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 	}
 	resp, err := broker.LeaveGroup(req)
 	if err != nil {
-		_ = broker.Close()
-		return err
+		return k.coordinatorFailed(broker, err)
 	}
 	errs := []sarama.KError{resp.Err}
 	for _, r := range resp.Members {
@@ -533,7 +575,7 @@ func (k *kafkaCoordinator) leave(m groupMember, instanceID *string) error {
 			k.instanceFenced(fmt.Errorf("leave group %s: %w", cm.group, kerr))
 		}
 		if !errors.Is(kerr, sarama.ErrNoError) && !errors.Is(kerr, sarama.ErrUnknownMemberId) {
-			return kerr
+			return k.coordinatorFailed(broker, kerr)
 		}
 	}
 	return nil

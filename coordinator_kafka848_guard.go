@@ -291,6 +291,6 @@ func (k *kafkaCoordinator) loseConsumer(lostAt int, newID bool, reason string, d
 // the guard loses them, as for a heartbeat answered so.
 func (k *kafkaCoordinator) commitLost() {
 	if k.consumer != nil {
-		poke(k.removal)
+		k.signalRemoval()
 	}
 }

@@ -341,38 +341,9 @@ func TestIntegrationConsumerProtocolGroupIDNotFound(t *testing.T) {
 // returns the member's ID.
 func joinForeignClassicGroup(t *testing.T, client sarama.Client, group string) string {
 	t.Helper()
-	if err := client.RefreshCoordinator(group); err != nil {
-		t.Fatal(err)
-	}
-	coordinator, err := client.Coordinator(group)
-	if err != nil {
-		t.Fatal(err)
-	}
 	join := &sarama.JoinGroupRequest{Version: 2, GroupId: group, SessionTimeout: 60000, RebalanceTimeout: 60000, ProtocolType: "connect"}
 	join.AddGroupProtocol("sessioned", []byte{0})
-	joined, err := coordinator.JoinGroup(join)
-	if err == nil && !errors.Is(joined.Err, sarama.ErrNoError) {
-		err = joined.Err
-	}
-	if err != nil {
-		t.Fatalf("JoinGroup of protocol type connect: %v", err)
-	}
-	member := joined.MemberId
-	t.Cleanup(func() {
-		if _, err := coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 2, GroupId: group, MemberId: member}); err != nil {
-			t.Errorf("LeaveGroup of the connect member: %v", err)
-		}
-	})
-	sync := &sarama.SyncGroupRequest{Version: 1, GroupId: group, GenerationId: joined.GenerationId, MemberId: member}
-	sync.AddGroupAssignment(member, []byte{0})
-	synced, err := coordinator.SyncGroup(sync)
-	if err == nil && !errors.Is(synced.Err, sarama.ErrNoError) {
-		err = synced.Err
-	}
-	if err != nil {
-		t.Fatalf("SyncGroup of protocol type connect: %v", err)
-	}
-	return member
+	return joinRawMember(t, client, join, []byte{0})
 }
 
 // TestIntegrationConsumerProtocolStaleEpochCommitRetried: a commit

@@ -98,12 +98,8 @@ func (k *kafkaCoordinator) guard() {
 			g.sendHeartbeat()
 		case r := <-g.results:
 			ok = g.answered(r)
-		case <-k.removal:
-			reason := "the group's coordinator answered the JoinGroup or SyncGroup so"
-			if k.fencedOut.Load() {
-				reason = "FENCED_INSTANCE_ID"
-			}
-			ok = g.lose(k.current().generation, reason)
+		case generation := <-k.removal:
+			ok = g.removed(generation)
 		case <-g.deadline.C:
 			cm.fence.raise() // the case below takes back what sits unread
 		case <-raised:
@@ -222,6 +218,21 @@ func (g *kafkaGuard) answered(r heartbeatResult) bool {
 	return true
 }
 
+// removed handles the removal from generation that the manager goroutine
+// learnt of (removedFromGroup), or a fence out (instanceFenced): lose,
+// unless the member synced another generation since. It reports false
+// when the guard is stopped meanwhile.
+func (g *kafkaGuard) removed(generation int32) bool {
+	k := g.k
+	if k.fencedOut.Load() {
+		return g.lose(k.current().generation, "FENCED_INSTANCE_ID")
+	}
+	if generation != k.current().generation {
+		return true // handled already: a later generation was synced since
+	}
+	return g.lose(generation, "the group's coordinator answered the JoinGroup or SyncGroup so")
+}
+
 // lose handles a removal from the group: the fence goes up, what sits
 // unread is taken back, the partitions are lost, and the manager joins
 // anew (or, fenced out, stays out). It reports false when the guard is
@@ -280,10 +291,7 @@ func (k *kafkaCoordinator) instanceFenced(cause error) {
 	cm.fence.raise()
 	err := fmt.Errorf("%w: %s: another live instance joined the group with this Config.InstanceID, and the group's coordinator fenced this one (%s); it consumes nothing more until it is closed", ErrInstanceIDInUse, cm.config.InstanceID, cause)
 	cm.sendError(err)
-	select {
-	case k.removal <- struct{}{}:
-	default:
-	}
+	k.signalRemoval()
 }
 
 // stayOut keeps a member fenced out (instanceFenced) out of the group:
@@ -316,7 +324,9 @@ func (k *kafkaCoordinator) requestRejoin(generation int32) {
 
 // heartbeat sends one heartbeat of m to the group's coordinator (on the
 // offset store's connection to it: the group client's may be held by a
-// JoinGroup), and returns the error of the request or of its answer.
+// JoinGroup), and returns the error of the request or of its answer; one
+// that forgets the coordinator (coordinatorMoved, a failed request)
+// names its broker.
 func (k *kafkaCoordinator) heartbeat(m groupMember) error {
 	cm := k.cm
 	broker, err := cm.offsets.broker()
@@ -338,22 +348,28 @@ func (k *kafkaCoordinator) heartbeat(m groupMember) error {
 	}
 	resp, err := broker.Heartbeat(req)
 	if err != nil {
-		cm.offsets.releaseBroker(broker)
+		cm.offsets.forget(broker.ID())
 		_ = broker.Close() // the client opens it again on its next use
-		return err
-	}
-	if coordinatorMoved(resp.Err) {
-		cm.offsets.releaseBroker(broker)
+		return fmt.Errorf("%w (the group's coordinator, %s)", err, brokerName(broker))
 	}
 	if errors.Is(resp.Err, sarama.ErrNoError) {
 		return nil
 	}
+	if coordinatorMoved(resp.Err) {
+		cm.offsets.forget(broker.ID())
+		return fmt.Errorf("%w (the group's coordinator, %s)", resp.Err, brokerName(broker))
+	}
 	return resp.Err
 }
 
-// logKafkaFence tells that the fence went up in a Kafka-coordinated group.
+// logKafkaFence tells that the fence went up in a Kafka-coordinated group,
+// with the send of the last heartbeat or SyncGroup answered (zero for
+// none).
 func (cm *consumerManager) logKafkaFence(lastAnswered time.Time) {
 	cm.fencedAt = time.Now()
-	cm.logf(slog.LevelWarn, "No answer from the group's coordinator since %s ago: this member may be removed from the group; handing out and committing nothing until it answers again.",
-		time.Since(lastAnswered).Round(time.Millisecond))
+	since := "yet"
+	if !lastAnswered.IsZero() {
+		since = "since " + time.Since(lastAnswered).Round(time.Millisecond).String() + " ago"
+	}
+	cm.logf(slog.LevelWarn, "No answer from the group's coordinator %s: this member may be removed from the group; handing out and committing nothing until it answers again.", since)
 }

@@ -28,6 +28,7 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			return nil, k.stayOut() // fenced by another request meanwhile
 		}
 		if err == nil {
+			k.reportedJoin = nil // reported again should they come back
 			return assigned, true
 		}
 		select {
@@ -51,23 +52,75 @@ func (k *kafkaCoordinator) join(partitions kazoo.PartitionList) (assigned map[To
 			k.instanceFenced(err)
 			return nil, k.stayOut()
 		case errors.Is(kerr, sarama.ErrInconsistentGroupProtocol):
-			if !k.reportedProtocol {
-				k.reportedProtocol = true
-				cm.sendError(fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+			k.reportJoinError(kerr, fmt.Errorf("kafkaconsumer: join group %s: %w: its members use another protocol than %q (another kind of consumer, or instances coordinated otherwise); trying again until they leave", cm.group, err, kafkaProtocol))
+		default:
+			if permanent := k.permanentJoinError(err); permanent != nil {
+				k.reportJoinError(kerr, fmt.Errorf("%w; trying again every second", permanent))
 			}
-		case coordinatorMoved(kerr) || kerr == 0:
-			// A coordinator that moved, or a request that failed as a
-			// whole: look it up again, through call: the group client's
-			// read timeout covers a rebalance (a minute with sarama's
-			// default), and a broker cut off would hold the manager, and
-			// a Close, that long.
-			_ = k.call(func() error { return k.client.RefreshCoordinator(cm.group) })
 		}
 		cm.logf(slog.LevelWarn, "Failed to join the group: %s. Trying again.", err)
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, false
 		}
 	}
+}
+
+// reportJoinError sends err, the error of a JoinGroup answered kerr, to
+// Errors(), unless an answer kerr was reported since the last generation
+// joined.
+func (k *kafkaCoordinator) reportJoinError(kerr sarama.KError, err error) {
+	if k.reportedJoin[kerr] {
+		return
+	}
+	if k.reportedJoin == nil {
+		k.reportedJoin = make(map[sarama.KError]bool)
+	}
+	k.reportedJoin[kerr] = true
+	k.cm.sendError(err)
+}
+
+// permanentJoinError returns the error of a JoinGroup answered err when
+// no retry mends it, naming the error and what to change, nil for any
+// other err: INVALID_SESSION_TIMEOUT (wrapping ErrInvalidConfig too),
+// GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED. Each wraps err.
+func (k *kafkaCoordinator) permanentJoinError(err error) error {
+	cm := k.cm
+	switch {
+	case errors.Is(err, sarama.ErrInvalidSessionTimeout):
+		return fmt.Errorf("%w: join group %s: %w: Consumer.Group.Session.Timeout (%s) is outside the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms; set it between them",
+			ErrInvalidConfig, cm.group, err, k.sessionTimeout)
+	case errors.Is(err, sarama.ErrGroupAuthorizationFailed):
+		return fmt.Errorf("kafkaconsumer: join group %s: %w: the brokers' ACLs do not allow this client's principal (Net.SASL or Net.TLS) to READ the group; grant it READ on group %s",
+			cm.group, err, cm.group)
+	case errors.Is(err, sarama.ErrGroupMaxSizeReached):
+		return fmt.Errorf("kafkaconsumer: join group %s: %w: the group has as many members as the brokers' group.max.size allows; raise group.max.size or run fewer instances (this one joins when a member leaves)",
+			cm.group, err)
+	}
+	return nil
+}
+
+// firstJoin sends the first JoinGroup of a dynamic member (no
+// InstanceID), which Join waits for: without a member ID, the
+// coordinator answers it at once (KIP-394, JoinGroup v4, Version 2.2.0
+// and later) with MEMBER_ID_REQUIRED and the ID that the manager's first
+// JoinGroup then carries, or with an error. It returns the error of
+// INVALID_SESSION_TIMEOUT and GROUP_AUTHORIZATION_FAILED
+// (permanentJoinError), which fail Join; nil for any other answer, which
+// the manager's JoinGroup meets again. A static member's JoinGroup waits
+// for the rebalance: Join does not send it, and its errors go to
+// Errors().
+func (k *kafkaCoordinator) firstJoin() error {
+	if k.instanceID != nil || sarama.NewJoinGroupRequest(k.cm.config.Version).Version < 4 {
+		return nil
+	}
+	broker, err := k.coordinatorBroker()
+	if err == nil {
+		_, _, err = k.sendJoinGroup(broker, nil)
+	}
+	if errors.Is(err, sarama.ErrGroupMaxSizeReached) {
+		return nil // a member may leave before the manager joins
+	}
+	return k.permanentJoinError(err)
 }
 
 // errRejoin is what joinOnce returns when the coordinator asks for a new
@@ -79,13 +132,13 @@ var errRejoin = errors.New("join again")
 // goroutine learnt of: the guard, as for one it learns of itself, raises
 // the fence, takes back what sits unread once no partition hands out,
 // and loses the membership (loseMembership); removedFromGroup waits for
-// that, or until the manager is interrupted. The next generation synced
-// lifts the fence.
+// that, or until the manager is interrupted. A removal that the guard
+// handled already (lost is set) is not signalled again. The next
+// generation synced lifts the fence.
 func (k *kafkaCoordinator) removedFromGroup() {
 	cm := k.cm
-	select {
-	case k.removal <- struct{}{}:
-	default:
+	if !k.lost.Load() {
+		k.signalRemoval()
 	}
 	for !k.lost.Load() {
 		select {
@@ -95,6 +148,15 @@ func (k *kafkaCoordinator) removedFromGroup() {
 		}
 	}
 	k.lost.Store(false) // the caller stops the partitions
+}
+
+// signalRemoval tells the guard, without blocking, that this member was
+// removed from its current generation, or fenced out.
+func (k *kafkaCoordinator) signalRemoval() {
+	select {
+	case k.removal <- k.current().generation:
+	default:
+	}
 }
 
 // loseMembership records that this member was removed from the group:
@@ -171,8 +233,7 @@ func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo
 	cm.logf(slog.LevelDebug, "Joining the group (member %q, generation %d, %d topics owned).", req.MemberId, k.current().generation, len(meta.OwnedPartitions))
 	var resp *sarama.JoinGroupResponse
 	if err := k.call(func() (err error) { resp, err = broker.JoinGroup(req); return err }); err != nil {
-		closeFailed(broker, err)
-		return nil, nil, err
+		return nil, nil, k.coordinatorFailed(broker, err)
 	}
 	switch {
 	case errors.Is(resp.Err, sarama.ErrMemberIdRequired):
@@ -183,7 +244,7 @@ func (k *kafkaCoordinator) sendJoinGroup(broker *sarama.Broker, partitions kazoo
 			k.setMember(groupMember{generation: sarama.GroupGenerationUndefined}) // a member ID that expired before its first generation
 			return nil, nil, errRejoin
 		}
-		return nil, nil, fmt.Errorf("join group %s: %w", cm.group, resp.Err)
+		return nil, nil, fmt.Errorf("join group %s: %w", cm.group, k.coordinatorFailed(broker, resp.Err))
 	}
 	if cur := k.current(); cur.id == "" {
 		// The coordinator named this member (a Kafka before 2.2 does so
@@ -218,8 +279,7 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 	var syncResp *sarama.SyncGroupResponse
 	sent := time.Now()
 	if err := k.call(func() (err error) { syncResp, err = broker.SyncGroup(sync); return err }); err != nil {
-		closeFailed(broker, err)
-		return nil, sent, err
+		return nil, sent, k.coordinatorFailed(broker, err)
 	}
 	switch {
 	case errors.Is(syncResp.Err, sarama.ErrRebalanceInProgress):
@@ -229,7 +289,7 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 		// tells whether this member is still in the group.
 		return nil, sent, errRejoin
 	case !errors.Is(syncResp.Err, sarama.ErrNoError):
-		return nil, sent, fmt.Errorf("sync group %s: %w", cm.group, syncResp.Err)
+		return nil, sent, fmt.Errorf("sync group %s: %w", cm.group, k.coordinatorFailed(broker, syncResp.Err))
 	}
 	mine, err := syncResp.GetMemberAssignment()
 	if err != nil {

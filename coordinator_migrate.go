@@ -540,24 +540,20 @@ func (m *migratingCoordinator) close() []error {
 // describe returns the state of Kafka's group and its members' IDs
 // (DescribeGroups).
 func (k *kafkaCoordinator) describe() (state string, members []string, err error) {
-	broker, err := k.client.Coordinator(k.cm.group)
+	broker, err := k.coordinatorBroker()
 	if err != nil {
 		return "", nil, err
 	}
 	resp, err := broker.DescribeGroups(&sarama.DescribeGroupsRequest{Groups: []string{k.cm.group}})
 	if err != nil {
-		_ = broker.Close()
-		return "", nil, err
+		return "", nil, k.coordinatorFailed(broker, err)
 	}
 	if len(resp.Groups) != 1 {
 		return "", nil, fmt.Errorf("describe group %s: %d groups in the answer", k.cm.group, len(resp.Groups))
 	}
 	g := resp.Groups[0]
 	if !errors.Is(g.Err, sarama.ErrNoError) {
-		if coordinatorMoved(g.Err) {
-			_ = k.client.RefreshCoordinator(k.cm.group)
-		}
-		return "", nil, fmt.Errorf("describe group %s: %w", k.cm.group, g.Err)
+		return "", nil, fmt.Errorf("describe group %s: %w", k.cm.group, k.coordinatorFailed(broker, g.Err))
 	}
 	if g.State == "Dead" && len(g.Members) == 0 {
 		// Kafka 4 answers DescribeGroups so for a group of the consumer

@@ -43,14 +43,9 @@ type offsetStore struct {
 	// no lock held.
 	report func(tp TopicPartition, err error)
 
-	brokerMu    sync.Mutex
-	coordinator *sarama.Broker // nil until looked up, and after a failure
-	// noLookup is set when a Shutdown's context ended: a coordinator that
-	// is not known is not looked up any more. A lookup retries every
-	// broker Metadata.Retry.Max times, each up to three Net.ReadTimeout
-	// against a hung broker (a dial, ApiVersions twice, FindCoordinator),
-	// and only cutting the connections under it (closeKafka) ends it.
-	noLookup atomic.Bool
+	// coordinatorCache is the group's coordinator, which every request
+	// of the group goes to (offsets_coordinator.go).
+	coordinatorCache
 	// failRound, when set (a test hook), runs first in each commit round;
 	// its error fails the round.
 	failRound func() error
@@ -114,10 +109,6 @@ type storedOffset struct {
 	closed chan struct{}
 }
 
-// errNoLookup is what broker returns when the coordinator is not known
-// and noLookup is set.
-var errNoLookup = errors.New("the group's coordinator is not known, and the shutdown's deadline has passed")
-
 // errAlreadyManaged is returned by reserve for a partition whose earlier
 // partition manager's final commit is still pending.
 var errAlreadyManaged = errors.New("the partition's previous offset is not committed yet")
@@ -157,7 +148,7 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 	if err != nil {
 		// sarama's broker fails every later request on a connection whose
 		// read failed: close it, as a failed commit does.
-		s.releaseBroker(broker)
+		s.forget(broker.ID())
 		_ = broker.Close()
 		return nil, err
 	}
@@ -187,20 +178,13 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 			err = block.Err
 		}
 		if coordinatorMoved(err) {
-			s.releaseBroker(broker)
+			s.forget(broker.ID())
 		}
 		if first == nil {
 			first = err
 		}
 	}
 	return offsets, first
-}
-
-// coordinatorMoved reports whether err means that the request must go to
-// the group's coordinator again, looked up afresh.
-func coordinatorMoved(err error) bool {
-	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) ||
-		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable)
 }
 
 // reserve starts keeping the offset of tp, with nothing to commit until
@@ -422,27 +406,65 @@ func (s *offsetStore) commitChunks(tps []TopicPartition, acked []int) [][]TopicP
 
 // commitChunk commits the offsets of tps in one request to broker and
 // handles the answer. It reports false when the request failed as a
-// whole (the broker is closed then).
+// whole (the broker is closed then). Its steps: take the offsets to
+// commit (dirtyOffsets), send them (sendCommit), settle each partition by
+// its answer (settle), report the failures, and commit again at once,
+// without their acked sets, the partitions whose acked set was refused.
 func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) bool {
-	type sent struct {
-		tp     TopicPartition
-		part   *storedOffset
-		offset int64
-		acked  string
-	}
-	s.mu.Lock()
-	batch := make([]sent, 0, len(tps))
-	for _, tp := range tps {
-		if p := s.parts[tp]; p != nil && p.dirty() {
-			batch = append(batch, sent{tp, p, p.next, p.acked})
-		}
-	}
-	s.mu.Unlock()
+	batch := s.dirtyOffsets(tps)
 	if len(batch) == 0 {
 		return true
 	}
 	req := s.commitRequest()
-	generation := req.ConsumerGroupGeneration
+	resp, err := s.sendCommit(broker, req, batch)
+	if err != nil {
+		for _, b := range batch {
+			s.report(b.tp, err)
+		}
+		s.forget(broker.ID())
+		_ = broker.Close() // the client opens it again on its next use
+		return false
+	}
+	out := s.settle(batch, resp, req.ConsumerGroupGeneration)
+	if out.release {
+		s.forget(broker.ID())
+	}
+	for _, f := range out.failed {
+		s.report(f.tp, f.err)
+	}
+	if len(out.refused) > 0 {
+		s.refused(out.refused, out.refusedBytes)
+		return s.commitChunk(broker, out.refused)
+	}
+	return true
+}
+
+// sentOffset is the offset to commit of a partition as a commit request
+// carries it.
+type sentOffset struct {
+	tp     TopicPartition
+	part   *storedOffset
+	offset int64
+	acked  string
+}
+
+// dirtyOffsets returns the offsets to commit of those of tps that are
+// dirty.
+func (s *offsetStore) dirtyOffsets(tps []TopicPartition) []sentOffset {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	batch := make([]sentOffset, 0, len(tps))
+	for _, tp := range tps {
+		if p := s.parts[tp]; p != nil && p.dirty() {
+			batch = append(batch, sentOffset{tp, p, p.next, p.acked})
+		}
+	}
+	return batch
+}
+
+// sendCommit adds batch to req and sends it: through send when set
+// (GroupProtocolConsumer), else to broker.
+func (s *offsetStore) sendCommit(broker *sarama.Broker, req *sarama.OffsetCommitRequest, batch []sentOffset) (*sarama.OffsetCommitResponse, error) {
 	timestamp := int64(0)
 	if req.Version == 1 {
 		timestamp = sarama.ReceiveTime // version 1's: when the broker receives it
@@ -452,40 +474,47 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 		offset, metadata := commitmark.Encode(b.offset, s.lastProcessed)
 		req.AddBlockWithLeaderEpoch(b.tp.Topic, b.tp.Partition, offset, -1, timestamp, metadata+b.acked)
 	}
-	var resp *sarama.OffsetCommitResponse
-	var err error
-	if s.send != nil {
-		sentTPs := make([]TopicPartition, len(batch))
-		for i, b := range batch {
-			sentTPs[i] = b.tp
-		}
-		resp, err = s.send(req, sentTPs)
-	} else {
-		resp, err = broker.CommitOffset(req)
+	if s.send == nil {
+		return broker.CommitOffset(req)
 	}
-	if err != nil {
-		for _, b := range batch {
-			s.report(b.tp, err)
-		}
-		s.releaseBroker(broker)
-		_ = broker.Close() // the client opens it again on its next use
-		return false
+	tps := make([]TopicPartition, len(batch))
+	for i, b := range batch {
+		tps[i] = b.tp
 	}
+	return s.send(req, tps)
+}
 
-	type failure struct {
-		tp  TopicPartition
-		err error
-	}
-	var failed []failure
-	var refused []TopicPartition // their acked set refused: committed again without
-	refusedBytes := 0
-	release := false
+// commitOutcome is what the answer to a commit request settled (settle).
+type commitOutcome struct {
+	failed []commitFailure // to report
+	// refused are the partitions whose acked set was refused, to commit
+	// again without; refusedBytes the largest metadata refused.
+	refused      []TopicPartition
+	refusedBytes int
+	// release: the coordinator is to be forgotten (it moved, or the next
+	// round asks it afresh).
+	release bool
+}
+
+// commitFailure is a partition's commit that failed with err.
+type commitFailure struct {
+	tp  TopicPartition
+	err error
+}
+
+// settle records the answer resp to the commit of batch, sent with the
+// member's generation: a committed offset becomes the committed one, and
+// a closing partition committed leaves the store (its closed channel is
+// closed); the rest is the outcome's.
+func (s *offsetStore) settle(batch []sentOffset, resp *sarama.OffsetCommitResponse, generation int32) commitOutcome {
+	var out commitOutcome
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, b := range batch {
 		kerr, ok := resp.Errors[b.tp.Topic][b.tp.Partition]
 		switch {
 		case !ok:
-			failed = append(failed, failure{b.tp, sarama.ErrIncompleteResponse})
+			out.failed = append(out.failed, commitFailure{b.tp, sarama.ErrIncompleteResponse})
 		case errors.Is(kerr, sarama.ErrNoError):
 			b.part.committed, b.part.committedAcked = b.offset, b.acked
 			if b.part.closed != nil && !b.part.dirty() && s.parts[b.tp] == b.part {
@@ -494,10 +523,10 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 			}
 		case errors.Is(kerr, sarama.ErrNotLeaderForPartition), errors.Is(kerr, sarama.ErrLeaderNotAvailable),
 			coordinatorMoved(kerr):
-			release = true // not an error: the next round asks the new coordinator
-		case errors.Is(kerr, sarama.ErrOffsetsLoadInProgress), errors.Is(kerr, sarama.ErrRebalanceInProgress):
-			// The coordinator is loading the group, or the group is
-			// completing a rebalance: the next round commits.
+			out.release = true // not an error: the next round asks the new coordinator
+		case errors.Is(kerr, sarama.ErrRebalanceInProgress):
+			// The group is completing a rebalance: the next round
+			// commits.
 		case s.asMember() && (errors.Is(kerr, sarama.ErrIllegalGeneration) || errors.Is(kerr, sarama.ErrUnknownMemberId) || errors.Is(kerr, sarama.ErrFencedInstancedId) ||
 			errors.Is(kerr, errFencedMemberEpoch) || errors.Is(kerr, errStaleMemberEpoch)):
 			// Refused as a member's commit. After a generation change
@@ -506,38 +535,27 @@ func (s *offsetStore) commitChunk(broker *sarama.Broker, tps []TopicPartition) b
 			// refusal is reported (the guard learns it from its
 			// heartbeats too).
 			if g, _, _ := s.member(); g == generation && g >= 0 {
-				failed = append(failed, failure{b.tp, kerr})
+				out.failed = append(out.failed, commitFailure{b.tp, kerr})
 			}
 		case errors.Is(kerr, sarama.ErrUnknownTopicOrPartition) && b.part.closed != nil && s.parts[b.tp] == b.part:
 			// The topic is gone: the final commit of its stopped
 			// partition never succeeds, and must not land on a topic of
 			// the same name created later. It leaves the store; the
 			// partition's stop goes on as if it was committed.
-			failed = append(failed, failure{b.tp, kerr})
+			out.failed = append(out.failed, commitFailure{b.tp, kerr})
 			delete(s.parts, b.tp)
 			close(b.part.closed)
 		case errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && b.acked != "":
-			refused = append(refused, b.tp)
-			refusedBytes = max(refusedBytes, len(commitmark.NextMark)+len(b.acked))
+			out.refused = append(out.refused, b.tp)
+			out.refusedBytes = max(out.refusedBytes, len(commitmark.NextMark)+len(b.acked))
 		default:
-			failed = append(failed, failure{b.tp, kerr})
+			out.failed = append(out.failed, commitFailure{b.tp, kerr})
 			// Unless the offset itself is refused, the next round asks
 			// the coordinator afresh, as sarama does.
-			release = release || !errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && !errors.Is(kerr, sarama.ErrInvalidCommitOffsetSize)
+			out.release = out.release || !errors.Is(kerr, sarama.ErrOffsetMetadataTooLarge) && !errors.Is(kerr, sarama.ErrInvalidCommitOffsetSize)
 		}
 	}
-	s.mu.Unlock()
-	if release {
-		s.releaseBroker(broker)
-	}
-	for _, f := range failed {
-		s.report(f.tp, f.err)
-	}
-	if len(refused) > 0 {
-		s.refused(refused, refusedBytes)
-		return s.commitChunk(broker, refused)
-	}
-	return true
+	return out
 }
 
 // refused handles a broker's refusal of the acked sets of tps, the
@@ -607,45 +625,6 @@ func (s *offsetStore) commitRequest() *sarama.OffsetCommitRequest {
 		req.RetentionTime = int64(r / time.Millisecond)
 	}
 	return req
-}
-
-// broker returns the group's coordinator, looking it up when not known.
-func (s *offsetStore) broker() (*sarama.Broker, error) {
-	// The flag is read once: whichever way it changes meanwhile, the
-	// mutex is locked exactly once here.
-	if s.noLookup.Load() {
-		if !s.brokerMu.TryLock() {
-			return nil, errNoLookup // a lookup is under way, and may last
-		}
-	} else {
-		s.brokerMu.Lock()
-	}
-	defer s.brokerMu.Unlock()
-	if s.coordinator != nil {
-		return s.coordinator, nil
-	}
-	if s.noLookup.Load() {
-		return nil, errNoLookup
-	}
-	if err := s.client.RefreshCoordinator(s.group); err != nil {
-		return nil, err
-	}
-	broker, err := s.client.Coordinator(s.group)
-	if err != nil {
-		return nil, err
-	}
-	s.coordinator = broker
-	return broker, nil
-}
-
-// releaseBroker forgets the coordinator b, so that the next request looks
-// the coordinator up again.
-func (s *offsetStore) releaseBroker(b *sarama.Broker) {
-	s.brokerMu.Lock()
-	if s.coordinator == b {
-		s.coordinator = nil
-	}
-	s.brokerMu.Unlock()
 }
 
 // uncommitted returns how many partitions have an offset to commit that is

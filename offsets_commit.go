@@ -8,6 +8,7 @@ package kafkaconsumer
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -130,7 +131,10 @@ func (cm *consumerManager) commitRound() {
 	cm.config.metrics().Committed(cm.group, time.Since(began))
 }
 
-// commitFailed passes on a failed commit of tp, to Errors() and Metrics.
+// commitFailed passes on a failed commit of tp, to Errors() and Metrics,
+// but for one refused with ILLEGAL_GENERATION while a member of Kafka's
+// classic group joins: it is in the next generation, whose SyncGroup is
+// to come, and the offset is committed with it.
 // A commit refused with FENCED_INSTANCE_ID is final for a member of
 // Kafka's group (kafkaCoordinator.instanceFenced); one refused with
 // FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID loses a consumer-protocol
@@ -138,10 +142,17 @@ func (cm *consumerManager) commitRound() {
 // protocol's codes, which sarama does not name, are reported by name
 // (namedKError).
 func (cm *consumerManager) commitFailed(tp TopicPartition, err error) {
+	k := cm.kafkaActive()
+	if k != nil && k.consumer == nil && k.joining.Load() && errors.Is(err, sarama.ErrIllegalGeneration) {
+		// The group's next generation began and this member is in it,
+		// its SyncGroup to come: the offset stays to commit, and the
+		// next round commits it with that generation.
+		cm.logf(slog.LevelDebug, "The commit of %s/%d waits for the group's next generation (%s).", tp.Topic, tp.Partition, err)
+		return
+	}
 	err = namedKError(err)
 	cm.config.metrics().CommitFailed(cm.group, tp, err)
 	cm.sendError(&sarama.ConsumerError{Topic: tp.Topic, Partition: tp.Partition, Err: err})
-	k := cm.kafkaActive()
 	switch {
 	case k == nil:
 	case errors.Is(err, sarama.ErrFencedInstancedId):

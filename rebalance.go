@@ -119,10 +119,7 @@ func (cm *consumerManager) managePartitionManagers(assigned map[TopicPartition]a
 	for _, pm := range started {
 		go pm.run()
 	}
-	for _, pm := range stopping {
-		_ = pm.t.Wait() // what did not complete is logged, and returned
-		pm.retired.Store(true)
-	}
+	cm.waitStopped(stopping, next)
 	cm.pms.Store(&next)
 	if assigned != nil && cm.firstRound != nil {
 		// Before OnRebalance, which may block: JoinContext must not wait
@@ -157,4 +154,26 @@ func sortedPartitions(pms []*partitionManager) []TopicPartition {
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].less(result[j]) })
 	return result
+}
+
+// waitStopped waits until the partition managers stopping have stopped
+// (what did not complete is logged, and returned). When the manager is
+// interrupted meanwhile (Close), those of next are stopped at once too,
+// so that the shutdown waits for one stop of every partition, all at
+// once, rather than for theirs after these: Close's bound counts one
+// MaxProcessingTime.
+func (cm *consumerManager) waitStopped(stopping []*partitionManager, next partitionManagers) {
+	dying := cm.t.Dying()
+	for _, pm := range stopping {
+		select {
+		case <-pm.t.Dead():
+		case <-dying:
+			dying = nil
+			for _, other := range next {
+				other.t.Kill(nil)
+			}
+			<-pm.t.Dead()
+		}
+		pm.retired.Store(true)
+	}
 }
