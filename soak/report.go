@@ -101,6 +101,8 @@ func (so *soak) writeReport(events []soakcheck.Event, r *soakcheck.Report, caugh
 	switch {
 	case so.s.kafkaCoordinated():
 		b.WriteString("\nThe group is coordinated by Kafka's group coordinator (Config.Coordinator CoordinatorKafka); the instances have no ZooKeeper connection.\n")
+	case so.s.consumerProtocol():
+		b.WriteString(so.consumerReport())
 	case so.s.migrating():
 		b.WriteString("\nThe instances run with Config.Coordinator CoordinatorZooKeeper and follow the group's coordinator switch, which `kafkaconsumer-groups migrate` flips to Kafka and back, alone and under the other faults; extra instances join with the other setting.")
 		if so.s.nonFollowers {

@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/soakcheck"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type settings struct {
@@ -40,6 +41,9 @@ type settings struct {
 	// switchCutFromBrokers lets the nemesis flip the switch under the
 	// kinds of cutFromBrokers (coordinatorMigrate).
 	switchCutFromBrokers bool
+	// protocolMove adds the rolling move between the group protocols
+	// (coordinatorConsumer).
+	protocolMove bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
@@ -61,7 +65,7 @@ type soak struct {
 	log     *eventLog
 	insts   []*instance // the group's instances, then the extra ones (instance.extra)
 
-	mu     sync.Mutex // guards topics, and switches
+	mu     sync.Mutex // guards topics, switches, moves and movingTo
 	topics []string
 
 	kinds      []fault                  // the faults of this run's coordinator (faultsFor)
@@ -71,6 +75,10 @@ type soak struct {
 	unstable   []string                 // faults after which the group was not stable in time
 
 	switches switchCounts // the group's switch flipped (coordinatorMigrate)
+
+	franz    *kgo.Client // describes the group (coordinatorConsumer)
+	moves    moveCounts  // the rolling moves (coordinatorConsumer)
+	movingTo string      // the setting the rolling moves go to (moveTarget)
 }
 
 // instance is one consumer process and the proxies it reaches the cluster
@@ -104,14 +112,27 @@ func logf(format string, args ...any) {
 func run(s settings) (bool, error) {
 	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s), faults: make(map[string]int), under: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
-	cluster, err := testcluster.Start(testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+	opts := testcluster.Options{ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
-		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }})
+		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }}
+	if s.consumerProtocol() {
+		if err := consumerCluster(&opts); err != nil {
+			return false, err
+		}
+	}
+	cluster, err := testcluster.Start(opts)
 	if err != nil {
 		return false, err
 	}
 	defer cluster.Close()
 	so.cluster = cluster
+	if s.consumerProtocol() {
+		closeFranz, err := so.openConsumerProtocol()
+		if err != nil {
+			return false, err
+		}
+		defer closeFranz()
+	}
 	if err := cluster.CreateTopic("soak.0", 12, 3); err != nil {
 		return false, err
 	}
@@ -417,10 +438,12 @@ func (so *soak) sample(stop <-chan struct{}, done chan<- struct{}) {
 
 // waitStable waits until every partition of the soak topics is owned by a
 // registered instance, every live instance is registered (with
-// CoordinatorKafka: stableKafka), and it returns how long that took.
+// CoordinatorKafka: stableKafka), and it returns how long that took. It
+// restarts the group's instances that exited on their own (restartExited).
 func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < timeout {
+		so.restartExited()
 		if so.stable() {
 			return time.Since(start), true
 		}
@@ -433,6 +456,8 @@ func (so *soak) stable() bool {
 	switch {
 	case so.s.kafkaCoordinated():
 		return so.stableKafka()
+	case so.s.consumerProtocol():
+		return so.stableConsumer()
 	case so.s.migrating():
 		return so.stableMigrating()
 	}
