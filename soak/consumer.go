@@ -264,40 +264,14 @@ func (so *soak) stableConsumer() bool {
 	if g.State != "Stable" {
 		return false
 	}
-	members := make(map[string]int, len(g.Members))
-	assigned := make(map[string]map[int32]int)
-	for _, m := range g.Members {
-		members[m.ClientID]++
-		for _, t := range m.Assignment.TopicPartitions {
-			if assigned[t.Topic] == nil {
-				assigned[t.Topic] = make(map[int32]int)
-			}
-			for _, p := range t.Partitions {
-				assigned[t.Topic][p]++
-			}
+	var m kafkaMembers
+	for _, member := range g.Members {
+		m.add(member.ClientID)
+		for _, t := range member.Assignment.TopicPartitions {
+			m.assign(t.Topic, t.Partitions)
 		}
 	}
-	live := 0
-	for _, in := range so.insts {
-		if !in.alive() || in.stopped {
-			continue
-		}
-		if members[childClientID(in.name, in.cmd.Process.Pid)] != 1 {
-			return false
-		}
-		live++
-	}
-	if len(g.Members) != live {
-		return false
-	}
-	for t, ps := range so.partitions() {
-		for _, p := range ps {
-			if assigned[t][p] != 1 {
-				return false
-			}
-		}
-	}
-	return true
+	return so.membersStable(m)
 }
 
 // describeConsumerGroup describes the soak's group with

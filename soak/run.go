@@ -540,47 +540,21 @@ func (so *soak) stableKafka() bool {
 	if err != nil || len(groups) != 1 || groups[0].Err != sarama.ErrNoError || groups[0].State != "Stable" {
 		return false
 	}
-	members := make(map[string]int)
-	assigned := make(map[string]map[int32]int)
-	for _, m := range groups[0].Members {
-		members[m.ClientId]++
-		a, err := m.GetMemberAssignment()
+	var m kafkaMembers
+	for _, member := range groups[0].Members {
+		a, err := member.GetMemberAssignment()
 		if err != nil {
 			return false
 		}
+		m.add(member.ClientId)
 		if a == nil {
 			continue
 		}
 		for t, ps := range a.Topics {
-			if assigned[t] == nil {
-				assigned[t] = make(map[int32]int)
-			}
-			for _, p := range ps {
-				assigned[t][p]++
-			}
+			m.assign(t, ps)
 		}
 	}
-	live := 0
-	for _, in := range so.insts {
-		if !in.alive() || in.stopped {
-			continue
-		}
-		if members[childClientID(in.name, in.cmd.Process.Pid)] != 1 {
-			return false
-		}
-		live++
-	}
-	if len(groups[0].Members) != live {
-		return false
-	}
-	for t, ps := range so.partitions() {
-		for _, p := range ps {
-			if assigned[t][p] != 1 {
-				return false
-			}
-		}
-	}
-	return true
+	return so.membersStable(m)
 }
 
 // waitCaughtUp waits until the group's committed offsets reach the end of
