@@ -122,10 +122,10 @@ func (so *soak) coordinatorReady(timeout time.Duration) error {
 	}
 }
 
-// consumerOnly are the kinds of faults left out of the consumer-protocol
+// ensembleOnly are the kinds of fault left out of the consumer-protocol
 // variant besides zookeeperOnly: the ZooKeeper ensemble's, which the KRaft
 // brokers do not use (their ZooKeeper node keeps nothing of the run's).
-var consumerOnly = map[string]bool{
+var ensembleOnly = map[string]bool{
 	"ZooKeeper node killed, restarted": true,
 	"ZooKeeper quorum frozen briefly":  true,
 }
@@ -140,7 +140,7 @@ func consumerFaults(s settings) []fault {
 		kinds = append(kinds, fault{kindProtocolMove, (*soak).protocolMove})
 	}
 	for _, f := range faults {
-		if !zookeeperOnly[f.kind] && !consumerOnly[f.kind] {
+		if !zookeeperOnly[f.kind] && !ensembleOnly[f.kind] {
 			kinds = append(kinds, f)
 		}
 	}

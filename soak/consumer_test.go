@@ -19,7 +19,7 @@ func TestConsumerFaults(t *testing.T) {
 	plain := kinds(settings{coordinator: coordinatorConsumer})
 	moving := kinds(settings{coordinator: coordinatorConsumer, protocolMove: true})
 	for _, k := range plain {
-		if zookeeperOnly[k] || consumerOnly[k] {
+		if zookeeperOnly[k] || ensembleOnly[k] {
 			t.Errorf("the consumer variant injects %q, which needs ZooKeeper", k)
 		}
 	}
