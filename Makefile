@@ -54,7 +54,12 @@
 #                      it says kafka, whose claims must all be refused;
 #                      SOAK_SWITCH_CUT_FROM_BROKERS=1 switches under the
 #                      cuts of an instance from every broker too
-#                      (docs/soak.md); default zookeeper
+#                      (docs/soak.md); SOAK_COORDINATOR=consumer runs
+#                      them with CoordinatorKafka and GroupProtocolConsumer
+#                      (KIP-848) on a KRaft cluster of Kafka 4.4.0 (the
+#                      faults that need ZooKeeper left out), and
+#                      SOAK_PROTOCOL_MOVE=1 adds rolling moves between the
+#                      classic and the consumer protocol; default zookeeper
 #   make test-matrix   the integration suite (not the fault suite) against
 #                      each supported Kafka/ZooKeeper pair (PAIRS="2.8.2/3.5.10
 #                      3.9.1/bundled ..."), then a table (scripts/test-matrix.sh)
@@ -192,6 +197,9 @@ bench:
 # SOAK_PROCESS=1: the consumers run process.Run (ByKey, retries, dead
 # letters, DurableAcks) and the checker judges key order and handlings after
 # an ack too. The brokers' and ZooKeeper's logs are kept in .soak/logs/.
+# SOAK_COORDINATOR=consumer: Kafka's consumer group protocol (KIP-848) on a
+# KRaft cluster of 3 brokers of Kafka 4.4.0 (KAFKA_VERSION); SOAK_PROTOCOL_MOVE=1
+# adds rolling moves between the classic and the consumer protocol.
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
 SOAK_COORDINATOR ?= zookeeper
@@ -199,11 +207,12 @@ SOAK_NONFOLLOWERS ?= 0
 SOAK_ORIGINAL ?= 0
 SOAK_SWITCH_CUT_FROM_BROKERS ?= 0
 SOAK_PROCESS ?= 0
+SOAK_PROTOCOL_MOVE ?= 0
 soak:
 	$(GO) build -o .soak/kafkaconsumer-groups ./cmd/kafkaconsumer-groups
 	cd soak && SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_COORDINATOR=$(SOAK_COORDINATOR) \
 		SOAK_NONFOLLOWERS=$(SOAK_NONFOLLOWERS) SOAK_ORIGINAL=$(SOAK_ORIGINAL) \
-		SOAK_PROCESS=$(SOAK_PROCESS) \
+		SOAK_PROCESS=$(SOAK_PROCESS) SOAK_PROTOCOL_MOVE=$(SOAK_PROTOCOL_MOVE) \
 		SOAK_SWITCH_CUT_FROM_BROKERS=$(SOAK_SWITCH_CUT_FROM_BROKERS) SOAK_GROUPS_TOOL=../.soak/kafkaconsumer-groups $(GO) run . -out ../.soak
 
 demo:

@@ -32,7 +32,8 @@ import (
 
 // childEnv names the child's settings: instance name, ZooKeeper connection
 // string, event file, seed, the routes to the brokers ("broker=proxy,..."),
-// and the instance's setting (coordinatorZookeeper, coordinatorKafka or
+// and the instance's setting (coordinatorZookeeper, coordinatorKafka,
+// coordinatorConsumer: CoordinatorKafka with GroupProtocolConsumer, or
 // coordinatorMigrate: CoordinatorZooKeeper, following the group's switch;
 // coordinatorOriginal: the original-like instance, original.go),
 // separated by spaces.
@@ -111,7 +112,7 @@ func childMain(settings string) int {
 	config.MaxProcessingTime = maxProcessingTime
 	config.Consumer.Offsets.AutoCommit.Interval = 200 * time.Millisecond
 	config.DiscoveryInterval = time.Second
-	if coordinator == coordinatorKafka || coordinator == coordinatorMigrate {
+	if kafkaSetting(coordinator) || coordinator == coordinatorMigrate {
 		// Kafka's group coordinator keeps the group, always or after the
 		// group's switch says kafka. The brokers are dialed through this
 		// instance's proxies (the dialer), the client ID names the
@@ -121,11 +122,14 @@ func childMain(settings string) int {
 		config.Consumer.Group.Session.Timeout = sessionTimeout
 		config.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	}
-	if coordinator == coordinatorKafka {
+	if kafkaSetting(coordinator) {
 		// No ZooKeeper.
 		config.Coordinator = kafkaconsumer.CoordinatorKafka
 		config.Brokers = dialer.brokers
 		zookeeper = ""
+	}
+	if coordinator == coordinatorConsumer {
+		config.GroupProtocol = kafkaconsumer.GroupProtocolConsumer
 	}
 	// The partitions held: from the first of OnRebalance's assignment and
 	// Stats' claim (a partition may hand out before OnRebalance reports it,

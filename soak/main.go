@@ -12,6 +12,12 @@
 // group, the instances have no ZooKeeper connection, and the faults on
 // that connection are left out (see faults).
 //
+// SOAK_COORDINATOR=consumer (-coordinator consumer) runs the consumers
+// with CoordinatorKafka and GroupProtocolConsumer (KIP-848) on a KRaft
+// cluster of Kafka 4 (consumer.go), under the faults that need no
+// ZooKeeper; SOAK_PROTOCOL_MOVE=1 (-protocol-move) adds the rolling move
+// between the classic and the consumer protocol as a fault of its own.
+//
 // SOAK_COORDINATOR=migrate (-coordinator migrate) runs the consumers with
 // CoordinatorZooKeeper, so that they follow the group's coordinator
 // switch, and adds the migration as a fault: the groups tool
@@ -71,22 +77,23 @@ func main() {
 	out := flag.String("out", ".soak", "where the report goes")
 	instances := flag.Int("instances", 5, "consumer instances (processes)")
 	rate := flag.Int("rate", 200, "messages produced per second")
-	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper, kafka, or migrate (zookeeper, switched to Kafka and back) (SOAK_COORDINATOR)")
+	coordinator := flag.String("coordinator", envString("SOAK_COORDINATOR", coordinatorZookeeper), "who coordinates the group: zookeeper, kafka, consumer (kafka with the consumer group protocol, KIP-848), or migrate (zookeeper, switched to Kafka and back) (SOAK_COORDINATOR)")
 	groupsTool := flag.String("groups-tool", envString("SOAK_GROUPS_TOOL", ""), "the kafkaconsumer-groups binary that switches the group, with -coordinator migrate (SOAK_GROUPS_TOOL)")
 	nonFollowers := flag.Bool("nonfollowers", envInt("SOAK_NONFOLLOWERS", 0) != 0, "with -coordinator migrate, add instances that do not follow the group's switch (SOAK_NONFOLLOWERS=1)")
 	original := flag.Bool("original", envInt("SOAK_ORIGINAL", 0) != 0, "with -coordinator migrate, add an instance that registers as the original does after the switch to Kafka (SOAK_ORIGINAL=1)")
 	switchCutFromBrokers := flag.Bool("switch-cut-from-brokers", envInt("SOAK_SWITCH_CUT_FROM_BROKERS", 0) != 0, "with -coordinator migrate, flip the switch under the cuts of an instance from every broker too (SOAK_SWITCH_CUT_FROM_BROKERS=1)")
 	processRun := flag.Bool("process", envInt("SOAK_PROCESS", 0) != 0, "the instances run process.Run with DurableAcks (SOAK_PROCESS=1)")
+	protocolMove := flag.Bool("protocol-move", envInt("SOAK_PROTOCOL_MOVE", 0) != 0, "with -coordinator consumer, move the instances between the classic and the consumer protocol by rolling restarts (SOAK_PROTOCOL_MOVE=1)")
 	flag.Parse()
 	switch *coordinator {
-	case coordinatorZookeeper, coordinatorKafka:
+	case coordinatorZookeeper, coordinatorKafka, coordinatorConsumer:
 	case coordinatorMigrate:
 		if *groupsTool == "" {
 			fmt.Fprintln(os.Stderr, "soak: -coordinator migrate needs -groups-tool (SOAK_GROUPS_TOOL), the kafkaconsumer-groups binary (make soak builds it)")
 			os.Exit(2)
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "soak: -coordinator (SOAK_COORDINATOR) must be %s, %s or %s, got %q\n", coordinatorZookeeper, coordinatorKafka, coordinatorMigrate, *coordinator)
+		fmt.Fprintf(os.Stderr, "soak: -coordinator (SOAK_COORDINATOR) must be %s, %s, %s or %s, got %q\n", coordinatorZookeeper, coordinatorKafka, coordinatorConsumer, coordinatorMigrate, *coordinator)
 		os.Exit(2)
 	}
 	dir, err := filepath.Abs(*out)
@@ -107,7 +114,8 @@ func main() {
 	}
 	ok, err := run(settings{duration: *duration, seed: *seed, dir: dir, instances: *instances, rate: *rate, coordinator: *coordinator,
 		groupsTool: *groupsTool, nonFollowers: *nonFollowers && *coordinator == coordinatorMigrate, original: *original && *coordinator == coordinatorMigrate,
-		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate, process: *processRun})
+		switchCutFromBrokers: *switchCutFromBrokers && *coordinator == coordinatorMigrate, process: *processRun,
+		protocolMove: *protocolMove && *coordinator == coordinatorConsumer})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)

@@ -255,11 +255,13 @@ var kafkaFaults = []fault{
 // ZooKeeper; with Kafka, those that are not zookeeperOnly, then
 // kafkaFaults; with the migration, every kind of faults, kafkaFaults and
 // migrateFaults (and nonFollowerFaults with s.nonFollowers, originalFaults
-// with s.original).
+// with s.original); with the consumer protocol, consumerFaults.
 func faultsFor(s settings) []fault {
 	switch s.coordinator {
 	case coordinatorZookeeper:
 		return faults
+	case coordinatorConsumer:
+		return consumerFaults(s)
 	case coordinatorMigrate:
 		kinds := append(append(append([]fault(nil), faults...), kafkaFaults...), migrateFaults...)
 		if s.nonFollowers {

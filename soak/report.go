@@ -97,11 +97,17 @@ func (so *soak) switchSummary() string {
 // writeReport writes report.md and timeline.png.
 func (so *soak) writeReport(events []soakcheck.Event, r *soakcheck.Report, caughtUp bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Soak report\n\n`SOAK_SEED=%d SOAK_DURATION=%s SOAK_COORDINATOR=%s make soak`: %d consumer instances, %d msg/s, 3 ZooKeeper nodes, 3 brokers (replication 3), session timeout %s.\n",
-		so.s.seed, so.s.duration, so.s.coordinator, so.s.instances, so.s.rate, sessionTimeout)
+	shape := "3 ZooKeeper nodes, 3 brokers"
+	if so.s.consumerProtocol() {
+		shape = "3 KRaft brokers"
+	}
+	fmt.Fprintf(&b, "# Soak report\n\n`SOAK_SEED=%d SOAK_DURATION=%s SOAK_COORDINATOR=%s make soak`: %d consumer instances, %d msg/s, %s (replication 3), session timeout %s.\n",
+		so.s.seed, so.s.duration, so.s.coordinator, so.s.instances, so.s.rate, shape, sessionTimeout)
 	switch {
 	case so.s.kafkaCoordinated():
 		b.WriteString("\nThe group is coordinated by Kafka's group coordinator (Config.Coordinator CoordinatorKafka); the instances have no ZooKeeper connection.\n")
+	case so.s.consumerProtocol():
+		b.WriteString(so.consumerReport())
 	case so.s.migrating():
 		b.WriteString("\nThe instances run with Config.Coordinator CoordinatorZooKeeper and follow the group's coordinator switch, which `kafkaconsumer-groups migrate` flips to Kafka and back, alone and under the other faults; extra instances join with the other setting.")
 		if so.s.nonFollowers {

@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/soakcheck"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type settings struct {
@@ -42,6 +43,9 @@ type settings struct {
 	switchCutFromBrokers bool
 	// process: the instances run process.Run (process.go).
 	process bool
+	// protocolMove adds the rolling move between the group protocols
+	// (coordinatorConsumer).
+	protocolMove bool
 }
 
 // kafkaCoordinated tells whether the run's consumers are coordinated by
@@ -63,7 +67,7 @@ type soak struct {
 	log     *eventLog
 	insts   []*instance // the group's instances, then the extra ones (instance.extra)
 
-	mu     sync.Mutex // guards topics, and switches
+	mu     sync.Mutex // guards topics, switches, moves and movingTo
 	topics []string
 
 	kinds      []fault                  // the faults of this run's coordinator (faultsFor)
@@ -73,6 +77,10 @@ type soak struct {
 	unstable   []string                 // faults after which the group was not stable in time
 
 	switches switchCounts // the group's switch flipped (coordinatorMigrate)
+
+	franz    *kgo.Client // describes the group (coordinatorConsumer)
+	moves    moveCounts  // the rolling moves (coordinatorConsumer)
+	movingTo string      // the setting the rolling moves go to (moveTarget)
 }
 
 // instance is one consumer process and the proxies it reaches the cluster
@@ -107,14 +115,27 @@ func run(s settings) (bool, error) {
 	so := &soak{s: s, rng: rand.New(rand.NewSource(s.seed)), kinds: faultsFor(s), faults: make(map[string]int), under: make(map[string]int), recoveries: make(map[string]time.Duration)}
 	kafka, zookeeper := testcluster.VersionsFromEnv()
 	defer keepClusterLogs(s.dir) // logs.go: after the cluster's Close, failed or not
-	cluster, err := testcluster.Start(testcluster.Options{Dir: filepath.Join(s.dir, clusterSubdir), ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
+	opts := testcluster.Options{Dir: filepath.Join(s.dir, clusterSubdir), ZooKeepers: 3, Brokers: 3, KafkaVersion: kafka, ZooKeeperVersion: zookeeper,
 		ZooKeeperQuorumProxies: true, // for the follower cut off from the quorum
-		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }})
+		Logf:                   func(format string, args ...any) { logf("cluster: "+format, args...) }}
+	if s.consumerProtocol() {
+		if err := consumerCluster(&opts); err != nil {
+			return false, err
+		}
+	}
+	cluster, err := testcluster.Start(opts)
 	if err != nil {
 		return false, err
 	}
 	defer cluster.Close()
 	so.cluster = cluster
+	if s.consumerProtocol() {
+		closeFranz, err := so.openConsumerProtocol()
+		if err != nil {
+			return false, err
+		}
+		defer closeFranz()
+	}
 	if err := cluster.CreateTopic("soak.0", 12, 3); err != nil {
 		return false, err
 	}
@@ -425,10 +446,12 @@ func (so *soak) sample(stop <-chan struct{}, done chan<- struct{}) {
 
 // waitStable waits until every partition of the soak topics is owned by a
 // registered instance, every live instance is registered (with
-// CoordinatorKafka: stableKafka), and it returns how long that took.
+// CoordinatorKafka: stableKafka), and it returns how long that took. It
+// restarts the group's instances that exited on their own (restartExited).
 func (so *soak) waitStable(timeout time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < timeout {
+		so.restartExited()
 		if so.stable() {
 			return time.Since(start), true
 		}
@@ -441,6 +464,8 @@ func (so *soak) stable() bool {
 	switch {
 	case so.s.kafkaCoordinated():
 		return so.stableKafka()
+	case so.s.consumerProtocol():
+		return so.stableConsumer()
 	case so.s.migrating():
 		return so.stableMigrating()
 	}
@@ -523,47 +548,21 @@ func (so *soak) stableKafka() bool {
 	if err != nil || len(groups) != 1 || groups[0].Err != sarama.ErrNoError || groups[0].State != "Stable" {
 		return false
 	}
-	members := make(map[string]int)
-	assigned := make(map[string]map[int32]int)
-	for _, m := range groups[0].Members {
-		members[m.ClientId]++
-		a, err := m.GetMemberAssignment()
+	var m kafkaMembers
+	for _, member := range groups[0].Members {
+		a, err := member.GetMemberAssignment()
 		if err != nil {
 			return false
 		}
+		m.add(member.ClientId)
 		if a == nil {
 			continue
 		}
 		for t, ps := range a.Topics {
-			if assigned[t] == nil {
-				assigned[t] = make(map[int32]int)
-			}
-			for _, p := range ps {
-				assigned[t][p]++
-			}
+			m.assign(t, ps)
 		}
 	}
-	live := 0
-	for _, in := range so.insts {
-		if !in.alive() || in.stopped {
-			continue
-		}
-		if members[childClientID(in.name, in.cmd.Process.Pid)] != 1 {
-			return false
-		}
-		live++
-	}
-	if len(groups[0].Members) != live {
-		return false
-	}
-	for t, ps := range so.partitions() {
-		for _, p := range ps {
-			if assigned[t][p] != 1 {
-				return false
-			}
-		}
-	}
-	return true
+	return so.membersStable(m)
 }
 
 // waitCaughtUp waits until the group's committed offsets reach the end of
