@@ -46,11 +46,16 @@ var faults = []fault{
 		if err := in.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			return "", nil, err
 		}
+		// The checker does not count the frozen time against the
+		// durable-acks bound (soakcheck's checkRehandled).
+		so.log.write(soakcheck.Frozen, "", 0, 0, in.name)
 		in.stopped = true
 		so.hold(sessionTimeout + 2*time.Second)
 		return in.name, func() error {
 			in.stopped = false
-			return in.cmd.Process.Signal(syscall.SIGCONT)
+			err := in.cmd.Process.Signal(syscall.SIGCONT)
+			so.log.write(soakcheck.Resumed, "", 0, 0, in.name)
+			return err
 		}, nil
 	}},
 	{"instance leaves (Shutdown) and joins again", func(so *soak) (string, func() error, error) {

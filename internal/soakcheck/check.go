@@ -40,6 +40,8 @@ const (
 	Committed = "committed" // the group's committed offset, sampled from Kafka
 	Fault     = "fault"     // the nemesis injected a fault (Value names it)
 	Healed    = "healed"    // the nemesis healed it (Value names it)
+	Frozen    = "frozen"    // the nemesis stopped the instance Value (SIGSTOP)
+	Resumed   = "resumed"   // the nemesis resumed it (SIGCONT)
 )
 
 // Event is one line of a soak log (JSON).

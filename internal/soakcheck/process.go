@@ -108,8 +108,11 @@ func (c *checker) checkKeyOrder(byValue map[string]message, first map[string]han
 // within its session timeout; so the hold's end, the last event of the
 // acking instance on the partition before the new handling (its
 // revocation, or its last delivery, ack or handling before it was killed,
-// frozen or fenced), comes at most Options.AckedBound after the ack.
-// A handling again later is a violation.
+// frozen or fenced), comes at most Options.AckedBound after the ack, in
+// the instance's running time: the time it was frozen (the nemesis's
+// Frozen to Resumed) does not count, since a stopped process neither
+// commits nor learns that its session ended. A handling again later is a
+// violation.
 func (c *checker) checkRehandled(events []Event, byValue map[string]message) {
 	type instPart struct {
 		inst string
@@ -117,6 +120,7 @@ func (c *checker) checkRehandled(events []Event, byValue map[string]message) {
 	}
 	life := make(map[instPart][]int64) // the times of an instance's events on a partition
 	acked := make(map[string]Event)    // the first ack of each value
+	frozen := frozenSpans(events)
 	for _, e := range events {
 		switch e.Kind {
 		case Delivered, Acked, Handled, Revoked:
@@ -136,15 +140,48 @@ func (c *checker) checkRehandled(events []Event, byValue map[string]message) {
 		seen[e.Value] = true // the first handling after the ack judges the message
 		m := byValue[e.Value]
 		end := c.holdEnd(m.p, a, e.Time, life[instPart{a.Instance, m.p}])
-		if end-a.Time <= int64(c.opts.AckedBound) {
+		stopped := overlap(frozen[a.Instance], a.Time, end)
+		if end-a.Time-stopped <= int64(c.opts.AckedBound) {
 			c.report.Process.AckedAgain++
 			continue
 		}
 		c.report.Process.PastBound++
-		c.violate("handled after ack", "%s@%d (%q) acked by %s at %s, handled again by %s at %s; %s held the partition until %s, %s after the ack (bound %s)",
+		c.violate("handled after ack", "%s@%d (%q) acked by %s at %s, handled again by %s at %s; %s held the partition until %s, %s after the ack, %s of it frozen (bound %s)",
 			m.p, m.off, m.value, a.Instance, stamp(a.Time), e.Instance, stamp(e.Time), a.Instance, stamp(end),
-			time.Duration(end-a.Time).Round(time.Millisecond), c.opts.AckedBound)
+			time.Duration(end-a.Time).Round(time.Millisecond), time.Duration(stopped).Round(time.Millisecond), c.opts.AckedBound)
 	}
+}
+
+// frozenSpans returns, by instance, the spans from each Frozen event to
+// its Resumed (open to the end when none follows).
+func frozenSpans(events []Event) map[string][]span {
+	spans := make(map[string][]span)
+	for _, e := range events {
+		switch e.Kind {
+		case Frozen:
+			spans[e.Value] = append(spans[e.Value], span{from: e.Time})
+		case Resumed:
+			if s := spans[e.Value]; len(s) > 0 && s[len(s)-1].to == 0 {
+				s[len(s)-1].to = e.Time
+			}
+		}
+	}
+	return spans
+}
+
+// overlap returns how much of [from, to] the spans cover.
+func overlap(spans []span, from, to int64) int64 {
+	var d int64
+	for _, s := range spans {
+		end := s.to
+		if end == 0 {
+			end = to
+		}
+		if lo, hi := max(s.from, from), min(end, to); hi > lo {
+			d += hi - lo
+		}
+	}
+	return d
 }
 
 // holdEnd returns the end of the hold of p by the instance of the ack a,

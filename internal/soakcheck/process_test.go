@@ -136,3 +136,29 @@ func TestProcessAckedHandledAgainAfterAKill(t *testing.T) {
 		t.Fatalf("AckedAgain = %d, want 1", report.Process.AckedAgain)
 	}
 }
+
+// TestProcessAckedHandledAgainAfterAFreeze: i0 acks @1 and is frozen
+// (SIGSTOP) 0.1 s later, before a commit could carry it, for 8 s; once
+// resumed it learns it lost the partition, takes it again and handles @1
+// again. Its hold ended 8.2 s after the ack by the clock, but it ran for
+// 0.2 s of them: within the bound. Without the freeze events it would
+// be past it.
+func TestProcessAckedHandledAgainAfterAFreeze(t *testing.T) {
+	r := newProcessRun("a", "b", "c")
+	r.ev(Assigned, "i0", 1, 0)
+	r.ev(Delivered, "i0", 1, 0)
+	r.ev(Handled, "i0", 1, 0)
+	r.handle("i0", 1.1, 1)
+	r.add(Event{Kind: Frozen, Time: r.at(1.22), Value: "i0"})
+	r.add(Event{Kind: Resumed, Time: r.at(9.22), Value: "i0"})
+	r.ev(Revoked, "i0", 9.3, 0)
+	r.ev(Assigned, "i0", 9.5, 0)
+	r.handle("i0", 9.5, 0)
+	r.handle("i0", 9.6, 1) // again, within the bound of running time
+	r.handle("i0", 9.7, 2)
+	report := r.check(t)
+	onlyViolations(t, report, "")
+	if report.Process.AckedAgain != 1 {
+		t.Fatalf("AckedAgain = %d, want 1", report.Process.AckedAgain)
+	}
+}
