@@ -130,15 +130,22 @@ func saramaFetch(tb testing.TB, b *sarama.Broker, version int16, offset int64, i
 // message sets: the engine hands those to sarama's partition consumer).
 func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, isolation sarama.IsolationLevel) ([]*sarama.ConsumerMessage, int64, int64) {
 	tb.Helper()
-	block := resp.GetBlock("t", 3)
-	if block == nil {
-		tb.Fatal("no block t/3 in sarama's response")
+	var tp TopicPartition
+	var block *sarama.FetchResponseBlock
+	for topic, blocks := range resp.Blocks {
+		for partition, b := range blocks {
+			tp, block = TopicPartition{topic, partition}, b
+		}
+	}
+	if block == nil || len(resp.Blocks) != 1 || len(resp.Blocks[tp.Topic]) != 1 {
+		tb.Fatalf("sarama's response holds %d topics, want one partition", len(resp.Blocks))
 	}
 	f := testFetcher(offset)
+	f.tp = tp
 	f.hub.conf.Consumer.IsolationLevel = isolation
 	msgs, size, _, err := f.parse(block)
 	if err == errLegacyRecords {
-		msgs, next := saramaLegacyMessages(block, offset)
+		msgs, next := saramaLegacyMessages(tp, block, offset)
 		return msgs, -1, next
 	}
 	if err != nil {
@@ -149,7 +156,7 @@ func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, iso
 
 // saramaLegacyMessages is sarama's partitionConsumer.parseMessages
 // (consumer.go, v1.61.1) over the message sets of block, from offset.
-func saramaLegacyMessages(block *sarama.FetchResponseBlock, offset int64) ([]*sarama.ConsumerMessage, int64) {
+func saramaLegacyMessages(tp TopicPartition, block *sarama.FetchResponseBlock, offset int64) ([]*sarama.ConsumerMessage, int64) {
 	var msgs []*sarama.ConsumerMessage
 	for _, records := range block.RecordsSet {
 		if records.MsgSet == nil {
@@ -168,7 +175,7 @@ func saramaLegacyMessages(block *sarama.FetchResponseBlock, offset int64) ([]*sa
 				if o < offset {
 					continue
 				}
-				msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 3, Key: msg.Msg.Key, Value: msg.Msg.Value,
+				msgs = append(msgs, &sarama.ConsumerMessage{Topic: tp.Topic, Partition: tp.Partition, Key: msg.Msg.Key, Value: msg.Msg.Value,
 					Offset: o, Timestamp: ts, BlockTimestamp: msgBlock.Msg.Timestamp})
 				offset = o + 1
 			}
@@ -365,5 +372,68 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 		perMessage(b)
+	})
+}
+
+// TestDecodeAsTodayBroker is TestDecodeAsToday on records the test
+// cluster wrote: every codec, and a transactional producer's committed
+// and aborted transactions read committed and uncommitted. Each Fetch
+// response is fetched raw once, then decoded both ways.
+func TestDecodeAsTodayBroker(t *testing.T) {
+	parallelClusterTest(t)
+	const version = 12
+	client := newTestClient(t)
+	rawFetch := func(t *testing.T, topic string, committed bool) []byte {
+		t.Helper()
+		leader, err := client.Leader(topic, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := fetchtest.Dial(leader.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, committed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	compare := func(t *testing.T, body []byte, from int64, committed bool) int {
+		isolation := sarama.ReadUncommitted
+		if committed {
+			isolation = sarama.ReadCommitted
+		}
+		resp := saramaFetch(t, replayBroker(t, version, body), version, from, isolation)
+		today, size, next := todaysMessages(t, resp, from, isolation)
+		got := newDecode(t, version, body, from, committed)
+		assertSameMessages(t, today, got.Messages)
+		if got.Next != next || got.Bytes+int64(len(got.Messages))*messageOverhead != size {
+			t.Errorf("from %d: next %d, size %d; today's %d, %d", from, got.Next, got.Bytes+int64(len(got.Messages))*messageOverhead, next, size)
+		}
+		return len(got.Messages)
+	}
+	for _, codec := range []sarama.CompressionCodec{sarama.CompressionNone, sarama.CompressionGZIP, sarama.CompressionSnappy, sarama.CompressionLZ4, sarama.CompressionZSTD} {
+		t.Run(codec.String(), func(t *testing.T) {
+			topic := newTopic(t, 1)
+			produceCompressed(t, topic, 1, 50, codec)
+			body := rawFetch(t, topic, false)
+			for _, from := range []int64{0, 15} {
+				if n := compare(t, body, from, false); n != 50-int(from) {
+					t.Errorf("from %d: %d messages, want %d", from, n, 50-from)
+				}
+			}
+		})
+	}
+	t.Run("transactions", func(t *testing.T) {
+		topic := newTopic(t, 1)
+		committed, aborted := produceTransactions(t, topic, 1)
+		if n := compare(t, rawFetch(t, topic, true), 0, true); n != len(committed) {
+			t.Errorf("read committed: %d messages, want %d", n, len(committed))
+		}
+		if n := compare(t, rawFetch(t, topic, false), 0, false); n != len(committed)+len(aborted) {
+			t.Errorf("read uncommitted: %d messages, want %d", n, len(committed)+len(aborted))
+		}
 	})
 }
