@@ -197,8 +197,8 @@ func TestDecodeControlAndAborted(t *testing.T) {
 		return fetchtest.Batch{BaseOffset: base, Transactional: true, ProducerID: producer, Records: numbered(2)}
 	}
 	var b []byte
-	b = txn(0, aborter).AppendTo(b)    // 0, 1: aborted
-	b = txn(2, committer).AppendTo(b)  // 2, 3: committed
+	b = txn(0, aborter).AppendTo(b)   // 0, 1: aborted
+	b = txn(2, committer).AppendTo(b) // 2, 3: committed
 	b = fetchtest.ControlBatch(4, aborter, true).AppendTo(b)
 	b = fetchtest.ControlBatch(5, committer, false).AppendTo(b)
 	b = txn(6, aborter).AppendTo(b) // 6, 7: a later transaction, committed
@@ -280,8 +280,15 @@ func TestDecodeTruncatedLastBatch(t *testing.T) {
 			t.Errorf("cut at %d: got %v, Next %d, Partial %t, err %v; want 3 messages, 3, true, nil", cut, gotOf(r.Messages), r.Next, r.Partial, err)
 		}
 	}
+	// Legacy message sets are cut the same way.
+	legacy := fetchtest.Message{Offset: 0, Magic: 1, Value: []byte("v0")}.AppendTo(nil)
+	legacy = fetchtest.Message{Offset: 1, Magic: 1, Codec: fetchtest.Gzip, Inner: []fetchtest.Message{{Magic: 1, Value: []byte("v1")}}}.AppendTo(legacy)
+	r, err := Decode(part(legacy[:len(legacy)-3]), 0, false)
+	if err != nil || !r.Partial || r.Next != 1 || len(r.Messages) != 1 {
+		t.Errorf("legacy cut: %d messages, Next %d, Partial %t, err %v; want 1, 1, true, nil", len(r.Messages), r.Next, r.Partial, err)
+	}
 	// Only part of one batch (larger than the fetch size): nothing, no error.
-	r, err := Decode(part(b[:whole-1]), 0, false)
+	r, err = Decode(part(b[:whole-1]), 0, false)
 	if err != nil || !r.Partial || r.Next != 0 || len(r.Messages) != 0 {
 		t.Errorf("part of one batch: %d messages, Next %d, Partial %t, err %v", len(r.Messages), r.Next, r.Partial, err)
 	}
