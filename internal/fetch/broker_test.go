@@ -119,7 +119,11 @@ func TestDecodeBrokerRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Close() }()
-	lowest, highest, err := c.FetchVersions()
+	lowest, highest, err := c.Versions(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceLowest, _, err := c.Versions(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +131,21 @@ func TestDecodeBrokerRecords(t *testing.T) {
 	run := rand.Uint32()
 	codecs := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
 		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4, "zstd": sarama.CompressionZSTD}
+	// Kafka 4 takes no Produce request below v3 (magic 2), nor Fetch
+	// below v4; Kafka before 2.1 (Fetch v10) has no zstd.
 	for _, produced := range []struct {
 		magic   int
 		version sarama.KafkaVersion
-	}{{2, sarama.V2_7_0_0}, {1, sarama.V0_10_0_0}, {0, sarama.V0_8_2_0}} {
+		produce int16 // the Produce version sarama sends at version
+	}{{2, sarama.V2_7_0_0, 3}, {1, sarama.V0_10_0_0, 2}, {0, sarama.V0_8_2_0, 0}} {
+		if produced.produce < produceLowest {
+			continue
+		}
 		for name, codec := range codecs {
 			switch {
-			case codec == sarama.CompressionZSTD && produced.magic < 2,
+			case codec == sarama.CompressionZSTD && (produced.magic < 2 || highest < 10),
 				codec == sarama.CompressionLZ4 && produced.magic < 1:
-				continue // sarama's producer has no such combination
+				continue // sarama's producer or the broker has no such combination
 			}
 			topic := fmt.Sprintf("decode-%d-m%d-%s", run, produced.magic, name)
 			produce(t, peers, topic, produced.version, codec)

@@ -76,9 +76,9 @@ func (c *Conn) Send(req kmsg.Request) ([]byte, error) {
 	return resp, nil
 }
 
-// FetchVersions returns the lowest and highest Fetch versions that the
-// broker takes.
-func (c *Conn) FetchVersions() (lowest, highest int16, err error) {
+// Versions returns the lowest and highest versions of the request of
+// apiKey (Fetch: 1, Produce: 0) that the broker takes.
+func (c *Conn) Versions(apiKey int16) (lowest, highest int16, err error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	body, err := c.Send(req)
 	if err != nil {
@@ -90,11 +90,11 @@ func (c *Conn) FetchVersions() (lowest, highest int16, err error) {
 		return 0, 0, err
 	}
 	for _, k := range resp.ApiKeys {
-		if k.ApiKey == 1 {
+		if k.ApiKey == apiKey {
 			return k.MinVersion, k.MaxVersion, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("fetchtest: the broker takes no Fetch request")
+	return 0, 0, fmt.Errorf("fetchtest: the broker takes no request of key %d", apiKey)
 }
 
 // FetchRequest returns a Fetch request of version for one partition from
