@@ -131,14 +131,15 @@ func TestDecodeBrokerRecords(t *testing.T) {
 	run := rand.Uint32()
 	codecs := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
 		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4, "zstd": sarama.CompressionZSTD}
-	// Kafka 4 takes no Produce request below v3 (magic 2), nor Fetch
-	// below v4; Kafka before 2.1 (Fetch v10) has no zstd.
+	// Kafka 4 takes no Produce request below v3 (magic 2), though its
+	// ApiVersions says v0 (for librdkafka, KAFKA-18659), nor Fetch below
+	// v4; Kafka before 2.1 (Fetch v10) has no zstd.
 	for _, produced := range []struct {
 		magic   int
 		version sarama.KafkaVersion
 		produce int16 // the Produce version sarama sends at version
 	}{{2, sarama.V2_7_0_0, 3}, {1, sarama.V0_10_0_0, 2}, {0, sarama.V0_8_2_0, 0}} {
-		if produced.produce < produceLowest {
+		if produced.produce < produceLowest || (produced.magic < 2 && lowest >= 4) {
 			continue
 		}
 		for name, codec := range codecs {
