@@ -196,22 +196,27 @@ func TestDecodeBrokerTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Close() }()
-	whole := fetchAll(t, c, 12, topic, 0, 2, sarama.CompressionNone)
-	body, err := c.Send(fetchtest.FetchRequest(12, topic, 0, 0, 1<<20, false))
+	_, version, err := c.Versions(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := fetch.ReadResponse(12, body)
+	version = min(version, 12)
+	whole := fetchAll(t, c, version, topic, 0, 2, sarama.CompressionNone)
+	body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fetch.ReadResponse(version, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	records := resp.Partitions[0].Records
 	first := 12 + int(int32(records[8])<<24|int32(records[9])<<16|int32(records[10])<<8|int32(records[11]))
-	body, err = c.Send(fetchtest.FetchRequest(12, topic, 0, 0, int32(first+40), false))
+	body, err = c.Send(fetchtest.FetchRequest(version, topic, 0, 0, int32(first+40), false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp, err = fetch.ReadResponse(12, body); err != nil {
+	if resp, err = fetch.ReadResponse(version, body); err != nil {
 		t.Fatal(err)
 	}
 	p := &resp.Partitions[0]
