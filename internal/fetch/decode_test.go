@@ -324,3 +324,45 @@ func TestReadResponse(t *testing.T) {
 		t.Error("a response cut in half: no error")
 	}
 }
+
+// FuzzDecode: whatever the records, Decode returns (an error or
+// messages), never panics, and Next never goes back.
+func FuzzDecode(f *testing.F) {
+	f.Add(fetchtest.Batch{BaseOffset: 3, Codec: fetchtest.Gzip, Records: numbered(3)}.AppendTo(nil), int64(0), false)
+	f.Add(fetchtest.Batch{BaseOffset: 0, Records: numbered(2)}.AppendTo(fetchtest.ControlBatch(9, 1, true).AppendTo(nil)), int64(1), true)
+	f.Add(fetchtest.Message{Offset: 4, Magic: 1, Codec: fetchtest.Snappy, Xerial: true, Inner: []fetchtest.Message{{Magic: 1, Value: []byte("v")}}}.AppendTo(nil), int64(0), false)
+	f.Add(fetchtest.Message{Offset: 4, Magic: 0, Value: []byte("v")}.AppendTo(nil), int64(0), false)
+	f.Fuzz(func(t *testing.T, records []byte, from int64, committed bool) {
+		r, _ := Decode(part(records, Aborted{ProducerID: 1, FirstOffset: 0}), from, committed)
+		if r.Next < from {
+			t.Errorf("Next %d before from %d", r.Next, from)
+		}
+		for _, m := range r.Messages {
+			if m.Offset < from {
+				t.Errorf("message at %d before from %d", m.Offset, from)
+			}
+		}
+	})
+}
+
+// FuzzDecodeBatch fuzzes the records of a record batch whose header and
+// CRC are right: what a CRC check cannot catch (a producer's bug, a
+// broker's) is an error, never a panic.
+func FuzzDecodeBatch(f *testing.F) {
+	var recs []byte
+	for _, r := range numbered(3) {
+		recs = append(recs, fetchtest.Batch{Records: []fetchtest.Record{r}}.AppendTo(nil)[61:]...)
+	}
+	f.Add(recs, int8(0), int32(3), int32(2))
+	f.Add(fetchtest.Compress(fetchtest.Snappy, true, recs), int8(2), int32(3), int32(2))
+	f.Add(fetchtest.Compress(fetchtest.LZ4, false, recs), int8(3), int32(3), int32(2))
+	f.Add(fetchtest.Compress(fetchtest.Zstd, false, recs), int8(4), int32(3), int32(2))
+	f.Add(fetchtest.Compress(fetchtest.Gzip, false, recs), int8(1), int32(3), int32(2))
+	f.Fuzz(func(t *testing.T, raw []byte, codec int8, count, last int32) {
+		b := fetchtest.Batch{BaseOffset: 10, Codec: codec & 7, Raw: raw, Count: count, LastOffsetDelta: last}.AppendTo(nil)
+		r, _ := Decode(part(b), 10, false)
+		if r.Next < 10 {
+			t.Errorf("Next %d before 10", r.Next)
+		}
+	})
+}

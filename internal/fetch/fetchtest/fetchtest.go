@@ -49,16 +49,24 @@ type Batch struct {
 	ProducerID      int64
 	LastOffsetDelta int32 // of the last record when 0 and there are records
 	Records         []Record
+	// Raw, when not nil, are the batch's records as written, with Count
+	// their number: Records and Codec's compression are left out (Codec
+	// is still the batch's attribute).
+	Raw   []byte
+	Count int32
 }
 
 // AppendTo appends the batch, its CRC-32C computed, to dst.
 func (b Batch) AppendTo(dst []byte) []byte {
-	var recs []byte
-	for _, r := range b.Records {
-		recs = appendRecord(recs, r)
-	}
-	if b.Codec != None {
-		recs = Compress(b.Codec, b.Xerial, recs)
+	recs, count := b.Raw, b.Count
+	if b.Raw == nil {
+		for _, r := range b.Records {
+			recs = appendRecord(recs, r)
+		}
+		if b.Codec != None {
+			recs = Compress(b.Codec, b.Xerial, recs)
+		}
+		count = int32(len(b.Records))
 	}
 	last := b.LastOffsetDelta
 	if last == 0 && len(b.Records) > 0 {
@@ -86,7 +94,7 @@ func (b Batch) AppendTo(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(b.ProducerID))
 	dst = binary.BigEndian.AppendUint16(dst, 0) // producer epoch
 	dst = binary.BigEndian.AppendUint32(dst, 0) // base sequence
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Records)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(count))
 	dst = append(dst, recs...)
 	crc := crc32.Checksum(dst[start+21:], crc32.MakeTable(crc32.Castagnoli))
 	binary.BigEndian.PutUint32(dst[start+17:], crc)
