@@ -216,7 +216,7 @@ func unzstd(in []byte) ([]byte, error) {
 	dec, _ := zstdDecoders.Get().(*zstd.Decoder)
 	if dec == nil {
 		var err error
-		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true)); err != nil {
+		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
 	}

@@ -115,9 +115,12 @@ func (d *decoder) records(b []byte) error {
 		if size < 0 {
 			return d.corrupt(int64(binary.BigEndian.Uint64(b)), "negative length")
 		}
-		if len(b)-entryHeader < size || size < magicAt+1-entryHeader {
+		if len(b)-entryHeader < size {
 			d.out.Partial = true
 			return nil
+		}
+		if size < magicAt+1-entryHeader {
+			return d.corrupt(int64(binary.BigEndian.Uint64(b)), "length shorter than a header")
 		}
 		entry := b[:entryHeader+size]
 		b = b[entryHeader+size:]

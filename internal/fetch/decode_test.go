@@ -260,6 +260,11 @@ func TestDecodeCorruptCRC(t *testing.T) {
 	if !slices.Equal(gotOf(r.Messages), want(50, 50, 51)) || r.Next != 52 {
 		t.Errorf("before the corrupt batch: got %v, Next %d; want %v, 52", gotOf(r.Messages), r.Next, want(50, 50, 51))
 	}
+	// A whole entry too short to hold a magic byte is no cut batch.
+	short := []byte{0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 2, 0, 0}
+	if r, err := Decode(part(short), 0, false); !errors.Is(err, ErrCorrupt) || r.Partial {
+		t.Errorf("an entry of length 2: Partial %t, err %v; want ErrCorrupt", r.Partial, err)
+	}
 	legacy := fetchtest.Message{Offset: 9, Magic: 1, Value: []byte("v")}.AppendTo(nil)
 	legacy[len(legacy)-1] ^= 0x01
 	if _, err := Decode(part(legacy), 0, false); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset 9") {
