@@ -112,22 +112,28 @@ func fetchAll(t *testing.T, c *fetchtest.Conn, version int16, topic string, from
 	return msgs
 }
 
+// dialBroker connects to the broker at addr for the test, and returns the
+// lowest and highest Fetch versions it takes (up to 12: topics by name).
+func dialBroker(t *testing.T, addr string) (c *fetchtest.Conn, lowest, highest int16) {
+	t.Helper()
+	c, err := fetchtest.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if lowest, highest, err = c.Versions(1); err != nil {
+		t.Fatal(err)
+	}
+	return c, lowest, min(highest, 12)
+}
+
 func TestDecodeBrokerRecords(t *testing.T) {
 	peers := kafkaPeers(t)
-	c, err := fetchtest.Dial(peers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	lowest, highest, err := c.Versions(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, lowest, highest := dialBroker(t, peers[0])
 	produceLowest, _, err := c.Versions(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	highest = min(highest, 12) // topics by name
 	run := rand.Uint32()
 	codecs := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
 		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4, "zstd": sarama.CompressionZSTD}
@@ -191,16 +197,7 @@ func TestDecodeBrokerTruncated(t *testing.T) {
 	peers := kafkaPeers(t)
 	topic := fmt.Sprintf("decode-%d-truncated", rand.Uint32())
 	produce(t, peers, topic, sarama.V2_7_0_0, sarama.CompressionNone)
-	c, err := fetchtest.Dial(peers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_, version, err := c.Versions(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version = min(version, 12)
+	c, _, version := dialBroker(t, peers[0])
 	whole := fetchAll(t, c, version, topic, 0, 2, sarama.CompressionNone)
 	body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, false))
 	if err != nil {
