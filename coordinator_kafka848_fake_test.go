@@ -40,6 +40,10 @@ type fakeGroup struct {
 	released map[TopicPartition]int
 	// fence, when not 0, answers the next heartbeat with it.
 	fence int16
+	// classic: the brokers converted the group to a classic one, which
+	// answers GROUP_ID_NOT_FOUND to a heartbeat of a non-zero epoch; a
+	// heartbeat of epoch 0 converts it back.
+	classic bool
 }
 
 // newFakeGroup answers f's heartbeats as the coordinator of a group whose
@@ -62,6 +66,15 @@ func (g *fakeGroup) setTarget(target map[string][]int32) {
 func (g *fakeGroup) fenceNext(code int16) {
 	g.mu.Lock()
 	g.fence = code
+	g.mu.Unlock()
+}
+
+// downgrade converts the group to a classic one, as the brokers do when
+// the last consumer-protocol member's session expires among classic
+// members.
+func (g *fakeGroup) downgrade() {
+	g.mu.Lock()
+	g.classic, g.epoch, g.assigned = true, 0, map[string][]int32{}
 	g.mu.Unlock()
 }
 
@@ -94,6 +107,11 @@ func (g *fakeGroup) heartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) *kmsg.Con
 		}
 		return resp
 	}
+	if g.classic && req.MemberEpoch != 0 {
+		resp.ErrorCode = kerr.GroupIDNotFound.Code
+		return resp
+	}
+	g.classic = false
 	id := req.MemberID
 	resp.MemberID = &id
 	switch {
@@ -589,6 +607,27 @@ func TestConsumerProtocolFakeUnknownMemberJoinsAnew(t *testing.T) {
 			waitFor(t, 10*time.Second, "t1/0 reported owned again", owns(f, map[string][]int32{"t1": {0}}))
 		})
 	}
+}
+
+// TestConsumerProtocolFakeJoinsADowngradedGroupAgain: a member whose
+// session expired after which the brokers converted the group to a
+// classic one is answered GROUP_ID_NOT_FOUND at its old epoch; it joins
+// again with epoch 0, which converts the group back, and runs its
+// partitions again.
+func TestConsumerProtocolFakeJoinsADowngradedGroupAgain(t *testing.T) {
+	t.Parallel()
+	f := newFakeKafka(t, map[string]int32{"t1": 1})
+	g := newFakeGroup(f, map[string][]int32{"t1": {0}})
+	joinFake(t, f, TopicSubscription("t1"), nil)
+	waitFor(t, 10*time.Second, "t1/0 reported owned", owns(f, map[string][]int32{"t1": {0}}))
+	n := f.count()
+	g.downgrade()
+	waitFor(t, 10*time.Second, "a heartbeat of epoch 0 after the downgrade", func() bool {
+		return slices.ContainsFunc(heartbeatsAfter(f, n), func(hb *kmsg.ConsumerGroupHeartbeatRequest) bool {
+			return hb.MemberEpoch == 0
+		})
+	})
+	waitFor(t, 10*time.Second, "t1/0 reported owned again", owns(f, map[string][]int32{"t1": {0}}))
 }
 
 // TestConsumerProtocolFakeFencedInstance: FENCED_INSTANCE_ID is final: it

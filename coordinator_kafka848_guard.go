@@ -174,6 +174,11 @@ func (g *consumerGuard) take(r consumerHeartbeat) bool {
 		wait = min(wait, consumerRetryAfterFailed)
 	case code == kerr.UnknownMemberID.Code || code == int16(errFencedMemberEpoch):
 		ok = k.loseConsumer(r.lostAt, code == kerr.UnknownMemberID.Code, err.Error(), &g.drained, g.lastAnswered)
+	case code == kerr.GroupIDNotFound.Code && r.member.generation > 0:
+		// The brokers converted the group to a classic one once this
+		// member's session ended (the last consumer-protocol member among
+		// classic ones): only a heartbeat of epoch 0 converts it back.
+		ok = k.loseConsumer(r.lostAt, true, err.Error()+" (the group became a classic group)", &g.drained, g.lastAnswered)
 	case code == int16(errUnreleasedInstanceID) || code == kerr.FencedInstanceID.Code:
 		k.instanceFenced(fmt.Errorf("heartbeat: %w", err)) // its removal token loses the partitions
 	default:
