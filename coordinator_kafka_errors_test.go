@@ -48,12 +48,12 @@ func TestIntegrationKafkaCoordinatorInvalidSessionTimeout(t *testing.T) {
 	}
 }
 
-// TestIntegrationKafkaCoordinatorGroupMaxSize: on brokers with
+// TestKafkaCoordinatorGroupMaxSize: on brokers with
 // group.max.size 1, a second member's JoinGroup is refused with
 // GROUP_MAX_SIZE_REACHED: Join succeeds (the first member may leave), the
 // error reaches Errors() naming group.max.size, and the second member
 // takes the partitions once the first closes. It was only logged.
-func TestIntegrationKafkaCoordinatorGroupMaxSize(t *testing.T) {
+func TestKafkaCoordinatorGroupMaxSize(t *testing.T) {
 	needFaults(t)
 	t.Parallel()
 	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: 1,
