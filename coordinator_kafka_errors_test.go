@@ -52,7 +52,7 @@ func TestIntegrationKafkaCoordinatorInvalidSessionTimeout(t *testing.T) {
 // group.max.size 1, a second member's JoinGroup is refused with
 // GROUP_MAX_SIZE_REACHED: Join succeeds (the first member may leave), the
 // error reaches Errors() naming group.max.size, and the second member
-// takes the partitions once the first closes. It was only logged.
+// takes the partitions once the first closes.
 func TestKafkaCoordinatorGroupMaxSize(t *testing.T) {
 	needFaults(t)
 	t.Parallel()
