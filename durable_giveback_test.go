@@ -5,6 +5,7 @@ package kafkaconsumer
 // and the acks after it are kept.
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -27,8 +28,9 @@ func TestDurableAcksGiveBack(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// fill writes the topic's one partition and returns the offsets
-		// of its messages.
-		fill func(t *testing.T, client sarama.Client, topic string) []int64
+		// of its messages and the partition's end once every write
+		// (transaction markers too) is in.
+		fill func(t *testing.T, client sarama.Client, topic string) (offsets []int64, end int64)
 		// giveBack is the offset given back; ackedLate are acked after
 		// the give-back, the others as they come.
 		giveBack  int64
@@ -39,13 +41,13 @@ func TestDurableAcksGiveBack(t *testing.T) {
 	}{
 		{
 			name: "plain",
-			fill: func(t *testing.T, client sarama.Client, topic string) []int64 {
+			fill: func(t *testing.T, client sarama.Client, topic string) ([]int64, int64) {
 				produce(t, client, topic, "v", 100)
 				offsets := make([]int64, 100)
 				for i := range offsets {
 					offsets[i] = int64(i)
 				}
-				return offsets
+				return offsets, 100
 			},
 			giveBack:       40,
 			ackedLate:      []int64{20, 60, 61, 99},
@@ -53,7 +55,7 @@ func TestDurableAcksGiveBack(t *testing.T) {
 		},
 		{
 			name: "after a transaction marker",
-			fill: func(t *testing.T, client sarama.Client, topic string) []int64 {
+			fill: func(t *testing.T, client sarama.Client, topic string) ([]int64, int64) {
 				producer := newTransactionalProducer(t)
 				defer func() { _ = producer.Close() }()
 				var offsets []int64
@@ -75,7 +77,7 @@ func TestDurableAcksGiveBack(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				return offsets // 0-9 and 11-20: 10 and 21 are markers
+				return offsets, 22 // 0-9 and 11-20: 10 and 21 are markers
 			},
 			giveBack:       11,
 			ackedLate:      []int64{12, 13, 14, 15, 16, 17, 18, 19, 20},
@@ -86,8 +88,13 @@ func TestDurableAcksGiveBack(t *testing.T) {
 			client := newTestClient(t)
 			topic, group := uniqueName("durable-giveback"), uniqueName("durable-giveback")
 			createTopic(t, newTestAdmin(t, client), topic, 1)
-			offsets := tc.fill(t, client, topic)
-			end := newestOffsets(t, client, topic)[0]
+			offsets, end := tc.fill(t, client, topic)
+			// The transaction coordinator writes a COMMIT marker after
+			// CommitTxn returned: the partition's end is read once it is
+			// there, or a commit past the marker would never equal it.
+			waitFor(t, 30*time.Second, fmt.Sprintf("the partition's end to reach %d", end), func() bool {
+				return newestOffsets(t, client, topic)[0] == end
+			})
 
 			config := testConfig()
 			config.DurableAcks = true
