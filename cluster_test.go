@@ -501,11 +501,16 @@ func testZookeeperWith(t testing.TB, zookeeper string, dial zk.Dialer) (*zk.Conn
 	return conn, chroot
 }
 
-// checkDeregistered checks that ZooKeeper holds no registration and no
-// partition claim of the closed consumers.
 // testKazoo returns a kazoo-go connection to the test cluster's
 // ZooKeeper (with its chroot); the caller closes it.
 func testKazoo(t testing.TB) *kazoo.Kazoo {
+	t.Helper()
+	return testKazooSession(t, kazoo.NewConfig().Timeout)
+}
+
+// testKazooSession is testKazoo with a ZooKeeper session timeout of
+// timeout.
+func testKazooSession(t testing.TB, timeout time.Duration) *kazoo.Kazoo {
 	t.Helper()
 	nodes, chroot, err := parseZookeeper(zookeeperPeers)
 	if err != nil {
@@ -513,6 +518,7 @@ func testKazoo(t testing.TB) *kazoo.Kazoo {
 	}
 	kzConfig := kazoo.NewConfig()
 	kzConfig.Chroot = chroot
+	kzConfig.Timeout = timeout
 	kzConfig.Logger = zookeeperLogger{}
 	kz, err := kazoo.NewKazoo(nodes, kzConfig)
 	if err != nil {
@@ -521,6 +527,8 @@ func testKazoo(t testing.TB) *kazoo.Kazoo {
 	return kz
 }
 
+// checkDeregistered checks that ZooKeeper holds no registration and no
+// partition claim of the closed consumers.
 func checkDeregistered(t testing.TB, group string, consumers ...Consumer) {
 	t.Helper()
 	conn, chroot := testZookeeper(t, zookeeperPeers)
