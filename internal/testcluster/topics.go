@@ -3,6 +3,7 @@ package testcluster
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -19,11 +20,23 @@ func (c *Cluster) admin() (sarama.ClusterAdmin, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("testcluster: no broker is running")
 	}
-	cfg, err := c.saramaConfig()
+	cfg, err := c.adminConfig()
 	if err != nil {
 		return nil, err
 	}
 	return sarama.NewClusterAdmin(addrs, cfg)
+}
+
+// adminConfig is the configuration of the harness's admin requests: a
+// CreateTopics or DeleteTopics asks the controller to answer within
+// Admin.Timeout, so the connection waits longer than that for the answer.
+func (c *Cluster) adminConfig() (*sarama.Config, error) {
+	cfg, err := c.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Net.ReadTimeout = cfg.Admin.Timeout + 10*time.Second
+	return cfg, nil
 }
 
 // CreateTopic creates a topic and waits until every running broker's
