@@ -267,15 +267,19 @@ type Config struct {
 	// MaxBufferedBytes bounds the memory of the messages that the instance
 	// has fetched and not handed out yet (their keys, values and headers,
 	// and the messages themselves), for all its partitions together. Each
-	// fetch request reserves at most what is free of it, and at most half
-	// of it, so that one response may arrive while another is handed out;
-	// it asks Kafka for that many bytes divided by the ratio of the
-	// messages' memory to their bytes on the wire in the broker's last
-	// response (Kafka's fetch.max.bytes, within Consumer.Fetch.MaxBytes),
-	// and holds the reservation until its response is handled, so that no
-	// two requests count the same free bytes. A broker whose fetched
-	// messages all went out may always fetch (1 byte of a spent budget),
-	// so that every partition makes progress. Beyond it come what a
+	// broker's fetch loop (two per broker) has a share of it, the bound
+	// over the running loops, so that no broker's partitions wait while
+	// others hold it all. A fetch request reserves at most what is free of
+	// it and what the loop's messages not handed out leave of its share,
+	// and waits, rather than ask for less, until a quarter of the share is
+	// free; it asks Kafka for that many bytes divided by the largest ratio
+	// of the messages' memory to their bytes on the wire in the broker's
+	// recent responses (Kafka's fetch.max.bytes, within
+	// Consumer.Fetch.MaxBytes), and holds the reservation until its
+	// response is handled, so that no two requests count the same free
+	// bytes. A broker whose fetched messages all went out may always
+	// fetch (1 byte of a spent budget), so that every partition makes
+	// progress. Beyond it come what a
 	// response brings past its request's size (Kafka answers with at least
 	// one record batch, however large; compressed records count more than
 	// their wire bytes); the messages of each partition's batch in hand
