@@ -148,9 +148,19 @@ func (b *fetchBudget) least(l *brokerLoop, limit int32) int64 {
 
 // wait adds loop l to the loops that wait for the budget (on), or
 // removes it (off): while it waits, a release notifies it once its least
-// request is free (reserve), or it holds nothing. Called by l's
-// goroutine only.
+// request is free (reserve), or it holds nothing. Waiting, it tells its
+// partitions that gather batches to hand them out (spentUp): their
+// messages count in the budget, and no more may be fetched for them.
+// Called by l's goroutine only.
 func (b *fetchBudget) wait(l *brokerLoop, limit int32, on bool) {
+	if on {
+		for _, f := range l.subs {
+			select {
+			case f.spentUp <- struct{}{}:
+			default:
+			}
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if on {

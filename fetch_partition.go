@@ -69,6 +69,11 @@ type partitionFetcher struct {
 	// of the latter.
 	buffered atomic.Int64
 	inHand   atomic.Pointer[slabAccount]
+	// spentUp gets a token, without blocking the sender, when the loop
+	// waits for the budget: a hand-out in batches gathering its batch
+	// (whose messages count in the budget) hands it out without waiting
+	// BatchLinger any longer, since no more may be fetched for it.
+	spentUp chan struct{}
 
 	// offset is the next offset to fetch, and fetchSize the size asked
 	// for; the loop's while subscribed, run's otherwise.
@@ -138,6 +143,7 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 		hub:            hub,
 		tp:             tp,
 		slabs:          make(chan slab, 1),
+		spentUp:        make(chan struct{}, 1),
 		errs:           make(chan *sarama.ConsumerError, fetcherErrors),
 		failed:         make(chan error, 1),
 		dying:          make(chan struct{}),
@@ -441,6 +447,13 @@ func (f *partitionFetcher) release(a *slabAccount) {
 // stopped handing out: the slab in hand leaves the budget.
 func (f *partitionFetcher) handedOut() {
 	f.release(f.inHand.Swap(nil))
+}
+
+// spend takes the account of the slab in hand from the fetcher, for a
+// hand-out that moved all its messages into its batch: the hand-out
+// releases it (release) once they went out. nil: no slab in hand.
+func (f *partitionFetcher) spend() *slabAccount {
+	return f.inHand.Swap(nil)
 }
 
 // report sends err on errs, without blocking the loop: it is dropped when
