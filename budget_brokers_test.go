@@ -1,6 +1,7 @@
 package kafkaconsumer
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,8 +16,7 @@ import (
 // 48 partitions each, under a Config.MaxBufferedBytes small enough to
 // bind, the user takes the messages of broker 0's partitions slowly; no
 // broker's partitions starve: each broker's share of the messages handed
-// out in the first second of consuming (at most the first third of the
-// messages) is within a factor of 2 of its share of the partitions.
+// out in the first second (at most the first third of the messages) is within a factor of 2 of its share of the partitions.
 func TestBudgetSharedByBrokers(t *testing.T) {
 	needFaults(t)
 	t.Parallel() // on a cluster of its own
@@ -43,7 +43,7 @@ func TestBudgetSharedByBrokers(t *testing.T) {
 
 	var (
 		mu      sync.Mutex
-		started time.Time    // when every partition consumed; zero before
+		started time.Time    // the first message's arrival; zero before
 		shares  [brokers]int // the window's messages, by leader
 		counted int          // the window's messages
 		closed  bool         // the window ended
@@ -58,7 +58,10 @@ func TestBudgetSharedByBrokers(t *testing.T) {
 			}
 			c.Ack(msg)
 			mu.Lock()
-			if !started.IsZero() && !closed {
+			if started.IsZero() {
+				started = time.Now()
+			}
+			if !closed {
 				if time.Since(started) >= window || counted == limit {
 					closed = true
 				} else {
@@ -70,21 +73,6 @@ func TestBudgetSharedByBrokers(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { _ = c.Close(); <-ended })
-	waitFor(t, 60*time.Second, "every partition consuming", func() bool {
-		stats := c.Stats()
-		if len(stats) != partitions {
-			return false
-		}
-		for _, s := range stats {
-			if s.HighWaterMark < 0 {
-				return false
-			}
-		}
-		mu.Lock()
-		started = time.Now()
-		mu.Unlock()
-		return true
-	})
 	waitFor(t, 60*time.Second, "the window to end", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -117,7 +105,9 @@ func createLedTopic(t *testing.T, cluster *testcluster.Cluster, topic string, pa
 		assignment[p] = []int32{p % brokers}
 	}
 	detail := &sarama.TopicDetail{NumPartitions: -1, ReplicationFactor: -1, ReplicaAssignment: assignment}
-	if err := newTestAdmin(t, client).CreateTopic(topic, detail, false); err != nil {
+	// A creation the controller did not finish within Admin.Timeout goes
+	// on: the wait for the leaders below tells.
+	if err := newTestAdmin(t, client).CreateTopic(topic, detail, false); err != nil && !errors.Is(err, sarama.ErrRequestTimedOut) {
 		t.Fatalf("create %s: %s", topic, err)
 	}
 	waitFor(t, 60*time.Second, "the topic's leaders", func() bool {
@@ -143,9 +133,10 @@ func faultClient(t *testing.T, peers []string) sarama.Client {
 	config := sarama.NewConfig()
 	config.Version = testKafkaVersion()
 	config.Net.ReadTimeout = 5 * time.Second
+	config.Admin.Timeout = 30 * time.Second // 48 partitions on a loaded machine
 	config.Producer.Return.Successes = true
 	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Producer.Flush.MaxMessages = 16 // record batches of at most 16 messages
+	config.Producer.Flush.MaxMessages = 4 // record batches of at most 4 messages
 	client, err := sarama.NewClient(peers, config)
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,16 @@ func produceSized(t testing.TB, topic string, n, size int) []string {
 	return values
 }
 
+// bufferedBound returns what a consumer may hold of messages of size
+// bytes under a MaxBufferedBytes of budget: the budget, the messages'
+// own memory beside their bytes on the wire (a request's MaxBytes counts
+// the records' bytes only), and a producer's record batch (16 messages)
+// per broker loop, which Kafka returns whatever the request's MaxBytes.
+func bufferedBound(budget, size int64) int64 {
+	batchBytes := 16 * (size + messageOverhead)
+	return budget + budget*messageOverhead/size + fetchConnections*batchBytes
+}
+
 // TestMaxBufferedBytes: a consumer whose user reads slowly holds at most
 // Config.MaxBufferedBytes of fetched messages not handed out yet, beyond
 // one record batch per broker loop (Kafka returns a first batch whatever
@@ -52,8 +62,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 		n          = 4000
 		budget     = 128 << 10
 	)
-	batchBytes := 16 * (size + messageOverhead) // a producer batch
-	bound := budget + budget*messageOverhead/size + fetchConnections*batchBytes
+	bound := bufferedBound(budget, size)
 	topic := newTopic(t, partitions)
 	values := produceSized(t, topic, n, size)
 	for _, limit := range []int64{budget} {
@@ -65,10 +74,14 @@ func TestMaxBufferedBytes(t *testing.T) {
 		// The deadline only ends a hang; the test's condition is that
 		// every message arrives within the budget's bound.
 		deadline := time.After(2 * time.Minute)
+		var first time.Time // the first message's arrival
 	read:
 		for i := 0; !received.has(values); i++ {
 			select {
 			case msg := <-c.Messages():
+				if first.IsZero() {
+					first = time.Now()
+				}
 				received.add(string(msg.Value))
 				c.Ack(msg)
 			case <-deadline:
@@ -85,7 +98,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 		if got := received.received(values); got != n {
 			t.Errorf("MaxBufferedBytes %d: received %d of %d messages", limit, got, n)
 		}
-		t.Logf("MaxBufferedBytes %d: peak of the partitions' BufferedBytes %d", limit, peak)
+		t.Logf("MaxBufferedBytes %d: peak of the partitions' BufferedBytes %d; %s from the first message to the last", limit, peak, time.Since(first).Round(time.Millisecond))
 		if peak > bound {
 			t.Errorf("MaxBufferedBytes %d: the partitions held %d bytes, more than the budget with its overshoot (%d)", limit, peak, bound)
 		}
@@ -251,8 +264,7 @@ func TestMaxBufferedBytesCountsTheBatch(t *testing.T) {
 		n          = 4000
 		budget     = 32 << 10
 	)
-	batchBytes := 16 * (size + messageOverhead) // a producer batch
-	bound := budget + budget*messageOverhead/size + fetchConnections*batchBytes
+	bound := bufferedBound(budget, size)
 	topic := newTopic(t, partitions)
 	values := produceSized(t, topic, n, size)
 	meter := new(aheadMeter)

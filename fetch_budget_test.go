@@ -34,3 +34,39 @@ func TestFetchBudgetRatioOfRecentResponses(t *testing.T) {
 			maxBytes, filled, float64(filled)/float64(reserved), reserved)
 	}
 }
+
+// TestFetchBudgetSlowBrokerKeepsItsShare: six loops (three brokers, two
+// connections each) share the budget. The two loops of a broker whose
+// partitions are slow to take their slabs fetch first, as much as they
+// may, and nothing of it is taken; each of the other four loops may
+// still send a request of at least a quarter of its share, rather than
+// the 1 byte of a spent budget.
+func TestFetchBudgetSlowBrokerKeepsItsShare(t *testing.T) {
+	t.Parallel()
+	const limit, fetchMax = 6000, 1 << 20
+	b := &fetchBudget{limit: limit}
+	loops := make([]*brokerLoop, 6)
+	for i := range loops {
+		b.join()
+		loops[i] = &brokerLoop{}
+	}
+	slow, others := loops[:2], loops[2:]
+	for _, l := range slow {
+		for range 10 {
+			if _, ok := b.reserve(l, fetchMax); !ok {
+				break
+			}
+			b.count(l, l.reserved) // a response that fills its reservation
+			b.settle(l)
+		}
+	}
+	least := int64(limit / len(loops) / 4)
+	for i, l := range others {
+		_, ok := b.reserve(l, fetchMax)
+		if reserved := l.reserved; !ok || reserved < least {
+			t.Errorf("loop %d of another broker reserved %d bytes (%v) beside the slow broker's loops holding %d and %d; want at least %d",
+				i, reserved, ok, slow[0].held.Load(), slow[1].held.Load(), least)
+		}
+		b.settle(l)
+	}
+}

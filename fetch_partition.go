@@ -64,9 +64,10 @@ type partitionFetcher struct {
 	// and it was not confirmed yet (confirmOutOfRange).
 	outOfRangeOnce bool
 	// buffered is the bytes of the slabs delivered and not handed out
-	// entirely yet, the one in the channel and the one the partition is
-	// handing out (PartitionStats.BufferedBytes); inHand is the account
-	// of the latter.
+	// entirely yet: the one in the channel, the one the partition is
+	// handing out, and those whose messages wait in its hand-out's batch
+	// (PartitionStats.BufferedBytes); inHand is the account of the one
+	// it is handing out (spend).
 	buffered atomic.Int64
 	inHand   atomic.Pointer[slabAccount]
 	// spentUp gets a token, without blocking the sender, when the loop
