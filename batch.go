@@ -117,8 +117,9 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 	if f, ok := pc.(*partitionFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
-		defer f.handedOut() // what is left of the slab in hand is dropped
-		defer h.entered()   // a wait at MaxPendingAcks ends with the loop
+		defer f.handedOut()        // what is left of the slab in hand is dropped
+		defer h.releaseSpent(true) // and the batch
+		defer h.entered()          // a wait at MaxPendingAcks ends with the loop
 	}
 	var linger *time.Timer
 	if cm.config.BatchLinger > 0 {
@@ -152,6 +153,7 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 			return h.end()
 		}
 		h.batch = h.batch[:copy(h.batch, h.batch[n:])]
+		h.releaseSpent(false)
 	}
 }
 
@@ -227,9 +229,34 @@ func (h *handOut) takeSlab() {
 	n := min(len(h.slab), h.size-len(h.batch))
 	h.batch = append(h.batch, h.slab[:n]...)
 	h.slab = h.slab[n:]
-	if len(h.slab) == 0 {
-		h.fetcher.handedOut()
+	if len(h.slab) == 0 && len(h.batch) > 0 {
+		if a := h.fetcher.spend(); a != nil {
+			h.spent = append(h.spent, spentSlab{acct: a, last: h.batch[len(h.batch)-1].Offset})
+		}
 	}
+}
+
+// spentSlab is the account of a slab all of whose messages are in the
+// batch, and the offset of the last of them: the slab counts in the
+// budget until that message left the batch (releaseSpent).
+type spentSlab struct {
+	acct *slabAccount
+	last int64
+}
+
+// releaseSpent gives back to the budget the spent slabs none of whose
+// messages is in the batch any more, or all of them (all: the batch
+// waits outside the budget, or the hand-out ends).
+func (h *handOut) releaseSpent(all bool) {
+	i := 0
+	for ; i < len(h.spent); i++ {
+		if !all && len(h.batch) > 0 && h.spent[i].last >= h.batch[0].Offset {
+			break
+		}
+		h.fetcher.release(h.spent[i].acct)
+	}
+	clear(h.spent[:i])
+	h.spent = h.spent[:copy(h.spent, h.spent[i:])]
 }
 
 // topUpSlabs is topUp for a partition fetcher.
@@ -251,7 +278,8 @@ func (h *handOut) topUpSlabs() {
 	}
 }
 
-// fillSlabs is fill for a partition fetcher.
+// fillSlabs is fill for a partition fetcher; it ends the wait early when
+// its broker loop waits for the budget (spentUp).
 func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 	if timer == nil || h.closed || len(h.batch) == h.size {
 		return true
@@ -269,6 +297,8 @@ func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 				return true
 			}
 		case <-timer.C:
+			return true
+		case <-h.fetcher.spentUp: // the budget is spent: no more comes
 			return true
 		case <-h.dying:
 			h.killed = true

@@ -38,6 +38,16 @@ func produceSized(t testing.TB, topic string, n, size int) []string {
 	return values
 }
 
+// bufferedBound returns what a consumer may hold of messages of size
+// bytes under a MaxBufferedBytes of budget: the budget, the messages'
+// own memory beside their bytes on the wire (a request's MaxBytes counts
+// the records' bytes only), and a producer's record batch (16 messages)
+// per broker loop, which Kafka returns whatever the request's MaxBytes.
+func bufferedBound(budget, size int64) int64 {
+	batchBytes := 16 * (size + messageOverhead)
+	return budget + budget*messageOverhead/size + fetchConnections*batchBytes
+}
+
 // TestMaxBufferedBytes: a consumer whose user reads slowly holds at most
 // Config.MaxBufferedBytes of fetched messages not handed out yet, beyond
 // one record batch per broker loop (Kafka returns a first batch whatever
@@ -52,8 +62,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 		n          = 4000
 		budget     = 128 << 10
 	)
-	batchBytes := 16 * (size + messageOverhead) // a producer batch
-	bound := budget + budget*messageOverhead/size + fetchConnections*batchBytes
+	bound := bufferedBound(budget, size)
 	topic := newTopic(t, partitions)
 	values := produceSized(t, topic, n, size)
 	for _, limit := range []int64{budget} {
@@ -65,10 +74,14 @@ func TestMaxBufferedBytes(t *testing.T) {
 		// The deadline only ends a hang; the test's condition is that
 		// every message arrives within the budget's bound.
 		deadline := time.After(2 * time.Minute)
+		var first time.Time // the first message's arrival
 	read:
 		for i := 0; !received.has(values); i++ {
 			select {
 			case msg := <-c.Messages():
+				if first.IsZero() {
+					first = time.Now()
+				}
 				received.add(string(msg.Value))
 				c.Ack(msg)
 			case <-deadline:
@@ -85,7 +98,7 @@ func TestMaxBufferedBytes(t *testing.T) {
 		if got := received.received(values); got != n {
 			t.Errorf("MaxBufferedBytes %d: received %d of %d messages", limit, got, n)
 		}
-		t.Logf("MaxBufferedBytes %d: peak of the partitions' BufferedBytes %d", limit, peak)
+		t.Logf("MaxBufferedBytes %d: peak of the partitions' BufferedBytes %d; %s from the first message to the last", limit, peak, time.Since(first).Round(time.Millisecond))
 		if peak > bound {
 			t.Errorf("MaxBufferedBytes %d: the partitions held %d bytes, more than the budget with its overshoot (%d)", limit, peak, bound)
 		}
@@ -198,5 +211,97 @@ func TestMaxPendingAcksLeavesTheBudget(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// aheadMeter counts the bytes of the messages a consumer fetched (as
+// Consumer.Interceptors, which the fetch engine calls for each message it
+// fetches) and of those it handed out in batches (as Config.Observer,
+// told of each batch before its send on Batches), and the peak of their
+// difference: what the consumer held fetched and not handed out.
+type aheadMeter struct {
+	mu                       sync.Mutex
+	fetched, handedOut, peak int64 // guarded by mu
+}
+
+func messageBytes(msg *sarama.ConsumerMessage) int64 {
+	return int64(len(msg.Key)+len(msg.Value)) + messageOverhead
+}
+
+// OnConsume implements sarama.ConsumerInterceptor.
+func (m *aheadMeter) OnConsume(msg *sarama.ConsumerMessage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fetched += messageBytes(msg)
+	m.peak = max(m.peak, m.fetched-m.handedOut)
+}
+
+// HandingOutBatch implements Observer.
+func (m *aheadMeter) HandingOutBatch(b *Batch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, msg := range b.Messages {
+		m.handedOut += messageBytes(msg)
+	}
+}
+
+func (m *aheadMeter) HandingOut(*sarama.ConsumerMessage) {}
+func (m *aheadMeter) Acked(*sarama.ConsumerMessage)      {}
+func (m *aheadMeter) TakenBack(*sarama.ConsumerMessage)  {}
+
+// TestMaxBufferedBytesCountsTheBatch: in batches, the messages a
+// partition gathers into its next batch (up to BatchSize, for up to
+// BatchLinger) count in Config.MaxBufferedBytes until the batch goes
+// out: a consumer holds no more fetched messages not handed out than the
+// budget with its overshoot (as in TestMaxBufferedBytes); and a batch
+// whose broker loop waits for the budget goes out without waiting
+// BatchLinger, so that the consumer does not crawl.
+func TestMaxBufferedBytesCountsTheBatch(t *testing.T) {
+	parallelClusterTest(t)
+	const (
+		partitions = 4
+		size       = 1024
+		n          = 4000
+		budget     = 32 << 10
+	)
+	bound := bufferedBound(budget, size)
+	topic := newTopic(t, partitions)
+	values := produceSized(t, topic, n, size)
+	meter := new(aheadMeter)
+	config := testConfig()
+	config.MaxBufferedBytes = budget
+	config.BatchSize = 1000
+	config.BatchLinger = time.Second
+	config.Consumer.Interceptors = []sarama.ConsumerInterceptor{meter}
+	config.Observer = meter
+	c := joinWithCleanup(t, uniqueName("buffered"), TopicSubscription(topic), config)
+	received := new(valueCounts)
+	// Batches that waited out BatchLinger under the spent budget, each
+	// of what a loop's share holds (about 13 messages), would take
+	// minutes: the wait is well below that, and well above the few
+	// seconds the consumer takes.
+	const within = time.Minute
+	deadline := time.After(within)
+read:
+	for !received.has(values) {
+		select {
+		case b := <-c.Batches():
+			for _, msg := range b.Messages {
+				received.add(string(msg.Value))
+			}
+			c.AckBatch(b)
+		case <-deadline:
+			break read
+		}
+	}
+	if got := received.received(values); got != n {
+		t.Errorf("received %d of %d messages within %s", got, n, within)
+	}
+	meter.mu.Lock()
+	peak := meter.peak
+	meter.mu.Unlock()
+	t.Logf("MaxBufferedBytes %d: at most %d bytes fetched and not handed out", budget, peak)
+	if peak > bound {
+		t.Errorf("the consumer held %d bytes fetched and not handed out, more than the budget with its overshoot (%d)", peak, bound)
 	}
 }

@@ -267,19 +267,26 @@ type Config struct {
 	// MaxBufferedBytes bounds the memory of the messages that the instance
 	// has fetched and not handed out yet (their keys, values and headers,
 	// and the messages themselves), for all its partitions together. Each
-	// fetch request reserves at most what is free of it, and at most half
-	// of it, so that one response may arrive while another is handed out;
-	// it asks Kafka for that many bytes divided by the ratio of the
-	// messages' memory to their bytes on the wire in the broker's last
-	// response (Kafka's fetch.max.bytes, within Consumer.Fetch.MaxBytes),
-	// and holds the reservation until its response is handled, so that no
-	// two requests count the same free bytes. A broker whose fetched
-	// messages all went out may always fetch (1 byte of a spent budget),
-	// so that every partition makes progress. Beyond it come what a
+	// broker's fetch loop (two per broker) has a share of it, the bound
+	// over the running loops, so that no broker's partitions wait while
+	// others hold it all. A fetch request reserves at most what is free of
+	// it and what the loop's messages not handed out leave of its share,
+	// and waits, rather than ask for less, until a quarter of the share is
+	// free; it asks Kafka for that many bytes divided by the largest ratio
+	// of the messages' memory to their bytes on the wire in the broker's
+	// recent responses (Kafka's fetch.max.bytes, within
+	// Consumer.Fetch.MaxBytes), and holds the reservation until its
+	// response is handled, so that no two requests count the same free
+	// bytes. A broker whose fetched messages all went out may always
+	// fetch (1 byte of a spent budget), so that every partition makes
+	// progress. The messages a partition gathers into its next batch (up
+	// to 256, or BatchSize) count until they go out; with BatchSize, a
+	// batch goes out before BatchLinger when its broker's fetch waits for
+	// the budget. Beyond it come what a
 	// response brings past its request's size (Kafka answers with at least
 	// one record batch, however large; compressed records count more than
-	// their wire bytes); the messages of each partition's batch in hand
-	// (up to 256, or BatchSize); and the fetched messages of the
+	// their wire bytes); the messages in the Messages or Batches channel
+	// (ChannelBufferSize messages, or 4 batches); and the fetched messages of the
 	// partitions paused by Pause or waiting at MaxPendingAcks, which leave
 	// the budget so that the other partitions do not wait for them. As
 	// with sarama's consumer, a message's key and value point into the
@@ -297,7 +304,8 @@ type Config struct {
 	// Acks stay per message (Ack, or AckBatch for all of a batch).
 	// A partition hands out a batch as soon as it holds BatchSize messages
 	// or BatchLinger has passed since its first message, whichever comes
-	// first; with BatchLinger 0, a batch is what the partition has fetched
+	// first, or earlier when MaxBufferedBytes lets no more be fetched for
+	// it; with BatchLinger 0, a batch is what the partition has fetched
 	// and ready, up to BatchSize. It must not exceed MaxPendingAcks.
 	// Default 0: single messages on Messages.
 	BatchSize int

@@ -4,13 +4,16 @@ package kafkaconsumer
 // of the partitions, Config.MaxBufferedBytes (fetch_hub.go).
 
 import (
+	"sync"
 	"sync/atomic"
 )
 
 // fetchBudget is Config.MaxBufferedBytes, shared by the fetch hubs of a
 // consumer: the bytes of messages their fetchers hold in slabs that the
 // partitions did not hand out yet, and the bytes that the requests in
-// flight reserved (reserve). Its hubs are set before any loop runs.
+// flight reserved (reserve). Each running broker loop has a share of it,
+// the limit over the running loops (join, leave), so that no two loops
+// hold it all while the others wait.
 //
 // The bound it keeps: a request reserves only what is free, in one step,
 // so that no two loops count the same free bytes; only a loop that holds
@@ -22,17 +25,47 @@ import (
 // the request's MaxBytes does not).
 type fetchBudget struct {
 	limit int64 // 0: no bound
-	hubs  []*fetchHub
 	// buffered is the slabs' bytes and the reservations, changed only by
 	// atomic adds, and by reserve's compare-and-swap.
 	buffered atomic.Int64
-	// starved counts the loops that wait for the budget to free: a
-	// release wakes every loop while it is not zero.
-	starved atomic.Int32
+	// loops counts the running broker loops of the hubs (join, leave).
+	loops atomic.Int32
+	// mu guards waiters, the loops that wait for the budget to free
+	// (wait); waiting is its length, read by release without mu.
+	mu      sync.Mutex
+	waiters []budgetWaiter
+	waiting atomic.Int32
+}
+
+// budgetWaiter is a loop that waits for the budget, and the least free
+// bytes that make a request of it worth sending.
+type budgetWaiter struct {
+	l     *brokerLoop
+	least int64
+}
+
+// minRequestParts: a loop waits, while it holds slabs, until at least
+// its share over minRequestParts is free for its next request (or all of
+// Consumer.Fetch.MaxBytes), instead of fetching whatever scrap is free.
+const minRequestParts = 4
+
+// join counts a broker loop that starts; leave, one that ends (and wakes
+// the waiting loops, whose shares grew). Safe from any goroutine.
+func (b *fetchBudget) join() { b.loops.Add(1) }
+
+func (b *fetchBudget) leave() {
+	b.loops.Add(-1)
+	b.wakeWaiters()
+}
+
+// share returns each running loop's share of the limit.
+func (b *fetchBudget) share() int64 {
+	return b.limit / int64(max(b.loops.Load(), 1))
 }
 
 // release gives back the bytes of a slab that loop l fetched (nil: its
-// loop is not counted any more), and wakes the loops that wait for them.
+// loop is not counted any more), and wakes the waiting loops for which a
+// request is worth sending now (wait).
 func (b *fetchBudget) release(l *brokerLoop, size int64) {
 	if size == 0 {
 		return
@@ -41,51 +74,106 @@ func (b *fetchBudget) release(l *brokerLoop, size int64) {
 	if l != nil {
 		l.held.Add(-size)
 	}
-	if b.starved.Load() == 0 {
+	b.wakeWaiters()
+}
+
+// wakeWaiters notifies each waiting loop that holds nothing, or for which
+// at least its least request is free now.
+func (b *fetchBudget) wakeWaiters() {
+	if b.waiting.Load() == 0 {
 		return
 	}
-	for _, h := range b.hubs {
-		h.mu.Lock()
-		for _, l := range h.loops {
-			l.notify()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.waiters {
+		if w.l.held.Load() <= 0 || b.available(w.l) >= w.least {
+			w.l.notify()
 		}
-		h.mu.Unlock()
 	}
+}
+
+// available returns what loop l may reserve now: what is free of the
+// limit, within what its slabs leave of its share.
+func (b *fetchBudget) available(l *brokerLoop) int64 {
+	return min(b.limit-b.buffered.Load(), b.share()-l.held.Load())
 }
 
 // reserve returns the MaxBytes of the next request of loop l, and
 // reserves what its response may count in the budget, in one step (a
 // compare-and-swap). A slab counts its messages' memory, more than their
 // bytes on the wire (see messageOverhead), so the reservation is in the
-// budget's unit and the request asks for it divided by l's last ratio of
-// counted to wire bytes (brokerLoop.expansion): at most half the budget, so that a
-// second response may arrive while the first is handed out, and within
+// budget's unit and the request asks for it divided by l's ratio of
+// counted to wire bytes (brokerLoop.expansion): at most what is free,
+// what l's slabs leave of its share (fetchBudget.share), and
 // Consumer.Fetch.MaxBytes (limit). It reports false, reserving nothing,
-// when none is free while l holds slabs not taken yet. A loop that holds
-// nothing may always fetch (MaxBytes at least 1: Kafka answers with at
-// least the first record batch, however large), so that every partition
-// makes progress. The reservation holds until the loop handled the
-// response: the slabs it delivers take it over (count), and settle gives
-// back the rest. Without a limit it reserves nothing. Called by l's
-// goroutine only; safe beside the other loops'.
+// when less than the least request worth sending is free while l holds
+// slabs not taken yet: its share over minRequestParts, or all of limit if
+// smaller. A loop that holds nothing may always fetch (MaxBytes at least
+// 1: Kafka answers with at least the first record batch, however large),
+// so that every partition makes progress. The reservation holds until
+// the loop handled the response: the slabs it delivers take it over
+// (count), and settle gives back the rest. Without a limit it reserves
+// nothing. Called by l's goroutine only; safe beside the other loops'.
 func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 	if b.limit <= 0 {
 		return limit, true
 	}
+	expand := l.expansion()
+	most := int64(float64(limit) * expand)
 	for {
 		buffered := b.buffered.Load()
-		free := b.limit - buffered
-		if free <= 0 && l.held.Load() > 0 {
-			return 0, false
+		held := l.held.Load()
+		share := b.share()
+		n := min(b.limit-buffered, share-held, most)
+		if n < max(b.least(l, limit), 1) {
+			if held > 0 {
+				return 0, false
+			}
+			n = max(n, 1)
 		}
-		expand := l.expansion()
-		n := max(min(free, b.limit/2, int64(float64(limit)*expand)), 1)
 		wire := max(min(int64(float64(n)/expand), int64(limit)), 1)
 		if b.buffered.CompareAndSwap(buffered, buffered+n) {
 			l.reserved = n
 			return int32(wire), true
 		}
 	}
+}
+
+// least returns the least reservation that a request of loop l is worth
+// sending for while l holds slabs (reserve). Called by l's goroutine
+// only.
+func (b *fetchBudget) least(l *brokerLoop, limit int32) int64 {
+	return min(b.share()/minRequestParts, int64(float64(limit)*l.expansion()))
+}
+
+// wait adds loop l to the loops that wait for the budget (on), or
+// removes it (off): while it waits, a release notifies it once its least
+// request is free (reserve), or it holds nothing. Waiting, it tells its
+// partitions that gather batches to hand them out (spentUp): their
+// messages count in the budget, and no more may be fetched for them.
+// Called by l's goroutine only.
+func (b *fetchBudget) wait(l *brokerLoop, limit int32, on bool) {
+	if on {
+		for _, f := range l.subs {
+			select {
+			case f.spentUp <- struct{}{}:
+			default:
+			}
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if on {
+		b.waiters = append(b.waiters, budgetWaiter{l: l, least: max(b.least(l, limit), 1)})
+	} else {
+		for i, w := range b.waiters {
+			if w.l == l {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	b.waiting.Store(int32(len(b.waiters)))
 }
 
 // count counts a slab of size bytes that loop l delivered: what the
@@ -120,23 +208,42 @@ const (
 // first response with messages.
 const defaultExpansion = 2
 
-// expansion returns the ratio of the bytes a response's slabs counted in
-// the budget to its estimated bytes on the wire, in the loop's last
-// response that had messages: what a request's MaxBytes is multiplied by
-// in the budget. Compressed records count more (their wire bytes are
+// expansionResponses is how many of a loop's last responses with
+// messages its ratio of counted to wire bytes is the maximum of.
+const expansionResponses = 8
+
+// expansionWindow holds the ratios of counted to wire bytes of a loop's
+// last expansionResponses responses with messages.
+type expansionWindow struct {
+	ratios [expansionResponses]float64 // 0: none yet
+	next   int                         // where the next ratio goes
+}
+
+// expansion returns the largest ratio of the bytes a response's slabs
+// counted in the budget to its bytes on the wire, over the loop's last
+// expansionResponses responses with messages: what a request's MaxBytes
+// is multiplied by in the budget. The maximum, not the last, so that a
+// response of small messages after one of large ones stays within its
+// reservation. Compressed records count more (their wire bytes are
 // estimated uncompressed), and the budget is overshot by up to their
 // compression ratio. Called by the loop's goroutine only.
 func (l *brokerLoop) expansion() float64 {
-	if l.expand < 1 {
+	most := 0.0
+	for _, r := range l.expand.ratios {
+		most = max(most, r)
+	}
+	if most < 1 {
 		return defaultExpansion
 	}
-	return l.expand
+	return most
 }
 
-// measure records the counted and estimated wire bytes of one response
-// (see expansion).
+// measure records the counted and wire bytes of one response (see
+// expansion). Called by the loop's goroutine only.
 func (l *brokerLoop) measure(counted, wire int64) {
 	if counted > 0 && wire > 0 {
-		l.expand = max(float64(counted)/float64(wire), 1)
+		w := &l.expand
+		w.ratios[w.next] = max(float64(counted)/float64(wire), 1)
+		w.next = (w.next + 1) % expansionResponses
 	}
 }

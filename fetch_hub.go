@@ -86,7 +86,6 @@ type fetchHub struct {
 
 func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budget *fetchBudget, log *slog.Logger) *fetchHub {
 	h := &fetchHub{client: client, conf: conf, version: version, budget: budget, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
-	budget.hubs = append(budget.hubs, h)
 	return h
 }
 
@@ -123,6 +122,7 @@ func (h *fetchHub) subscribe(f *partitionFetcher, broker *sarama.Broker) bool {
 	if l == nil {
 		l = &brokerLoop{hub: h, broker: broker, wake: make(chan struct{}, 1)}
 		h.loops[broker.ID()] = l
+		h.budget.join() // run leaves it
 		h.wg.Add(1)
 		go l.run() // owned by the hub: close stops it and waits
 	}

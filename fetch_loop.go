@@ -32,9 +32,9 @@ type brokerLoop struct {
 	// reserved is what is left of the budget that the loop's request in
 	// flight reserved (fetchBudget.reserve): the loop goroutine's.
 	reserved int64
-	// expand is the ratio of counted to wire bytes of the loop's last
-	// response with messages (expansion): the loop goroutine's.
-	expand float64
+	// expand is the ratios of counted to wire bytes of the loop's last
+	// responses with messages (expansion): the loop goroutine's.
+	expand expansionWindow
 	// conn is the loop's own connection to broker (connection), and
 	// dialer the dialer of its net.Conn; the loop goroutine's.
 	conn   *sarama.Broker
@@ -58,6 +58,7 @@ func (l *brokerLoop) notify() {
 
 func (l *brokerLoop) run() {
 	defer l.hub.wg.Done()
+	defer l.hub.budget.leave() // its share goes to the other loops
 	defer l.closeConnection()
 	var (
 		ready   []*partitionFetcher
@@ -134,18 +135,18 @@ func (l *brokerLoop) run() {
 		budget, limit := l.hub.budget, l.hub.conf.Consumer.Fetch.MaxBytes
 		maxBytes, ok := budget.reserve(l, limit)
 		if !ok {
-			// The budget is spent: wait for a partition to take a slab.
-			budget.starved.Add(1)
-			maxBytes, ok = budget.reserve(l, limit) // a release may have come before the count
+			// Too little is free: wait for the partitions to take slabs.
+			budget.wait(l, limit, true)
+			maxBytes, ok = budget.reserve(l, limit) // a release may have come before the wait
 			if !ok {
 				select {
 				case <-l.wake:
 				case <-l.hub.stop:
-					budget.starved.Add(-1)
+					budget.wait(l, limit, false)
 					return
 				}
 			}
-			budget.starved.Add(-1)
+			budget.wait(l, limit, false)
 			if !ok {
 				continue
 			}

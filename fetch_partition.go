@@ -64,11 +64,17 @@ type partitionFetcher struct {
 	// and it was not confirmed yet (confirmOutOfRange).
 	outOfRangeOnce bool
 	// buffered is the bytes of the slabs delivered and not handed out
-	// entirely yet, the one in the channel and the one the partition is
-	// handing out (PartitionStats.BufferedBytes); inHand is the account
-	// of the latter.
+	// entirely yet: the one in the channel, the one the partition is
+	// handing out, and those whose messages wait in its hand-out's batch
+	// (PartitionStats.BufferedBytes); inHand is the account of the one
+	// it is handing out (spend).
 	buffered atomic.Int64
 	inHand   atomic.Pointer[slabAccount]
+	// spentUp gets a token, without blocking the sender, when the loop
+	// waits for the budget: a hand-out in batches gathering its batch
+	// (whose messages count in the budget) hands it out without waiting
+	// BatchLinger any longer, since no more may be fetched for it.
+	spentUp chan struct{}
 
 	// offset is the next offset to fetch, and fetchSize the size asked
 	// for; the loop's while subscribed, run's otherwise.
@@ -138,6 +144,7 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 		hub:            hub,
 		tp:             tp,
 		slabs:          make(chan slab, 1),
+		spentUp:        make(chan struct{}, 1),
 		errs:           make(chan *sarama.ConsumerError, fetcherErrors),
 		failed:         make(chan error, 1),
 		dying:          make(chan struct{}),
@@ -441,6 +448,13 @@ func (f *partitionFetcher) release(a *slabAccount) {
 // stopped handing out: the slab in hand leaves the budget.
 func (f *partitionFetcher) handedOut() {
 	f.release(f.inHand.Swap(nil))
+}
+
+// spend takes the account of the slab in hand from the fetcher, for a
+// hand-out that moved all its messages into its batch: the hand-out
+// releases it (release) once they went out. nil: no slab in hand.
+func (f *partitionFetcher) spend() *slabAccount {
+	return f.inHand.Swap(nil)
 }
 
 // report sends err on errs, without blocking the loop: it is dropped when

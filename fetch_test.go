@@ -503,51 +503,118 @@ func TestPartitionFetcherReadCommitted(t *testing.T) {
 }
 
 // TestFetchBudget: a loop reserves, in the budget's unit, what is free
-// of the budget up to half of it, and asks for that divided by its ratio
-// of counted to wire bytes, within Fetch.MaxBytes, until its response is
-// handled: the slabs delivered take the reservation over, and the rest
-// goes back. With none free it waits while it holds slabs, and fetches
-// anyway (1 byte) while it holds none; a release frees the budget again.
-// Without a limit it always asks Fetch.MaxBytes and reserves nothing.
+// of the budget up to what its slabs leave of its share (the limit over
+// the running loops), and asks for that divided by its ratio of counted
+// to wire bytes, within Fetch.MaxBytes, until its response is handled:
+// the slabs delivered take the reservation over, and the rest goes back.
+// While it holds slabs it waits until a quarter of its share is free
+// (or all of Fetch.MaxBytes), and it fetches anyway (1 byte) while it
+// holds none; a release frees the budget again. Without a limit it
+// always asks Fetch.MaxBytes and reserves nothing.
 func TestFetchBudget(t *testing.T) {
 	t.Parallel()
 	b := &fetchBudget{limit: 1000}
-	first, second, idle := &brokerLoop{expand: 2}, &brokerLoop{expand: 2}, &brokerLoop{expand: 2}
-	check := func(what string, got int32, ok bool, want int32, wantOK bool, buffered int64) {
+	b.join()
+	b.join() // two loops: a share of 500 each
+	first, second, idle := &brokerLoop{}, &brokerLoop{}, &brokerLoop{}
+	var (
+		got int32
+		ok  bool
+	)
+	check := func(what string, want int32, wantOK bool, buffered int64) {
 		t.Helper()
 		if got != want || ok != wantOK || b.buffered.Load() != buffered {
 			t.Errorf("%s: %d, %v, buffered %d; want %d, %v, buffered %d", what, got, ok, b.buffered.Load(), want, wantOK, buffered)
 		}
 	}
-	got, ok := b.reserve(first, 600)
-	check("empty budget: half of it", got, ok, 250, true, 500)
+	got, ok = b.reserve(first, 600)
+	check("a loop's share of an empty budget", 250, true, 500)
 	got, ok = b.reserve(second, 600)
-	check("the other half beside a request in flight", got, ok, 250, true, 1000)
+	check("the other loop's share beside a request in flight", 250, true, 1000)
 	b.count(first, 400) // within its reservation
 	b.settle(first)
-	check("a response of 400 of the 500 reserved", got, ok, 250, true, 900)
+	check("a response of 400 of the 500 reserved", 250, true, 900)
 	b.count(second, 700) // a first record batch larger than MaxBytes
 	b.settle(second)
-	check("a response of 700 of the 500 reserved", got, ok, 250, true, 1100)
+	check("a response of 700 of the 500 reserved", 250, true, 1100)
 	got, ok = b.reserve(first, 600)
-	check("a loop holding slabs, nothing free", got, ok, 0, false, 1100)
+	check("a loop holding slabs, nothing free", 0, false, 1100)
 	got, ok = b.reserve(idle, 600)
-	check("a loop holding nothing, nothing free", got, ok, 1, true, 1101)
+	check("a loop holding nothing, nothing free", 1, true, 1101)
 	b.settle(idle)
 	b.release(second, 700)
-	got, ok = b.reserve(first, 100)
-	check("after a release, within Fetch.MaxBytes", got, ok, 100, true, 600)
-	b.settle(first)
-	first.measure(2600, 1000)
 	got, ok = b.reserve(first, 600)
-	check("a ratio of 2.6 learnt from a response", got, ok, 192, true, 900)
-	if first.held.Load() != 400 || second.held.Load() != 0 {
-		t.Errorf("held %d and %d; want 400 and 0", first.held.Load(), second.held.Load())
+	check("less than a quarter of its share left by its slabs", 0, false, 400)
+	b.release(first, 100)
+	got, ok = b.reserve(first, 600)
+	check("what its slabs leave of its share", 100, true, 500)
+	b.settle(first)
+	got, ok = b.reserve(second, 60)
+	check("within Fetch.MaxBytes, less than a quarter of its share", 60, true, 420)
+	b.settle(second)
+	second.measure(2600, 1000)
+	got, ok = b.reserve(second, 600)
+	check("a ratio of 2.6 learnt from a response", 192, true, 800)
+	b.settle(second)
+	second.measure(1100, 1000)
+	got, ok = b.reserve(second, 600)
+	check("the largest ratio of the recent responses", 192, true, 800)
+	b.settle(second)
+	b.join() // a third loop: a share of 333
+	got, ok = b.reserve(second, 600)
+	check("a third of the budget", 128, true, 633)
+	b.settle(second)
+	b.leave()
+	if first.held.Load() != 300 || second.held.Load() != 0 {
+		t.Errorf("held %d and %d; want 300 and 0", first.held.Load(), second.held.Load())
 	}
 	unbounded := &fetchBudget{}
 	got, ok = unbounded.reserve(first, 600)
 	if got != 600 || !ok || unbounded.buffered.Load() != 0 {
 		t.Errorf("no limit: %d, %v, buffered %d; want 600, true, 0", got, ok, unbounded.buffered.Load())
+	}
+}
+
+// TestFetchBudgetWakesForAUsefulRequest: a release wakes a loop waiting
+// for the budget only once a request worth sending is free for it (a
+// quarter of its share), or when it holds nothing; not for every scrap.
+func TestFetchBudgetWakesForAUsefulRequest(t *testing.T) {
+	t.Parallel()
+	b := &fetchBudget{limit: 1000}
+	b.join()
+	b.join() // a share of 500 each
+	waiter := &brokerLoop{wake: make(chan struct{}, 1)}
+	woken := func() bool {
+		select {
+		case <-waiter.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	b.count(waiter, 450)
+	b.count(waiter, 50)
+	if _, ok := b.reserve(waiter, 600); ok {
+		t.Fatal("a loop holding its whole share reserved more")
+	}
+	b.wait(waiter, 600, true)
+	b.release(waiter, 50)
+	if woken() {
+		t.Error("woken for 50 bytes of a share of 500")
+	}
+	b.release(waiter, 450)
+	if !woken() {
+		t.Error("not woken when it held nothing any more")
+	}
+	b.count(waiter, 500)
+	b.release(waiter, 100)
+	if woken() {
+		t.Error("woken for 100 bytes of a share of 500")
+	}
+	b.release(waiter, 400)
+	b.wait(waiter, 600, false)
+	if b.waiting.Load() != 0 || b.buffered.Load() != 0 {
+		t.Errorf("%d waiting, %d buffered; want none", b.waiting.Load(), b.buffered.Load())
 	}
 }
 
@@ -566,6 +633,9 @@ func TestFetchBudgetConcurrent(t *testing.T) {
 		rounds   = 20000
 	)
 	b := &fetchBudget{limit: limit}
+	for range loops {
+		b.join()
+	}
 	var peak atomic.Int64
 	observe := func() {
 		v := b.buffered.Load()

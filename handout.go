@@ -65,8 +65,9 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 	if f, ok := pc.(*partitionFetcher); ok {
 		h.slabs, h.fetcher = f.slabs, f
 		receive = h.receiveSlab
-		defer f.handedOut() // what is left of the slab in hand is dropped
-		defer h.entered()   // a wait at MaxPendingAcks ends with the loop
+		defer f.handedOut()        // what is left of the slab in hand is dropped
+		defer h.releaseSpent(true) // and the batch
+		defer h.entered()          // a wait at MaxPendingAcks ends with the loop
 	}
 	for {
 		if !receive() {
@@ -88,6 +89,7 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 				return h.end()
 			}
 			h.batch = h.batch[:copy(h.batch, h.batch[n:])]
+			h.releaseSpent(false)
 			// Let the receiver run: a send to it while it waited made
 			// it runnable on this goroutine's P, where it would wait
 			// behind this loop (BENCHMARKS.md, round 3).
@@ -144,6 +146,9 @@ type handOut struct {
 	slabNext int64                     // the next offset to fetch after the last slab taken
 	fetcher  *partitionFetcher         // of slabs: told when a slab is taken
 	batch    []*sarama.ConsumerMessage // received, not handed out yet
+	// spent is the slabs all in batch, which count in the budget until
+	// their messages left it (releaseSpent).
+	spent []spentSlab
 	// size is the most messages batch holds: handOutBatch, or BatchSize.
 	// batch grows to it (append): a thousand partitions that start
 	// together allocate a few messages' room each, not 256.
@@ -408,6 +413,7 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 func (h *handOut) waitForRoom() bool {
 	if h.fetcher != nil {
 		h.fetcher.handedOut()
+		h.releaseSpent(true) // the batch waits outside the budget
 		if !h.waited {
 			h.waited = true
 			h.fetcher.setWaiting(true)

@@ -1,0 +1,168 @@
+package kafkaconsumer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
+)
+
+// TestBudgetSharedByBrokers: on three brokers that lead 16 of a topic's
+// 48 partitions each, under a Config.MaxBufferedBytes small enough to
+// bind, the user takes the messages of broker 0's partitions slowly; no
+// broker's partitions starve: each broker's share of the messages handed
+// out in the first second (at most the first third of the messages) is within a factor of 2 of its share of the partitions.
+func TestBudgetSharedByBrokers(t *testing.T) {
+	needFaults(t)
+	t.Parallel() // on a cluster of its own
+	const (
+		brokers      = 3
+		partitions   = 48
+		perPartition = 600
+		size         = 100
+		budget       = 64 << 10
+		slowBroker   = 0
+		slowTake     = 500 * time.Microsecond // the user's time for a message of slowBroker
+		window       = time.Second
+	)
+	cluster := startFaultCluster(t, testcluster.Options{ZooKeepers: 1, Brokers: brokers})
+	waitBrokersUp(t, cluster)
+	topic := uniqueName("budget3")
+	createLedTopic(t, cluster, topic, partitions, brokers)
+	produceEach(t, cluster.KafkaPeers(), topic, partitions, perPartition, size)
+
+	config := testConfig()
+	config.Discovery, config.Brokers = DiscoverFromZookeeper, nil // the test's own cluster
+	config.MaxBufferedBytes = budget
+	c := joinAt(t, cluster.ZookeeperPeers(), uniqueName("budget3"), topic, config)
+
+	var (
+		mu      sync.Mutex
+		started time.Time    // the first message's arrival; zero before
+		shares  [brokers]int // the window's messages, by leader
+		counted int          // the window's messages
+		closed  bool         // the window ended
+		ended   = make(chan struct{})
+	)
+	limit := partitions * perPartition / 3
+	go func() { // owned by the test: it ends when c's Messages close
+		defer close(ended)
+		for msg := range c.Messages() {
+			if msg.Partition%brokers == slowBroker {
+				time.Sleep(slowTake) // the user's work on the message
+			}
+			c.Ack(msg)
+			mu.Lock()
+			if started.IsZero() {
+				started = time.Now()
+			}
+			if !closed {
+				if time.Since(started) >= window || counted == limit {
+					closed = true
+				} else {
+					shares[msg.Partition%brokers]++
+					counted++
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = c.Close(); <-ended })
+	waitFor(t, 60*time.Second, "the window to end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return closed
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	var report strings.Builder
+	for b, n := range shares {
+		fmt.Fprintf(&report, " broker %d %.2f", b, float64(n)/float64(counted))
+	}
+	t.Logf("%d messages in the window; shares:%s", counted, report.String())
+	for b, n := range shares {
+		share, want := float64(n)/float64(counted), 1.0/brokers
+		if share < want/2 || share > want*2 {
+			t.Errorf("broker %d's partitions had %.2f of the window's %d messages; want within a factor of 2 of %.2f (shares:%s)",
+				b, share, counted, want, report.String())
+		}
+	}
+}
+
+// createLedTopic creates topic with partitions partitions on cluster,
+// partition p led by broker p%brokers (its only replica), and waits until
+// the metadata names those leaders.
+func createLedTopic(t *testing.T, cluster *testcluster.Cluster, topic string, partitions, brokers int32) {
+	t.Helper()
+	client := faultClient(t, cluster.KafkaPeers())
+	assignment := make(map[int32][]int32, partitions)
+	for p := range partitions {
+		assignment[p] = []int32{p % brokers}
+	}
+	detail := &sarama.TopicDetail{NumPartitions: -1, ReplicationFactor: -1, ReplicaAssignment: assignment}
+	// A creation the controller did not finish within Admin.Timeout goes
+	// on: the wait for the leaders below tells.
+	if err := newTestAdmin(t, client).CreateTopic(topic, detail, false); err != nil && !errors.Is(err, sarama.ErrRequestTimedOut) {
+		t.Fatalf("create %s: %s", topic, err)
+	}
+	waitFor(t, 60*time.Second, "the topic's leaders", func() bool {
+		if client.RefreshMetadata(topic) != nil {
+			return false
+		}
+		for p := range partitions {
+			leader, err := client.Leader(topic, p)
+			if err != nil || leader.ID() != p%brokers {
+				return false
+			}
+			if _, err := client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// faultClient returns a sarama client of peers, closed at the test's end.
+func faultClient(t *testing.T, peers []string) sarama.Client {
+	t.Helper()
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Net.ReadTimeout = 5 * time.Second
+	config.Admin.Timeout = 30 * time.Second // 48 partitions on a loaded machine
+	config.Producer.Return.Successes = true
+	config.Producer.Partitioner = sarama.NewManualPartitioner
+	config.Producer.Flush.MaxMessages = 4 // record batches of at most 4 messages
+	client, err := sarama.NewClient(peers, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// produceEach writes n messages of size bytes to each of topic's
+// partitions on peers.
+func produceEach(t *testing.T, peers []string, topic string, partitions int32, n, size int) {
+	t.Helper()
+	producer, err := sarama.NewSyncProducerFromClient(faultClient(t, peers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Close() }()
+	pad := strings.Repeat("x", size)
+	msgs := make([]*sarama.ProducerMessage, 0, int(partitions)*n)
+	for i := range n {
+		for p := range partitions {
+			value := fmt.Sprintf("%d-%d-%s", p, i, pad)[:size]
+			msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.StringEncoder(value)})
+		}
+	}
+	if err := producer.SendMessages(msgs); err != nil {
+		t.Fatalf("produce to %s: %s", topic, err)
+	}
+}
