@@ -592,6 +592,27 @@ func createTopic(t testing.TB, admin sarama.ClusterAdmin, name string, partition
 	if err := admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
 		t.Fatalf("create topic %s: %s", name, err)
 	}
+	// The controller answers before the brokers' metadata shows the new
+	// partitions' leaders (KRaft propagates it a moment later): a
+	// producer asking meanwhile may run out of retries.
+	waitFor(t, 30*time.Second, fmt.Sprintf("the %d partitions of topic %s to have leaders", partitions, name), func() bool {
+		return hasLeaders(admin, name, partitions)
+	})
+}
+
+// hasLeaders reports whether the metadata shows a leader for each of
+// the partitions of topic.
+func hasLeaders(admin sarama.ClusterAdmin, topic string, partitions int32) bool {
+	md, err := admin.DescribeTopics([]string{topic})
+	if err != nil || len(md) != 1 || !errors.Is(md[0].Err, sarama.ErrNoError) || len(md[0].Partitions) != int(partitions) {
+		return false
+	}
+	for _, p := range md[0].Partitions {
+		if p.Leader < 0 || !errors.Is(p.Err, sarama.ErrNoError) {
+			return false
+		}
+	}
+	return true
 }
 
 // debugLogs routes the package's and sarama's logs to stderr when
