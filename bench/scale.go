@@ -61,10 +61,17 @@ type scaleResult struct {
 // scaleTable is the result of the scale workload.
 type scaleTable struct {
 	Cells []scaleResult `json:"cells"`
+	// Changes are the scale changes (-scale-steps), which run instead.
+	Changes []scaleChangeResult `json:"changes,omitempty"`
 }
 
 func runScale(cl *cluster, o *options) (*scaleTable, error) {
 	table := &scaleTable{}
+	if len(o.scaleSteps) > 0 {
+		var err error
+		table.Changes, err = runScaleChanges(cl, o)
+		return table, err
+	}
 	for _, p := range o.scalePartitions {
 		topic := fmt.Sprintf("bench.scale.p%d", p)
 		if err := cl.ensureTopic(topic, int32(p)); err != nil {
