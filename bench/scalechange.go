@@ -24,8 +24,9 @@ import (
 // (each with its own clients and session, every setting at its default)
 // join one group on a topic of P partitions that a steady producer feeds
 // at -scale-rate messages per second; the first step's members join at
-// once, then each following step starts the members it adds at once, or
-// closes the members it removes at once. Each member acks (or marks)
+// once, then, once the group was stable for scaleQuiet, each following
+// step starts the members it adds at once, or closes the members it
+// removes at once. Each member acks (or marks)
 // every message as it receives it. For each change the child measures
 // the seconds until the group is stable again (every partition owned by
 // exactly one member, each member owning some, and every message
@@ -33,12 +34,18 @@ import (
 // changed, the members that lost their membership without being closed,
 // and the most partitions seen owned by two members at once. At the end
 // every message produced once the first step was stable must have been
-// received (lost otherwise). Each cell has a new topic, which the members
-// read from the oldest offset.
+// received (lost otherwise). Each partition count has a new topic, which
+// the members read from the oldest offset.
 
 // scaleLate is how long after its produce a message must have been
 // received for the group to count as stable.
 const scaleLate = time.Second
+
+// scaleQuiet is how long the group stays stable before each change: more
+// than a heartbeat interval (3 s by default), so that no member is about
+// to heartbeat because of the last rebalance (franz-go's cooperative
+// members heartbeat 500 ms after each), as in a group stable for long.
+const scaleQuiet = 5 * time.Second
 
 // scaleChange is what one change of a scale-change cell measured.
 type scaleChange struct {
@@ -80,15 +87,17 @@ type scaleChangeResult struct {
 func runScaleChanges(cl *cluster, o *options) ([]scaleChangeResult, error) {
 	var out []scaleChangeResult
 	for _, p := range o.scalePartitions {
+		// A topic of the run's own: the members start at the oldest
+		// offset, so that a partition never committed is read whole.
+		// (One per cell, the broker would hold thousands of partitions
+		// more with each, and answer slower.)
+		topic := fmt.Sprintf("bench.scalechange.p%d.%d", p, time.Now().Unix())
+		if err := cl.ensureTopic(topic, int32(p)); err != nil {
+			return nil, err
+		}
 		for _, c := range contendersFor(o, groupContenders) {
 			if c == saramaGroup {
 				continue
-			}
-			// A topic of its own, new: the members start at the oldest
-			// offset, so that a partition never committed is read whole.
-			topic := fmt.Sprintf("bench.scalechange.%s.p%d.%d", c, p, time.Now().Unix())
-			if err := cl.ensureTopic(topic, int32(p)); err != nil {
-				return nil, err
 			}
 			spec := baseSpec(cl, o, "scalechange")
 			spec.Contender = c
@@ -114,6 +123,30 @@ func runScaleChanges(cl *cluster, o *options) ([]scaleChangeResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// writeScaleChanges writes the table of the scale changes.
+func writeScaleChanges(b *strings.Builder, cells []scaleChangeResult) {
+	b.WriteString("### Scale changes: members as goroutines of one process (each its own clients and session, settings at their defaults), all added or closed at once\n\n")
+	b.WriteString("Seconds from the change until every partition is owned by exactly one member, each member owns some, and every message produced more than 1 s before was received. " +
+		"Moved: partitions whose owner changed. Lost members: those that lost their membership without being closed. Load: the machine's 1-minute load average at the end of the change.\n\n")
+	b.WriteString("| contender | partitions | msgs/s | change | s | moved | lost members | load | RSS MiB per member | double-owned | lost msgs |\n")
+	b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, c := range cells {
+		for _, ch := range c.Changes {
+			timedOut := ""
+			if ch.TimedOut {
+				timedOut = " (timed out)"
+			}
+			fmt.Fprintf(b, "| %s | %d | %d | %d → %d | %.1f%s | %d | %d | %.1f | %.1f | %d | %d of %d |\n",
+				c.Contender, c.Partitions, c.Rate, ch.From, ch.To, ch.Seconds, timedOut, ch.Moved, ch.Lost, ch.Load1,
+				c.RSSPerMemberMB, c.DoubleOwned, c.LostMessages, c.Produced)
+		}
+		if c.Error != "" {
+			fmt.Fprintf(b, "| %s | %d | %d | error: %s | | | | | | | |\n", c.Contender, c.Partitions, c.Rate, c.Error)
+		}
+	}
+	b.WriteString("\n")
 }
 
 // changeMember is one member of a scale-change child.
@@ -184,6 +217,7 @@ func scaleChanges(spec *childSpec) (res scaleChangeResult) {
 	}
 	baseline := time.Now().UnixNano()
 	for _, to := range spec.Steps[1:] {
+		time.Sleep(scaleQuiet) // the workload's pause, see scaleQuiet
 		from := len(members)
 		lost0 := lostOf(members)
 		t := time.Now()
