@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // joinTimes is an slog.Handler that keeps the time of each "Joined
@@ -103,5 +105,31 @@ func TestIntegrationKafkaCoordinatorFollowUpGenerationIsPrompt(t *testing.T) {
 	t.Logf("the fourth member owned a partition %s after its first generation", took.Round(time.Millisecond))
 	if took > heartbeat/2 {
 		t.Errorf("the fourth member owned a partition %s after its first generation: the next generation waited for the members' heartbeats (every %s)", took.Round(time.Millisecond), heartbeat)
+	}
+}
+
+// TestStaleRebalanceAnswerKeepsTheExpectedRebalance: a heartbeat of the
+// previous generation, answered REBALANCE_IN_PROGRESS only after the
+// member synced the next generation, which told it to expect a
+// rebalance (expectRebalance), tells nothing of the new generation:
+// the member goes on heartbeating every awaitingHeartbeat, rather than
+// learning of the next rebalance a heartbeat interval later. Under load
+// the answers come late, and such a race left members of a 100-member
+// group a heartbeat interval (3 s) behind the rest.
+func TestStaleRebalanceAnswerKeepsTheExpectedRebalance(t *testing.T) {
+	t.Parallel()
+	k := &kafkaCoordinator{cm: &consumerManager{config: NewConfig(), log: slog.New(slog.DiscardHandler)}, heartbeatInterval: 3 * time.Second, rejoin: make(chan struct{}, 1)}
+	k.setMember(groupMember{id: "m", generation: 4})
+	k.expectRebalance()
+	g := &kafkaGuard{k: k, next: time.NewTimer(time.Hour), deadline: time.NewTimer(time.Hour)}
+	defer g.next.Stop()
+	defer g.deadline.Stop()
+	g.answered(heartbeatResult{member: groupMember{id: "m", generation: 3}, sent: time.Now(), err: sarama.ErrRebalanceInProgress})
+	if got := k.nextHeartbeat(); got != awaitingHeartbeat {
+		t.Errorf("next heartbeat in %s after a late answer of generation 3, want %s (generation 4 expects a rebalance)", got, awaitingHeartbeat)
+	}
+	g.answered(heartbeatResult{member: groupMember{id: "m", generation: 4}, sent: time.Now(), err: sarama.ErrRebalanceInProgress})
+	if got := k.nextHeartbeat(); got != k.heartbeatInterval {
+		t.Errorf("next heartbeat in %s once generation 4's rebalance came, want %s", got, k.heartbeatInterval)
 	}
 }
