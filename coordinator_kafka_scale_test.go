@@ -43,17 +43,6 @@ func (j *joinTimes) first() time.Time {
 	return j.times[0]
 }
 
-// claimed counts the partitions of c's Stats that c owns.
-func claimed(c Consumer) int {
-	n := 0
-	for _, s := range c.Stats() {
-		if s.Claimed {
-			n++
-		}
-	}
-	return n
-}
-
 // TestIntegrationKafkaCoordinatorFollowUpGenerationIsPrompt: a member that
 // joins a stable group gets nothing in its first generation (what it is
 // due is withheld until the owners stop it), and the generation after,
@@ -90,7 +79,7 @@ func TestIntegrationKafkaCoordinatorFollowUpGenerationIsPrompt(t *testing.T) {
 	wg.Wait()
 	waitFor(t, 90*time.Second, "three members owning two partitions each", func() bool {
 		for _, c := range members {
-			if claimed(c) != 2 || len(c.Stats()) != 2 {
+			if claimedCount(c) != 2 || len(c.Stats()) != 2 {
 				return false
 			}
 		}
@@ -100,7 +89,7 @@ func TestIntegrationKafkaCoordinatorFollowUpGenerationIsPrompt(t *testing.T) {
 	var joins joinTimes
 	d := joinKafka(t, group, TopicSubscription(topic), config(slog.New(&joins)))
 	waitFor(t, 60*time.Second, "the fourth member's first generation", func() bool { return !joins.first().IsZero() })
-	waitFor(t, 60*time.Second, "the fourth member to own a partition", func() bool { return claimed(d) > 0 })
+	waitFor(t, 60*time.Second, "the fourth member to own a partition", func() bool { return claimedCount(d) > 0 })
 	took := time.Since(joins.first())
 	t.Logf("the fourth member owned a partition %s after its first generation", took.Round(time.Millisecond))
 	if took > heartbeat/2 {

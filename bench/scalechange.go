@@ -182,20 +182,11 @@ func scaleChanges(spec *childSpec) (res scaleChangeResult) {
 	}
 	defer prod.stop()
 	var members []changeMember
-	defer func() { closeMembers(members) }()
+	defer func() { closeConcurrently(members) }()
 	rss0 := currentRSS()
 	start := func(n int) error {
-		added := make([]changeMember, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				added[i], errs[i] = startChangeMember(spec, int32(len(members)+i), rec)
-			}()
-		}
-		wg.Wait()
+		first := int32(len(members))
+		added, errs := startConcurrently(n, func(i int) (changeMember, error) { return startChangeMember(spec, first+int32(i), rec) })
 		for i, m := range added {
 			if errs[i] == nil {
 				members = append(members, m)
@@ -224,7 +215,7 @@ func scaleChanges(spec *childSpec) (res scaleChangeResult) {
 		if to > from {
 			err = start(to - from)
 		} else {
-			closeMembers(members[to:])
+			closeConcurrently(members[to:])
 			members = members[:to]
 		}
 		if err != nil {
@@ -352,19 +343,6 @@ func load1() float64 {
 	var l float64
 	fmt.Sscan(string(data), &l)
 	return l
-}
-
-// closeMembers closes the members all at once and waits for them.
-func closeMembers(members []changeMember) {
-	var wg sync.WaitGroup
-	for _, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.close()
-		}()
-	}
-	wg.Wait()
 }
 
 // startChangeMember starts member id of the spec's contender, recording
