@@ -141,8 +141,8 @@ type kafkaCoordinator struct {
 }
 
 // expectRebalance tells the guard that the generation just synced
-// withheld partitions from this member until their owners stop them and
-// join again: it heartbeats every awaitingHeartbeat until a heartbeat is
+// withheld partitions from this member, or from another, until their
+// owners stop them and join again (expectsRebalance): it heartbeats every awaitingHeartbeat until a heartbeat is
 // answered REBALANCE_IN_PROGRESS, or for as long as an owner may take to
 // stop its partitions and join (MaxProcessingTime + stopGrace) plus a
 // heartbeat interval, so that the member joins the next generation at

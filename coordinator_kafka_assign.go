@@ -131,7 +131,10 @@ func assignCooperative(members []kafkaMember, counts map[string]int32) (plan map
 // withheld from it (assignCooperative: it heartbeats more often until
 // the next generation starts, kafkaCoordinator.expectRebalance, instead
 // of learning of it a heartbeat interval later), it stops a partition it
-// reports as owned, or both. Any user data in a member's assignment makes
+// reports as owned, or both; or, in a generation where other members do
+// either, it does neither but must join the next generation all the
+// same (following: it heartbeats more often too, or the generation
+// waits for its next heartbeat). Any user data in a member's assignment makes
 // Kafka 4's brokers refuse to convert the group to a consumer group
 // (GROUP_ID_NOT_FOUND, "an unsupported custom assignor is in use"): the
 // converted group is built from the assignments, where a partition that
@@ -143,11 +146,13 @@ var (
 	awaitingUserData         = []byte(`{"awaiting":true}`)
 	revokingUserData         = []byte(`{"revoking":true}`)
 	awaitingRevokingUserData = []byte(`{"awaiting":true,"revoking":true}`)
+	followingUserData        = []byte(`{"following":true}`)
 )
 
 // assignmentUserData returns the user data of a member's assignment: nil
-// when it neither awaits nor revokes.
-func assignmentUserData(awaiting, revoking bool) []byte {
+// when it neither awaits nor revokes, and no other member does
+// (following).
+func assignmentUserData(awaiting, revoking, following bool) []byte {
 	switch {
 	case awaiting && revoking:
 		return awaitingRevokingUserData
@@ -155,8 +160,17 @@ func assignmentUserData(awaiting, revoking bool) []byte {
 		return awaitingUserData
 	case revoking:
 		return revokingUserData
+	case following:
+		return followingUserData
 	}
 	return nil
+}
+
+// expectsRebalance reports whether the user data of this member's
+// assignment says that the next generation follows at once: it awaits
+// a partition, or another member revokes one (following).
+func expectsRebalance(userData []byte) bool {
+	return awaitingAssignment(userData) || bytes.Equal(userData, followingUserData)
 }
 
 // awaitingAssignment reports whether the user data of this member's
@@ -215,7 +229,7 @@ func (k *kafkaCoordinator) assign(resp *sarama.JoinGroupResponse, partitions kaz
 	revoking := revokingMembers(members, plan)
 	userData = make(map[string][]byte, len(plan))
 	for id := range plan {
-		userData[id] = assignmentUserData(awaiting[id], revoking[id])
+		userData[id] = assignmentUserData(awaiting[id], revoking[id], len(revoking) > 0)
 	}
 	return plan, userData, nil
 }

@@ -179,11 +179,14 @@ func (g *kafkaGuard) sendHeartbeat() {
 func (g *kafkaGuard) answered(r heartbeatResult) bool {
 	k, cm := g.k, g.k.cm
 	g.inFlight = false
-	if errors.Is(r.err, sarama.ErrRebalanceInProgress) {
-		k.awaitingUntil.Store(0) // it came
+	current := r.member == k.current()
+	if current && errors.Is(r.err, sarama.ErrRebalanceInProgress) {
+		// The rebalance expected came. An answer to a heartbeat of a
+		// generation left behind tells nothing of the current one's.
+		k.awaitingUntil.Store(0)
 	}
 	g.next.Reset(k.nextHeartbeat())
-	if r.member != k.current() || k.fencedOut.Load() {
+	if !current || k.fencedOut.Load() {
 		return true // a generation left behind, or fenced out for good
 	}
 	switch {

@@ -307,7 +307,7 @@ func (k *kafkaCoordinator) sendSyncGroup(broker *sarama.Broker, resp *sarama.Joi
 // other members subscribe to (watchOthers).
 func (k *kafkaCoordinator) takeAssignment(member groupMember, mine *sarama.ConsumerGroupMemberAssignment, subscribed []string, syncSent time.Time) map[TopicPartition]assignment {
 	k.setMember(member)
-	if mine != nil && awaitingAssignment(mine.UserData) {
+	if mine != nil && expectsRebalance(mine.UserData) {
 		k.expectRebalance()
 	}
 	k.tellJoined(syncSent)

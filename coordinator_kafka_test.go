@@ -284,7 +284,7 @@ func TestAssignmentUserDataMarksRevocations(t *testing.T) {
 	revoking := revokingMembers(members, plan)
 	var got []string
 	for _, m := range members {
-		got = append(got, m.id+" "+string(assignmentUserData(awaiting[m.id], revoking[m.id])))
+		got = append(got, m.id+" "+string(assignmentUserData(awaiting[m.id], revoking[m.id], len(revoking) > 0)))
 	}
 	if want := `m1 {"revoking":true}, m2 {"awaiting":true}, m3 {"awaiting":true}`; strings.Join(got, ", ") != want {
 		t.Errorf("user data %s, want %s", strings.Join(got, ", "), want)
@@ -299,12 +299,15 @@ func TestAssignmentUserDataMarksRevocations(t *testing.T) {
 	plan, awaiting = assignCooperative(members, partitions)
 	revoking = revokingMembers(members, plan)
 	for _, m := range members {
-		if data := assignmentUserData(awaiting[m.id], revoking[m.id]); data != nil {
+		if data := assignmentUserData(awaiting[m.id], revoking[m.id], len(revoking) > 0); data != nil {
 			t.Errorf("the next generation's assignment of %s carries %s", m.id, data)
 		}
 	}
 	if !awaitingAssignment(awaitingRevokingUserData) || awaitingAssignment(revokingUserData) {
 		t.Error("awaitingAssignment misreads the combined or the revoking user data")
+	}
+	if !expectsRebalance(followingUserData) || expectsRebalance(revokingUserData) || expectsRebalance(nil) {
+		t.Error("expectsRebalance misreads the following, the revoking or no user data")
 	}
 }
 

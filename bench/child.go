@@ -74,6 +74,10 @@ type childSpec struct {
 	// CPUProfile, if set, is where a drain writes a CPU profile of its
 	// measured part.
 	CPUProfile string
+	// Steps and Rate are the scale changes' member counts and produce
+	// rate (scalechange.go).
+	Steps []int `json:",omitempty"`
+	Rate  int   `json:",omitempty"`
 }
 
 // childResult is what a drain reports, as the last line of its stdout.
@@ -112,6 +116,10 @@ func childMain() {
 		stream(&spec)
 	case "scale":
 		res := scale(&spec)
+		out, _ := json.Marshal(res)
+		fmt.Printf("R %s\n", out)
+	case "scalechange":
+		res := scaleChanges(&spec)
 		out, _ := json.Marshal(res)
 		fmt.Printf("R %s\n", out)
 	default:

@@ -68,6 +68,8 @@ type options struct {
 	massMoveRate       int
 
 	scaleInstances, scalePartitions []int
+	scaleSteps                      []int // the scale changes (scalechange.go) when set
+	scaleRate                       int
 
 	processingMessages int64
 	processingKeys     int
@@ -113,6 +115,8 @@ func main() {
 	flag.DurationVar(&o.work, "work", time.Millisecond, "processing workload: what the handler waits on every message (an I/O call)")
 	scaleInstances := flag.String("scale-instances", "8,16,32", "scale workload: instance counts (comma-separated)")
 	scalePartitions := flag.String("scale-partitions", "500,1000,2000", "scale workload: partition counts (comma-separated); every pair of an instance count and a partition count is one cell")
+	scaleSteps := flag.String("scale-steps", "", "scale workload: when set (e.g. 50,100,50), the scale changes of every group contender instead: members at each step, joined or closed at once, on each -scale-partitions")
+	flag.IntVar(&o.scaleRate, "scale-rate", 200, "scale changes: messages produced per second")
 	flag.StringVar(&o.jsonOut, "json", "results.json", "where to write the figures as JSON (empty: nowhere)")
 	flag.StringVar(&o.pngOut, "png", "results.png", "where to write the chart (empty: nowhere)")
 	flag.StringVar(&o.mdOut, "md", "results.md", "where to write the Markdown tables too (empty: nowhere)")
@@ -126,6 +130,9 @@ func main() {
 	}
 	if o.scalePartitions, err = splitInts(*scalePartitions); err != nil {
 		log.Fatalf("-scale-partitions: %v", err)
+	}
+	if o.scaleSteps, err = splitInts(*scaleSteps); *scaleSteps != "" && (err != nil || len(o.scaleSteps) < 2) {
+		log.Fatalf("-scale-steps: want two or more member counts, e.g. 50,100,50 (%v)", err)
 	}
 	o.workloads = splitPeers(workloads)
 	o.contenders = splitPeers(contenders)

@@ -244,7 +244,9 @@ func markdown(res *results) string {
 		}
 		b.WriteString("\n")
 	}
-	if t := res.Scale; t != nil {
+	if t := res.Scale; t != nil && len(t.Changes) > 0 {
+		writeScaleChanges(&b, t.Changes)
+	} else if t != nil {
 		b.WriteString("### Scale: kafkaconsumer instances (goroutines of one process, each with its own ZooKeeper sessions and Kafka clients) on one idle topic\n\n")
 		b.WriteString("Seconds until stable (every partition claimed by exactly one instance, its owner by the distribution): per join or leave when one at a time (median / max), the whole phase when all at once. " +
 			"ZooKeeper requests: what the server received (srvr), less the idle rate, per join or leave. RSS: resident memory with every instance joined, less that before, per instance.\n\n")

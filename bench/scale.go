@@ -61,10 +61,17 @@ type scaleResult struct {
 // scaleTable is the result of the scale workload.
 type scaleTable struct {
 	Cells []scaleResult `json:"cells"`
+	// Changes are the scale changes (-scale-steps), which run instead.
+	Changes []scaleChangeResult `json:"changes,omitempty"`
 }
 
 func runScale(cl *cluster, o *options) (*scaleTable, error) {
 	table := &scaleTable{}
+	if len(o.scaleSteps) > 0 {
+		var err error
+		table.Changes, err = runScaleChanges(cl, o)
+		return table, err
+	}
 	for _, p := range o.scalePartitions {
 		topic := fmt.Sprintf("bench.scale.p%d", p)
 		if err := cl.ensureTopic(topic, int32(p)); err != nil {
@@ -301,17 +308,7 @@ func scale(spec *childSpec) (res scaleResult) {
 
 	phase("join-all", n, func() ([]time.Duration, bool) {
 		t := time.Now()
-		joined := make([]*scaleMember, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				joined[i], errs[i] = joinMember(spec)
-			}()
-		}
-		wg.Wait()
+		joined, errs := startConcurrently(n, func(int) (*scaleMember, error) { return joinMember(spec) })
 		for i, m := range joined {
 			if errs[i] != nil {
 				res.Error = errs[i].Error()
@@ -336,8 +333,25 @@ func scale(spec *childSpec) (res scaleResult) {
 	return res
 }
 
+// startConcurrently calls start(i) for each i below n all at once, waits
+// for them, and returns what each returned.
+func startConcurrently[M any](n int, start func(i int) (M, error)) ([]M, []error) {
+	started := make([]M, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started[i], errs[i] = start(i)
+		}()
+	}
+	wg.Wait()
+	return started, errs
+}
+
 // closeConcurrently closes the members all at once and waits for them.
-func closeConcurrently(members []*scaleMember) {
+func closeConcurrently[M interface{ close() }](members []M) {
 	var wg sync.WaitGroup
 	for _, m := range members {
 		wg.Add(1)
