@@ -125,9 +125,9 @@ func saramaFetch(tb testing.TB, b *sarama.Broker, version int16, offset int64, i
 	return resp
 }
 
-// todaysMessages returns what the engine makes of resp today: parse's
+// todaysMessages returns what sarama makes of resp: saramaParse's
 // messages, size and next offset (sarama's parseMessages for legacy
-// message sets: the engine hands those to sarama's partition consumer).
+// message sets, which its partition consumer decodes).
 func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, isolation sarama.IsolationLevel) ([]*sarama.ConsumerMessage, int64, int64) {
 	tb.Helper()
 	var tp TopicPartition
@@ -143,13 +143,13 @@ func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, iso
 	f := testFetcher(offset)
 	f.tp = tp
 	f.hub.conf.Consumer.IsolationLevel = isolation
-	msgs, size, _, err := f.parse(block)
-	if err == errLegacyRecords {
+	msgs, size, _, err := f.saramaParse(block)
+	if err == errSaramaLegacy {
 		msgs, next := saramaLegacyMessages(tp, block, offset)
 		return msgs, -1, next
 	}
 	if err != nil {
-		tb.Fatalf("parse: %v", err)
+		tb.Fatalf("saramaParse: %v", err)
 	}
 	return msgs, size, f.offset
 }
