@@ -107,25 +107,15 @@ func (b *fetchBudget) settle(l *brokerLoop) {
 	b.release(nil, left)
 }
 
-// The bytes a record and a record batch take on the wire beside their
-// keys, values and headers (record format v2, uncompressed: a record's
-// length, attributes, deltas and lengths as varints; a batch's header),
-// from which a loop estimates a response's wire bytes.
-const (
-	recordWireOverhead = 10
-	batchWireOverhead  = 61
-)
-
 // defaultExpansion is a loop's ratio of counted to wire bytes before its
 // first response with messages.
 const defaultExpansion = 2
 
 // expansion returns the ratio of the bytes a response's slabs counted in
-// the budget to its estimated bytes on the wire, in the loop's last
-// response that had messages: what a request's MaxBytes is multiplied by
-// in the budget. Compressed records count more (their wire bytes are
-// estimated uncompressed), and the budget is overshot by up to their
-// compression ratio. Called by the loop's goroutine only.
+// the budget to their partitions' records' bytes on the wire, in the
+// loop's last response that had messages: what a request's MaxBytes is
+// multiplied by in the budget (compressed records count their
+// decompressed size). Called by the loop's goroutine only.
 func (l *brokerLoop) expansion() float64 {
 	if l.expand < 1 {
 		return defaultExpansion
@@ -133,8 +123,8 @@ func (l *brokerLoop) expansion() float64 {
 	return l.expand
 }
 
-// measure records the counted and estimated wire bytes of one response
-// (see expansion).
+// measure records the counted and wire bytes of one response (see
+// expansion).
 func (l *brokerLoop) measure(counted, wire int64) {
 	if counted > 0 && wire > 0 {
 		l.expand = max(float64(counted)/float64(wire), 1)

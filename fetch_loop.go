@@ -8,11 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/rcrowley/go-metrics"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -196,6 +198,9 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 		l.dropAll(err)
 		return
 	}
+	if resp.ThrottleTime > 0 {
+		l.recordThrottle(resp.ThrottleTime)
+	}
 	if throttle := l.handle(ready, resp); throttle > 0 {
 		// A broker over a quota answered at once, with nothing: wait its
 		// throttle out before the next request, as sarama does.
@@ -262,6 +267,23 @@ func (l *brokerLoop) send(ctx context.Context, req *kmsg.FetchRequest) (*fetch.R
 		return nil, fmt.Errorf("fetch from broker %d at %s: it takes Fetch v%d at most, and the fetch engine needs v4 (Kafka 0.11)", l.broker.ID(), l.broker.Addr(), resp.Version)
 	}
 	return fetch.FromKmsg(resp), nil
+}
+
+// recordThrottle records a response's throttle time in the histogram
+// "throttle-time-in-ms-for-broker-<id>" of Config.MetricRegistry, as
+// sarama's Broker does for the requests it sends.
+func (l *brokerLoop) recordThrottle(d time.Duration) {
+	r := l.hub.conf.MetricRegistry
+	if r == nil {
+		return
+	}
+	name := "throttle-time-in-ms-for-broker-" + strconv.Itoa(int(l.broker.ID()))
+	h := r.GetOrRegister(name, func() metrics.Histogram {
+		return metrics.NewHistogram(metrics.NewExpDecaySample(1028, 0.015)) // sarama's reservoir and alpha
+	})
+	if h, ok := h.(metrics.Histogram); ok {
+		h.Update(d.Milliseconds())
+	}
 }
 
 // handle hands each of the ready fetchers its messages or its error from

@@ -134,7 +134,7 @@ func TestPartitionFetcherCorrupt(t *testing.T) {
 }
 
 // TestFetchVersion: partition fetchers serve Kafka 0.11 and later, in
-// both isolation levels.
+// both isolation levels, and every SASL mechanism but GSSAPI.
 func TestFetchVersion(t *testing.T) {
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V0_10_2_0
@@ -148,6 +148,14 @@ func TestFetchVersion(t *testing.T) {
 	conf.Consumer.IsolationLevel = sarama.ReadCommitted
 	if _, ok := fetchVersion(conf); !ok {
 		t.Error("no partition fetcher for read committed")
+	}
+	conf.Net.SASL.Enable, conf.Net.SASL.Mechanism = true, sarama.SASLTypeSCRAMSHA512
+	if _, ok := fetchVersion(conf); !ok {
+		t.Error("no partition fetcher with SASL/SCRAM")
+	}
+	conf.Net.SASL.Mechanism = sarama.SASLTypeGSSAPI
+	if _, ok := fetchVersion(conf); ok {
+		t.Error("partition fetcher with SASL/GSSAPI, which its transport has not")
 	}
 }
 
