@@ -48,6 +48,9 @@ type brokerLoop struct {
 	// poll is the cancel of the request in flight while it is a long
 	// poll, until the response or interruptPoll.
 	poll atomic.Pointer[context.CancelFunc]
+	// cursor turns the order of the partitions in the loop's requests
+	// (request): the loop goroutine's.
+	cursor int
 	// stale is set by interruptPoll: a partition may have become ready
 	// since the loop chose its request's partitions, so that request must
 	// not go out as a long poll. The loop clears it before it chooses.
@@ -213,11 +216,20 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	}
 }
 
+// partitionFloor is the least PartitionMaxBytes of a partition in a
+// request whose MaxBytes is spread over many partitions (brokerLoop.request).
+const partitionFloor = 64 << 10
+
 // request returns the Fetch request of the ready fetchers, MaxBytes
 // maxBytes, and whether it is a long poll: every partition in it at the
 // end of its log, so that the broker waits up to Consumer.MaxWaitTime.
 // It is a full fetch, in no fetch session; each partition sends its leader
-// epoch (Fetch v9+, KIP-320) and the loop its rack (v11+, KIP-392).
+// epoch (Fetch v9+, KIP-320) and the loop its rack (v11+, KIP-392). A
+// broker fills a response in the request's order, each partition up to
+// its PartitionMaxBytes, until MaxBytes: so each partition asks for an
+// equal share of maxBytes (partitionMaxBytes), and the order turns by one
+// at every request (cursor), as franz-go's requests do, so that every
+// partition comes first in turn. Called by the loop's goroutine only.
 func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.FetchRequest, bool) {
 	conf := l.hub.conf
 	req := kmsg.NewPtrFetchRequest()
@@ -229,7 +241,12 @@ func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.F
 	req.Rack = conf.RackID
 	longPoll := req.MaxWaitMillis > 0
 	topics := make(map[string]int) // index in req.Topics
-	for _, f := range ready {
+	n := len(ready)
+	share := max(maxBytes/int32(max(n, 1)), partitionFloor)
+	start := l.cursor % max(n, 1)
+	l.cursor++
+	for k := range n {
+		f := ready[(start+k)%n]
 		i, ok := topics[f.tp.Topic]
 		if !ok {
 			i = len(req.Topics)
@@ -240,11 +257,22 @@ func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.F
 		}
 		t := &req.Topics[i]
 		p := kmsg.NewFetchRequestTopicPartition()
-		p.Partition, p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch = f.tp.Partition, f.offset, f.fetchSize, f.epoch
+		p.Partition, p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch = f.tp.Partition, f.offset, f.partitionMaxBytes(share), f.epoch
 		t.Partitions = append(t.Partitions, p)
 		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
 	}
 	return req, longPoll
+}
+
+// partitionMaxBytes returns f's PartitionMaxBytes in a request that
+// gives each partition share bytes: share, up to f's fetch size; the
+// whole fetch size once it grew past Consumer.Fetch.Default (a batch
+// larger than it came cut short: records).
+func (f *partitionFetcher) partitionMaxBytes(share int32) int32 {
+	if f.fetchSize > f.hub.conf.Consumer.Fetch.Default {
+		return f.fetchSize
+	}
+	return min(share, f.fetchSize)
 }
 
 // send sends req on the loop's transport and returns its response, the
