@@ -17,7 +17,8 @@ package kafkaconsumer
 // The engine's files: fetch_hub.go (the hub: the loops of an instance's
 // client and the partitions' subscriptions), fetch_loop.go (a broker's
 // loop: its requests and their responses), fetch_conn.go (a loop's own
-// transport, and how its long poll is cut short), fetch_partition.go (a
+// transport, and how its long poll is cut short), fetch_session.go (a
+// loop's incremental fetch session), fetch_partition.go (a
 // partition's fetcher: where it fetches from, its errors and its slabs),
 // fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a partition's
 // records decoded, and the size of its next fetch).
@@ -29,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // errLeaderMoved drops a partition fetcher from the loop of a broker that
@@ -82,6 +84,9 @@ type fetchHub struct {
 	version int16
 	log     *slog.Logger
 	budget  *fetchBudget // shared by the hubs of a consumer
+	// requested, when set, is called with each request before it is
+	// sent, on the loop's goroutine: a test hook.
+	requested func(*kmsg.FetchRequest)
 	// ctx ends every request of the loops; cancel is called by close.
 	ctx    context.Context
 	cancel context.CancelFunc

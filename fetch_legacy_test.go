@@ -8,7 +8,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
 // TestPartitionFetcherLegacyBroker: the engine consumes the legacy
@@ -91,16 +90,7 @@ func TestPartitionFetcherLegacyBroker(t *testing.T) {
 // topic with codec, in batches of 10, and returns their values.
 func produceLegacy(t *testing.T, topic string, n int, codec sarama.CompressionCodec) []string {
 	t.Helper()
-	config := sarama.NewConfig()
-	config.Version = testKafkaVersion()
-	config.Producer.Compression = codec
-	config.Producer.Return.Successes = true
-	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Producer.Flush.Messages = 10
-	config.Producer.Flush.MaxMessages = 10
-	config.Producer.Flush.Frequency = 50 * time.Millisecond
-	config.Producer.RequiredAcks = sarama.WaitForAll
-	config.Net.MaxOpenRequests = 1
+	config := batchingProducerConfig(codec)
 	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
 	if err != nil {
 		t.Fatal(err)
@@ -122,24 +112,8 @@ func produceLegacy(t *testing.T, topic string, n int, codec sarama.CompressionCo
 // topic's partition 0, fetched raw from its leader.
 func firstMagic(t *testing.T, client sarama.Client, topic string) byte {
 	t.Helper()
-	leader, err := client.Leader(topic, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := fetchtest.Dial(leader.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_, version, err := c.Versions(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version = min(version, 12)
-	body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	version := brokerFetchVersion(t)
+	body := rawFetchOf(t, client, version, topic, false)
 	resp, err := fetch.ReadResponse(version, body)
 	if err != nil {
 		t.Fatal(err)

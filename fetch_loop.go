@@ -49,8 +49,10 @@ type brokerLoop struct {
 	// poll, until the response or interruptPoll.
 	poll atomic.Pointer[context.CancelFunc]
 	// cursor turns the order of the partitions in the loop's requests
-	// (request): the loop goroutine's.
-	cursor int
+	// (request), and session is the loop's fetch session: the loop
+	// goroutine's.
+	cursor  int
+	session fetchSession
 	// stale is set by interruptPoll: a partition may have become ready
 	// since the loop chose its request's partitions, so that request must
 	// not go out as a long poll. The loop clears it before it chooses.
@@ -186,7 +188,13 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 			return
 		}
 	}
+	if l.hub.requested != nil {
+		l.hub.requested(req)
+	}
 	resp, err := l.send(ctx, req)
+	if err != nil {
+		l.session.lost()
+	}
 	if longPoll && l.poll.Swap(nil) == nil && err != nil {
 		// interruptPoll cut the poll short: a partition is ready that
 		// the request does not hold. The next request holds it, on
@@ -200,6 +208,12 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 		}
 		l.dropAll(err)
 		return
+	}
+	if l.session.sessionError(resp.Err) {
+		return // the next request, a full one, opens another session at once
+	}
+	if resp.Err == sarama.ErrNoError {
+		l.session.answered(resp.SessionID)
 	}
 	if resp.ThrottleTime > 0 {
 		l.recordThrottle(resp.ThrottleTime)
@@ -223,8 +237,10 @@ const partitionFloor = 64 << 10
 // request returns the Fetch request of the ready fetchers, MaxBytes
 // maxBytes, and whether it is a long poll: every partition in it at the
 // end of its log, so that the broker waits up to Consumer.MaxWaitTime.
-// It is a full fetch, in no fetch session; each partition sends its leader
-// epoch (Fetch v9+, KIP-320) and the loop its rack (v11+, KIP-392). A
+// In the loop's fetch session (fetchSession: Fetch v7+) it lists only the
+// partitions that the session does not hold as they are; each partition
+// sends its leader epoch (Fetch v9+, KIP-320) and the loop its rack
+// (v11+, KIP-392). A
 // broker fills a response in the request's order, each partition up to
 // its PartitionMaxBytes, until MaxBytes: so each partition asks for an
 // equal share of maxBytes (partitionMaxBytes), and the order turns by one
@@ -237,16 +253,25 @@ func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.F
 	req.MaxWaitMillis = int32(conf.Consumer.MaxWaitTime / time.Millisecond)
 	req.MaxBytes = maxBytes
 	req.IsolationLevel = int8(conf.Consumer.IsolationLevel)
-	req.SessionID, req.SessionEpoch = 0, -1
 	req.Rack = conf.RackID
+	session := &l.session
+	session.begin(l.hub.version)
+	req.SessionID, req.SessionEpoch = session.id, session.epoch
 	longPoll := req.MaxWaitMillis > 0
 	topics := make(map[string]int) // index in req.Topics
 	n := len(ready)
 	share := max(maxBytes/int32(max(n, 1)), partitionFloor)
 	start := l.cursor % max(n, 1)
 	l.cursor++
+	inRequest := make(map[TopicPartition]struct{}, n)
 	for k := range n {
 		f := ready[(start+k)%n]
+		inRequest[f.tp] = struct{}{}
+		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
+		want := sessionPart{offset: f.offset, maxBytes: f.partitionMaxBytes(share), epoch: f.epoch}
+		if !session.lists(f.tp, want) {
+			continue // the session holds it as it is
+		}
 		i, ok := topics[f.tp.Topic]
 		if !ok {
 			i = len(req.Topics)
@@ -257,10 +282,10 @@ func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.F
 		}
 		t := &req.Topics[i]
 		p := kmsg.NewFetchRequestTopicPartition()
-		p.Partition, p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch = f.tp.Partition, f.offset, f.partitionMaxBytes(share), f.epoch
+		p.Partition, p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch = f.tp.Partition, want.offset, want.maxBytes, want.epoch
 		t.Partitions = append(t.Partitions, p)
-		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
 	}
+	session.forget(req, inRequest)
 	return req, longPoll
 }
 
@@ -338,6 +363,8 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 	for _, f := range ready {
 		p := parts[f.tp]
 		switch {
+		case p == nil && l.session.incremental:
+			continue // nothing new: an incremental response leaves it out
 		case p == nil:
 			l.drop(f, sarama.ErrIncompleteResponse)
 			continue
