@@ -17,19 +17,10 @@ import (
 // returns the values of each partition in the order written.
 func produceCompressed(t *testing.T, topic string, partitions int32, perPartition int, codec sarama.CompressionCodec) map[int32][]string {
 	t.Helper()
-	config := sarama.NewConfig()
-	config.Version = testKafkaVersion()
-	config.Producer.Compression = codec
-	config.Producer.Return.Successes = true
-	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Producer.Flush.Messages = 10
-	config.Producer.Flush.MaxMessages = 10
-	config.Producer.Flush.Frequency = 50 * time.Millisecond
+	config := batchingProducerConfig(codec)
 	// Idempotent: a batch that the producer sends again (its answer was
 	// lost) is written once, so the log holds exactly what was sent.
 	config.Producer.Idempotent = true
-	config.Producer.RequiredAcks = sarama.WaitForAll
-	config.Net.MaxOpenRequests = 1
 	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +40,23 @@ func produceCompressed(t *testing.T, topic string, partitions int32, perPartitio
 		t.Fatalf("produce with %s: %s", codec, err)
 	}
 	return values
+}
+
+// batchingProducerConfig returns the configuration of a producer that
+// writes with codec in batches of 10 messages, to the partitions the
+// messages name, one request at a time, every replica acknowledging.
+func batchingProducerConfig(codec sarama.CompressionCodec) *sarama.Config {
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Producer.Compression = codec
+	config.Producer.Return.Successes = true
+	config.Producer.Partitioner = sarama.NewManualPartitioner
+	config.Producer.Flush.Messages = 10
+	config.Producer.Flush.MaxMessages = 10
+	config.Producer.Flush.Frequency = 50 * time.Millisecond
+	config.Producer.RequiredAcks = sarama.WaitForAll
+	config.Net.MaxOpenRequests = 1
+	return config
 }
 
 // partitionBatches fetches the record batches of topic's partition 0

@@ -64,17 +64,7 @@ type kafkaDialer struct {
 // stopped: every retry then fails at once, and the pauses would only hold
 // up a failing Join or a Close.
 func useKafkaDialer(sc *sarama.Config) *kafkaDialer {
-	d := &kafkaDialer{connSet: newConnSet()}
-	if pd := sc.Net.Proxy.Dialer; sc.Net.Proxy.Enable && pd != nil {
-		if cd, ok := pd.(proxy.ContextDialer); ok {
-			d.dial = cd.DialContext
-		} else {
-			d.dial = func(_ context.Context, network, addr string) (net.Conn, error) { return pd.Dial(network, addr) }
-		}
-	} else {
-		nd := &net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive, LocalAddr: sc.Net.LocalAddr}
-		d.dial = nd.DialContext
-	}
+	d := newKafkaDialer(sc)
 	sc.Net.Proxy.Enable = true
 	sc.Net.Proxy.Dialer = d
 
@@ -87,6 +77,23 @@ func useKafkaDialer(sc *sarama.Config) *kafkaDialer {
 			return backoffFunc(retries, maxRetries)
 		}
 		return backoff
+	}
+	return d
+}
+
+// newKafkaDialer returns a kafkaDialer that dials as sarama would for sc
+// (see useKafkaDialer), without changing sc.
+func newKafkaDialer(sc *sarama.Config) *kafkaDialer {
+	d := &kafkaDialer{connSet: newConnSet()}
+	if pd := sc.Net.Proxy.Dialer; sc.Net.Proxy.Enable && pd != nil {
+		if cd, ok := pd.(proxy.ContextDialer); ok {
+			d.dial = cd.DialContext
+		} else {
+			d.dial = func(_ context.Context, network, addr string) (net.Conn, error) { return pd.Dial(network, addr) }
+		}
+	} else {
+		nd := &net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive, LocalAddr: sc.Net.LocalAddr}
+		d.dial = nd.DialContext
 	}
 	return d
 }

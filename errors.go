@@ -1,6 +1,10 @@
 package kafkaconsumer
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+)
 
 // Errors returned by Join and (*Config).Validate. Each is wrapped with the
 // details of the problem; test for them with errors.Is.
@@ -128,3 +132,12 @@ var (
 	// every claim (see docs/migration.md); stop it.
 	ErrZookeeperIntruder = errors.New("kafkaconsumer: an instance registered in zookeeper while kafka coordinates the group")
 )
+
+// ErrCorruptRecords is wrapped by the error sent on Errors() for a
+// partition's records that are not what their format says (a CRC that
+// does not match, a batch whose records overrun it, a compressed payload
+// that does not decompress). The error names the partition and the
+// offset of the batch; the messages before it are handed out, and the
+// partition fetches the batch again after Consumer.Retry.Backoff,
+// reporting it each time it is still corrupt: nothing is skipped.
+var ErrCorruptRecords = fetch.ErrCorrupt

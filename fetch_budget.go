@@ -195,15 +195,6 @@ func (b *fetchBudget) settle(l *brokerLoop) {
 	b.release(nil, left)
 }
 
-// The bytes a record and a record batch take on the wire beside their
-// keys, values and headers (record format v2, uncompressed: a record's
-// length, attributes, deltas and lengths as varints; a batch's header),
-// from which a loop estimates a response's wire bytes.
-const (
-	recordWireOverhead = 10
-	batchWireOverhead  = 61
-)
-
 // defaultExpansion is a loop's ratio of counted to wire bytes before its
 // first response with messages.
 const defaultExpansion = 2
@@ -224,9 +215,9 @@ type expansionWindow struct {
 // expansionResponses responses with messages: what a request's MaxBytes
 // is multiplied by in the budget. The maximum, not the last, so that a
 // response of small messages after one of large ones stays within its
-// reservation. Compressed records count more (their wire bytes are
-// estimated uncompressed), and the budget is overshot by up to their
-// compression ratio. Called by the loop's goroutine only.
+// reservation. The wire bytes are the partitions' records as sent
+// (compressed records count their decompressed size against them).
+// Called by the loop's goroutine only.
 func (l *brokerLoop) expansion() float64 {
 	most := 0.0
 	for _, r := range l.expand.ratios {

@@ -4,112 +4,83 @@ package kafkaconsumer
 // it is cut short.
 
 import (
-	"errors"
-	"net"
-	"sync"
+	"fmt"
 
 	"github.com/IBM/sarama"
-	"golang.org/x/net/proxy"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-// errPollInterrupted is the dial error of a loop connection whose long poll
-// was interrupted before the connection was made.
-var errPollInterrupted = errors.New("kafkaconsumer: long poll interrupted")
-
-// loopDialer dials the connection of one sarama.Broker of a broker loop,
-// through the consumer's dialer (Net.Proxy.Dialer, see useKafkaDialer),
-// and keeps it, so that interrupt can close it under a request in flight:
-// sarama's Broker holds its lock for the whole of a request, and its
-// Close waits for the response.
-type loopDialer struct {
-	dial proxy.Dialer
-
-	mu          sync.Mutex
-	conn        net.Conn
-	interrupted bool
+// connection returns the broker of the loop's own transport to its
+// broker: a kgo client used as a transport only, seeded with the broker's
+// address and nothing else, every connection dialed through the
+// consumer's dialer (transportOpts: Net.Proxy, TLS, SASL, and Close cuts
+// them), Fetch capped at the hub's version. kgo sends Fetch requests on a
+// connection of their own, and cancelling a request's context closes that
+// connection under it (interruptPoll); the next request dials another. A
+// loop does not fetch on the sarama client's connection to the broker:
+// Kafka answers the requests of a connection one at a time, and the
+// partitions' ListOffsets and the client's metadata requests would wait
+// behind the loop's long polls (up to Consumer.MaxWaitTime each). The
+// loop goroutine's.
+func (l *brokerLoop) connection() (*kgo.Broker, error) {
+	if l.transport == nil {
+		conf := l.hub.conf
+		opts, err := transportOpts(conf, l.hub.dialer, l.broker.Addr())
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts,
+			kgo.MaxVersions(fetchVersions(conf, l.hub.version)),
+			kgo.RequestRetries(0),
+			// A fetch waits for its response up to its MaxWaitTime
+			// plus this, as sarama's Net.ReadTimeout bounds a request.
+			kgo.RequestTimeoutOverhead(conf.Net.ReadTimeout),
+		)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("the fetch transport of broker %d: %w", l.broker.ID(), err)
+		}
+		l.transport = cl
+	}
+	return l.transport.SeedBrokers()[0], nil
 }
 
-// Dial implements proxy.Dialer for sarama (Net.Proxy.Dialer): it fails
-// once the connection was interrupted.
-func (d *loopDialer) Dial(network, addr string) (net.Conn, error) {
-	conn, err := d.dial.Dial(network, addr)
-	if err != nil {
-		return nil, err
+// fetchVersions returns the request versions of a loop's transport: at
+// most those of conf.Version's Kafka release, as sarama sends them (kgo's
+// stable ones for a release it does not know), and Fetch at most version
+// (fetchVersion: v13 on names topics by ID, which fetch.FromKmsg does not
+// map).
+func fetchVersions(conf *sarama.Config, version int16) *kversion.Versions {
+	vs := kversion.FromString(conf.Version.String())
+	if vs == nil {
+		vs = kversion.Stable()
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.interrupted {
-		_ = conn.Close()
-		return nil, errPollInterrupted
-	}
-	d.conn = conn
-	return conn, nil
+	vs.SetMaxKeyVersion(1, version) // Fetch
+	return vs
 }
 
-// interrupt closes the connection, or fails its dial: the request on it
-// fails at once.
-func (d *loopDialer) interrupt() {
-	d.mu.Lock()
-	d.interrupted = true
-	conn := d.conn
-	d.mu.Unlock()
-	if conn != nil {
-		_ = conn.Close()
-	}
-}
-
-// connection returns the loop's own connection to its broker, opening it
-// when there is none (sarama's Open is asynchronous: a failed dial is the
-// error of the first request). A loop does not fetch on the client's
-// connection to the broker: Kafka answers the requests of a connection
-// one at a time, and the partitions' ListOffsets and the client's
-// metadata requests would wait behind the loop's long polls (up to
-// Consumer.MaxWaitTime each); nor could a long poll on it be cut short.
-// The loop goroutine's.
-func (l *brokerLoop) connection() *sarama.Broker {
-	if l.conn != nil {
-		return l.conn
-	}
-	conf := *l.hub.conf
-	d := &loopDialer{dial: dialerOf(l.hub.conf)}
-	conf.Net.Proxy.Enable, conf.Net.Proxy.Dialer = true, d
-	// A Broker with the broker's ID, as the client's: sarama keeps the
-	// per-broker metrics (throttle-time-in-ms-for-broker-<id>, ...) only
-	// for those, and sarama.NewBroker has none (-1).
-	var m sarama.MetadataResponse
-	m.AddBroker(l.broker.Addr(), l.broker.ID())
-	l.conn, l.dialer = m.Brokers[0], d
-	_ = l.conn.Open(&conf) // its error is the request's
-	return l.conn
-}
-
-// closeConnection closes the loop's connection; the next request opens
-// another. The loop goroutine's.
+// closeConnection closes the loop's transport and its connections; the
+// next request opens another. The loop goroutine's.
 func (l *brokerLoop) closeConnection() {
-	if l.conn == nil {
+	if l.transport == nil {
 		return
 	}
-	_ = l.conn.Close()
-	l.conn, l.dialer = nil, nil
+	l.transport.Close()
+	l.transport = nil
 }
 
 // interruptPoll cuts short the loop's request in flight when it is a long
 // poll (every partition in it at the end of its log: the broker waits up
 // to Consumer.MaxWaitTime for new messages), so that a partition that
 // became ready meanwhile (subscribed, resumed) goes in the next request
-// at once, as it would have had the loop not waited: the loop opens
-// another connection. Safe from any goroutine.
+// at once, as it would have had the loop not waited: cancelling the
+// request's context closes its connection, and the next request opens
+// another. Safe from any goroutine.
 func (l *brokerLoop) interruptPoll() {
 	l.stale.Store(true)
-	if d := l.poll.Swap(nil); d != nil {
-		d.interrupt()
+	if cancel := l.poll.Swap(nil); cancel != nil {
+		(*cancel)()
 	}
-}
-
-// dialerOf returns the dialer that sarama would use for conf.
-func dialerOf(conf *sarama.Config) proxy.Dialer {
-	if conf.Net.Proxy.Enable && conf.Net.Proxy.Dialer != nil {
-		return conf.Net.Proxy.Dialer
-	}
-	return &net.Dialer{Timeout: conf.Net.DialTimeout, KeepAlive: conf.Net.KeepAlive, LocalAddr: conf.Net.LocalAddr}
 }

@@ -52,7 +52,7 @@ func BenchmarkDecode(b *testing.B) {
 		for b.Loop() {
 			resp := saramaFetch(b, broker, 12, 0, sarama.ReadUncommitted)
 			f := testFetcher(0)
-			if msgs, _, _, err := f.parse(resp.GetBlock("t", 3)); err != nil || len(msgs) != n {
+			if msgs, _, _, err := f.saramaParse(resp.GetBlock("t", 3)); err != nil || len(msgs) != n {
 				b.Fatalf("%d messages, %v", len(msgs), err)
 			}
 		}

@@ -125,9 +125,9 @@ func saramaFetch(tb testing.TB, b *sarama.Broker, version int16, offset int64, i
 	return resp
 }
 
-// todaysMessages returns what the engine makes of resp today: parse's
+// todaysMessages returns what sarama makes of resp: saramaParse's
 // messages, size and next offset (sarama's parseMessages for legacy
-// message sets: the engine hands those to sarama's partition consumer).
+// message sets, which its partition consumer decodes).
 func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, isolation sarama.IsolationLevel) ([]*sarama.ConsumerMessage, int64, int64) {
 	tb.Helper()
 	var tp TopicPartition
@@ -143,13 +143,13 @@ func todaysMessages(tb testing.TB, resp *sarama.FetchResponse, offset int64, iso
 	f := testFetcher(offset)
 	f.tp = tp
 	f.hub.conf.Consumer.IsolationLevel = isolation
-	msgs, size, _, err := f.parse(block)
-	if err == errLegacyRecords {
+	msgs, size, _, err := f.saramaParse(block)
+	if err == errSaramaLegacy {
 		msgs, next := saramaLegacyMessages(tp, block, offset)
 		return msgs, -1, next
 	}
 	if err != nil {
-		tb.Fatalf("parse: %v", err)
+		tb.Fatalf("saramaParse: %v", err)
 	}
 	return msgs, size, f.offset
 }
@@ -318,6 +318,42 @@ func describeMessage(m *sarama.ConsumerMessage) string {
 		m.Key, m.Key == nil, m.Value, m.Value == nil, m.Timestamp, m.BlockTimestamp, m.Headers == nil, hs.String())
 }
 
+// brokerFetchVersion returns the highest Fetch version of the test
+// cluster's first broker, up to 12 (Kafka 1.1: 7).
+func brokerFetchVersion(t *testing.T) int16 {
+	t.Helper()
+	c, err := fetchtest.Dial(kafkaPeers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_, version, err := c.Versions(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return min(version, 12)
+}
+
+// rawFetchOf returns the body of a Fetch response of version for the
+// first MiB of topic's partition 0, from its leader.
+func rawFetchOf(t *testing.T, client sarama.Client, version int16, topic string, committed bool) []byte {
+	t.Helper()
+	leader, err := client.Leader(topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := fetchtest.Dial(leader.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, committed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
 // TestDecodeAsTodayBroker is TestDecodeAsToday on records the test
 // cluster wrote: every codec, and a transactional producer's committed
 // and aborted transactions read committed and uncommitted. Each Fetch
@@ -325,32 +361,9 @@ func describeMessage(m *sarama.ConsumerMessage) string {
 func TestDecodeAsTodayBroker(t *testing.T) {
 	parallelClusterTest(t)
 	client := newTestClient(t)
-	c, err := fetchtest.Dial(kafkaPeers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, version, err := c.Versions(1) // Kafka 1.1: v7
-	_ = c.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	version = min(version, 12)
+	version := brokerFetchVersion(t)
 	rawFetch := func(t *testing.T, topic string, committed bool) []byte {
-		t.Helper()
-		leader, err := client.Leader(topic, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := fetchtest.Dial(leader.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = c.Close() }()
-		body, err := c.Send(fetchtest.FetchRequest(version, topic, 0, 0, 1<<20, committed))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return body
+		return rawFetchOf(t, client, version, topic, committed)
 	}
 	compare := func(t *testing.T, body []byte, from int64, committed bool) int {
 		isolation := sarama.ReadUncommitted

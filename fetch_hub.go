@@ -8,25 +8,29 @@ package kafkaconsumer
 // consumer does, one loop per broker fetches all its partitions in one
 // request (fetchHub, brokerLoop): Kafka answers the requests of a
 // connection one at a time, and a request of a partition with nothing new
-// would hold the others up to Consumer.MaxWaitTime. It serves record
-// batches (Kafka 0.11's message format v2), read uncommitted or committed;
-// a partition that meets an older message set goes back to sarama's
-// partition consumer, which decodes it.
+// would hold the others up to Consumer.MaxWaitTime. A loop sends its
+// requests with franz-go's kmsg on a kgo client used as a transport, and
+// decodes each response once, straight into the messages handed out
+// (internal/fetch): record batches and the legacy message sets (magic 0
+// and 1), every codec, read uncommitted or committed.
 //
 // The engine's files: fetch_hub.go (the hub: the loops of an instance's
 // client and the partitions' subscriptions), fetch_loop.go (a broker's
 // loop: its requests and their responses), fetch_conn.go (a loop's own
-// connection, and how its long poll is cut short), fetch_partition.go (a
+// transport, and how its long poll is cut short), fetch_session.go (a
+// loop's incremental fetch session), fetch_partition.go (a
 // partition's fetcher: where it fetches from, its errors and its slabs),
-// fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a response's
-// records: parsing, aborted transactions, compaction's holes).
+// fetch_budget.go (MaxBufferedBytes) and fetch_records.go (a partition's
+// records decoded, and the size of its next fetch).
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // errLeaderMoved drops a partition fetcher from the loop of a broker that
@@ -40,15 +44,17 @@ var errLeaderMoved = errors.New("kafkaconsumer: the partition's leader moved")
 // loop at once.
 var errPreferredReplica = errors.New("kafkaconsumer: the leader named a preferred read replica")
 
-// errLegacyRecords ends a partition fetcher that met a message set older than
-// record batches.
-var errLegacyRecords = errors.New("kafkaconsumer: legacy message set: consuming with sarama's partition consumer")
-
-// fetchVersion returns the Fetch request version that partition fetchers
-// send (the highest that conf.Version allows, as sarama's consumer picks
-// it), and whether partition fetchers serve conf at all: record batches need
-// version 4 (Kafka 0.11).
+// fetchVersion returns the highest Fetch request version that partition
+// fetchers send (the highest that conf.Version allows, as sarama's
+// consumer picks it; the broker's own highest when lower), and whether
+// partition fetchers serve conf at all: they need version 4 (Kafka 0.11),
+// and, with SASL, a mechanism that their transport has (PLAIN, SCRAM,
+// OAUTHBEARER: consumerProtocolSASL); sarama's partition consumers serve
+// the others.
 func fetchVersion(conf *sarama.Config) (int16, bool) {
+	if conf.Net.SASL.Enable && !consumerProtocolSASL(conf.Net.SASL.Mechanism) {
+		return 0, false
+	}
 	switch v := conf.Version; {
 	case v.IsAtLeast(sarama.V2_7_0_0):
 		return 12, true
@@ -74,9 +80,16 @@ func fetchVersion(conf *sarama.Config) (int16, bool) {
 type fetchHub struct {
 	client  sarama.Client
 	conf    *sarama.Config
+	dialer  *kafkaDialer // dials the loops' connections: conf's own (useKafkaDialer), else one of conf's
 	version int16
 	log     *slog.Logger
 	budget  *fetchBudget // shared by the hubs of a consumer
+	// requested, when set, is called with each request before it is
+	// sent, on the loop's goroutine: a test hook.
+	requested func(*kmsg.FetchRequest)
+	// ctx ends every request of the loops; cancel is called by close.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu    sync.Mutex
 	loops map[int32]*brokerLoop // by broker ID; a loop removes itself when it has no partition left
@@ -85,13 +98,18 @@ type fetchHub struct {
 }
 
 func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budget *fetchBudget, log *slog.Logger) *fetchHub {
-	h := &fetchHub{client: client, conf: conf, version: version, budget: budget, log: log, loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
+	d, ok := conf.Net.Proxy.Dialer.(*kafkaDialer)
+	if !ok || !conf.Net.Proxy.Enable {
+		d = newKafkaDialer(conf)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &fetchHub{client: client, conf: conf, dialer: d, version: version, budget: budget, log: log, ctx: ctx, cancel: cancel,
+		loops: make(map[int32]*brokerLoop), stop: make(chan struct{})}
 	return h
 }
 
-// close stops the loops and waits for them: a long poll in flight is cut
-// short; another fetch completes first, or fails when closeKafka cuts
-// the connections.
+// close stops the loops and waits for them: a request in flight is cut
+// short (its context ends), and each loop closes its transport.
 func (h *fetchHub) close() {
 	h.mu.Lock()
 	select {
@@ -99,9 +117,7 @@ func (h *fetchHub) close() {
 	default:
 		close(h.stop)
 	}
-	for _, l := range h.loops {
-		l.interruptPoll()
-	}
+	h.cancel()
 	h.mu.Unlock()
 	h.wg.Wait()
 }

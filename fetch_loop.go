@@ -5,11 +5,18 @@ package kafkaconsumer
 // handed to its fetcher.
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/rcrowley/go-metrics"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // brokerLoop fetches the partitions that broker leads, for the partition
@@ -35,13 +42,17 @@ type brokerLoop struct {
 	// expand is the ratios of counted to wire bytes of the loop's last
 	// responses with messages (expansion): the loop goroutine's.
 	expand expansionWindow
-	// conn is the loop's own connection to broker (connection), and
-	// dialer the dialer of its net.Conn; the loop goroutine's.
-	conn   *sarama.Broker
-	dialer *loopDialer
-	// poll is dialer while the request in flight is a long poll, until
-	// the response or interruptPoll.
-	poll atomic.Pointer[loopDialer]
+	// transport is the loop's own kgo client (connection); the loop
+	// goroutine's.
+	transport *kgo.Client
+	// poll is the cancel of the request in flight while it is a long
+	// poll, until the response or interruptPoll.
+	poll atomic.Pointer[context.CancelFunc]
+	// cursor turns the order of the partitions in the loop's requests
+	// (request), and session is the loop's fetch session: the loop
+	// goroutine's.
+	cursor  int
+	session fetchSession
 	// stale is set by interruptPoll: a partition may have become ready
 	// since the loop chose its request's partitions, so that request must
 	// not go out as a long poll. The loop clears it before it chooses.
@@ -165,55 +176,48 @@ func (l *brokerLoop) run() {
 // fetch sends one request for the ready fetchers, and hands each its
 // messages or its error.
 func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
-	conf := l.hub.conf
-	req := &sarama.FetchRequest{
-		MinBytes:    conf.Consumer.Fetch.Min,
-		MaxWaitTime: int32(conf.Consumer.MaxWaitTime / time.Millisecond),
-		MaxBytes:    maxBytes,
-		Version:     l.hub.version,
-		Isolation:   conf.Consumer.IsolationLevel,
-	}
-	if req.Version >= 7 {
-		req.SessionID, req.SessionEpoch = 0, -1 // no fetch session
-	}
-	if req.Version >= 11 {
-		req.RackID = conf.RackID
-	}
-	longPoll := true
-	for _, f := range ready {
-		req.AddBlock(f.tp.Topic, f.tp.Partition, f.offset, f.fetchSize, f.epoch)
-		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
-	}
-	conn := l.connection()
-	if longPoll && req.MaxWaitTime > 0 {
-		l.poll.Store(l.dialer)
+	req, longPoll := l.request(ready, maxBytes)
+	ctx, cancel := context.WithCancel(l.hub.ctx)
+	defer cancel()
+	if longPoll {
+		l.poll.Store(&cancel)
 		if l.stale.Load() {
 			// A partition became ready after ready was chosen, and
 			// interruptPoll may have come before the poll was stored:
 			// choose again instead of waiting without it.
-			if l.poll.Swap(nil) == nil {
-				l.closeConnection() // interruptPoll cut it meanwhile
-			}
+			l.poll.Store(nil)
 			return
 		}
 	}
-	resp, err := conn.Fetch(req)
-	if l.poll.Swap(nil) == nil && longPoll && req.MaxWaitTime > 0 {
-		// interruptPoll cut the connection: a partition is ready that
+	if l.hub.requested != nil {
+		l.hub.requested(req)
+	}
+	resp, err := l.send(ctx, req)
+	if err != nil {
+		l.session.lost()
+	}
+	if longPoll && l.poll.Swap(nil) == nil && err != nil {
+		// interruptPoll cut the poll short: a partition is ready that
 		// the request does not hold. The next request holds it, on
 		// another connection; a response that came before the cut is
 		// good.
-		l.closeConnection()
-		if err != nil {
-			return
-		}
+		return
 	}
 	if err != nil {
-		// sarama's broker fails every later request on a connection
-		// whose read failed: close it; the next request opens another.
-		l.closeConnection()
+		if l.hub.ctx.Err() != nil {
+			return // the hub is closing
+		}
 		l.dropAll(err)
 		return
+	}
+	if l.session.sessionError(resp.Err) {
+		return // the next request, a full one, opens another session at once
+	}
+	if resp.Err == sarama.ErrNoError {
+		l.session.answered(resp.SessionID)
+	}
+	if resp.ThrottleTime > 0 {
+		l.recordThrottle(resp.ThrottleTime)
 	}
 	if throttle := l.handle(ready, resp); throttle > 0 {
 		// A broker over a quota answered at once, with nothing: wait its
@@ -227,47 +231,176 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	}
 }
 
+// partitionFloor is the least PartitionMaxBytes of a partition in a
+// request whose MaxBytes is spread over many partitions (brokerLoop.request).
+const partitionFloor = 64 << 10
+
+// request returns the Fetch request of the ready fetchers, MaxBytes
+// maxBytes, and whether it is a long poll: every partition in it at the
+// end of its log, so that the broker waits up to Consumer.MaxWaitTime.
+// In the loop's fetch session (fetchSession: Fetch v7+) it lists only the
+// partitions that the session does not hold as they are; each partition
+// sends its leader epoch (Fetch v9+, KIP-320) and the loop its rack
+// (v11+, KIP-392). A
+// broker fills a response in the request's order, each partition up to
+// its PartitionMaxBytes, until MaxBytes: so each partition asks for an
+// equal share of maxBytes (partitionMaxBytes), and the order turns by one
+// at every request (cursor), as franz-go's requests do, so that every
+// partition comes first in turn. Called by the loop's goroutine only.
+func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.FetchRequest, bool) {
+	conf := l.hub.conf
+	req := kmsg.NewPtrFetchRequest()
+	req.MinBytes = conf.Consumer.Fetch.Min
+	req.MaxWaitMillis = int32(conf.Consumer.MaxWaitTime / time.Millisecond)
+	req.MaxBytes = maxBytes
+	req.IsolationLevel = int8(conf.Consumer.IsolationLevel)
+	req.Rack = conf.RackID
+	session := &l.session
+	session.begin(l.hub.version)
+	req.SessionID, req.SessionEpoch = session.id, session.epoch
+	longPoll := req.MaxWaitMillis > 0
+	topics := make(map[string]int) // index in req.Topics
+	n := len(ready)
+	share := max(maxBytes/int32(max(n, 1)), partitionFloor)
+	start := l.cursor % max(n, 1)
+	l.cursor++
+	inRequest := make(map[TopicPartition]struct{}, n)
+	for k := range n {
+		f := ready[(start+k)%n]
+		inRequest[f.tp] = struct{}{}
+		longPoll = longPoll && f.end >= 0 && f.offset >= f.end
+		want := sessionPart{offset: f.offset, maxBytes: f.partitionMaxBytes(share), epoch: f.epoch}
+		if !session.lists(f.tp, want) {
+			continue // the session holds it as it is
+		}
+		i, ok := topics[f.tp.Topic]
+		if !ok {
+			i = len(req.Topics)
+			topics[f.tp.Topic] = i
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic = f.tp.Topic
+			req.Topics = append(req.Topics, t)
+		}
+		t := &req.Topics[i]
+		p := kmsg.NewFetchRequestTopicPartition()
+		p.Partition, p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch = f.tp.Partition, want.offset, want.maxBytes, want.epoch
+		t.Partitions = append(t.Partitions, p)
+	}
+	session.forget(req, inRequest)
+	return req, longPoll
+}
+
+// partitionMaxBytes returns f's PartitionMaxBytes in a request that
+// gives each partition share bytes: share, up to f's fetch size; the
+// whole fetch size once it grew past Consumer.Fetch.Default (a batch
+// larger than it came cut short: records).
+func (f *partitionFetcher) partitionMaxBytes(share int32) int32 {
+	if f.fetchSize > f.hub.conf.Consumer.Fetch.Default {
+		return f.fetchSize
+	}
+	return min(share, f.fetchSize)
+}
+
+// send sends req on the loop's transport and returns its response, the
+// records undecoded (fetch.FromKmsg): kgo reads the response's framing
+// (kmsg), the partitions' records stay the raw bytes of its body.
+func (l *brokerLoop) send(ctx context.Context, req *kmsg.FetchRequest) (*fetch.Response, error) {
+	b, err := l.connection()
+	if err != nil {
+		return nil, err
+	}
+	kr, err := b.Request(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch from broker %d at %s: %w", l.broker.ID(), l.broker.Addr(), err)
+	}
+	resp, ok := kr.(*kmsg.FetchResponse)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("fetch from broker %d at %s: a response of type %T", l.broker.ID(), l.broker.Addr(), kr)
+	case resp.Version < 4:
+		return nil, fmt.Errorf("fetch from broker %d at %s: it takes Fetch v%d at most, and the fetch engine needs v4 (Kafka 0.11)", l.broker.ID(), l.broker.Addr(), resp.Version)
+	}
+	return fetch.FromKmsg(resp), nil
+}
+
+// recordThrottle records a response's throttle time in the histogram
+// "throttle-time-in-ms-for-broker-<id>" of Config.MetricRegistry, as
+// sarama's Broker does for the requests it sends.
+func (l *brokerLoop) recordThrottle(d time.Duration) {
+	r := l.hub.conf.MetricRegistry
+	if r == nil {
+		return
+	}
+	name := "throttle-time-in-ms-for-broker-" + strconv.Itoa(int(l.broker.ID()))
+	h := r.GetOrRegister(name, func() metrics.Histogram {
+		return metrics.NewHistogram(metrics.NewExpDecaySample(1028, 0.015)) // sarama's reservoir and alpha
+	})
+	if h, ok := h.(metrics.Histogram); ok {
+		h.Update(d.Milliseconds())
+	}
+}
+
 // handle hands each of the ready fetchers its messages or its error from
 // resp. A response throttled by a quota (ThrottleTime set) that holds no
-// partition is no error: it returns the throttle time to wait.
-func (l *brokerLoop) handle(ready []*partitionFetcher, resp *sarama.FetchResponse) time.Duration {
-	if resp.ThrottleTime > 0 && len(resp.Blocks) == 0 {
+// partition is no error: it returns the throttle time to wait. A
+// response's own error (a fetch session's: the loop opens none) is the
+// error of every partition.
+func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) time.Duration {
+	if resp.ThrottleTime > 0 && len(resp.Partitions) == 0 {
 		return resp.ThrottleTime
+	}
+	if resp.Err != sarama.ErrNoError {
+		l.dropAll(resp.Err)
+		return 0
+	}
+	parts := make(map[TopicPartition]*fetch.Partition, len(resp.Partitions))
+	for i := range resp.Partitions {
+		p := &resp.Partitions[i]
+		parts[TopicPartition{p.Topic, p.Partition}] = p
 	}
 	var counted, wire int64
 	defer func() { l.measure(counted, wire) }()
+	readCommitted := l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted
 	for _, f := range ready {
-		block := resp.GetBlock(f.tp.Topic, f.tp.Partition)
+		p := parts[f.tp]
 		switch {
-		case block == nil:
+		case p == nil && l.session.incremental:
+			continue // nothing new: an incremental response leaves it out
+		case p == nil:
 			l.drop(f, sarama.ErrIncompleteResponse)
 			continue
-		case !errors.Is(block.Err, sarama.ErrNoError):
-			l.drop(f, block.Err)
+		case p.Err != sarama.ErrNoError:
+			l.drop(f, p.Err)
 			continue
 		}
-		f.hwm.Store(block.HighWaterMarkOffset)
-		f.end = block.HighWaterMarkOffset
-		if l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted && block.LastStableOffset >= 0 {
-			f.end = block.LastStableOffset
+		f.hwm.Store(p.HighWatermark)
+		f.end = p.HighWatermark
+		if readCommitted && p.LastStableOffset >= 0 {
+			f.end = p.LastStableOffset
 		}
-		if id := block.PreferredReadReplica; id >= 0 && id != l.broker.ID() {
+		if id := p.PreferredReadReplica; id >= 0 && id != l.broker.ID() {
 			f.preferReplica(id)
 			l.drop(f, errPreferredReplica)
 			continue
 		}
-		msgs, size, moved, err := f.parse(block)
-		switch {
-		case errors.Is(err, errLegacyRecords):
+		rec, moved, err := f.records(p, readCommitted)
+		if len(rec.Messages) > 0 || moved {
+			size := rec.Bytes + int64(len(rec.Messages))*messageOverhead
+			counted += size
+			wire += int64(rec.Wire)
+			f.intercept(rec.Messages)
+			f.deliver(slab{msgs: rec.Messages, next: f.offset, acct: &slabAccount{size: size, from: l}})
+		}
+		if errors.Is(err, fetch.ErrCorrupt) {
+			// The messages before the corrupt batch are delivered; the
+			// fetcher reports the error and fetches the batch again
+			// after its backoff (a batch corrupted on the way comes
+			// whole), skipping nothing.
 			l.drop(f, err)
 			continue
-		case err != nil:
+		}
+		if err != nil {
 			f.report(err) // ErrMessageTooLarge: skipped
-		case len(msgs) > 0 || moved:
-			counted += size
-			wire += size - int64(len(msgs))*(messageOverhead-recordWireOverhead) + int64(len(block.RecordsSet))*batchWireOverhead
-			f.intercept(msgs)
-			f.deliver(slab{msgs: msgs, next: f.offset, acct: &slabAccount{size: size, from: l}})
 		}
 		f.retries.Store(0)
 		if l.leaderMoved(f) {

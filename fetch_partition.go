@@ -55,11 +55,10 @@ type partitionFetcher struct {
 	dying           chan struct{}              // closed by AsyncClose
 	once            sync.Once
 	done            chan struct{} // closed when run ends
-	// legacy is set by run, before it ends, when the partition holds a
-	// legacy message set; outOfRange when the leader answered that the
-	// offset is out of range (the partition manager starts again at
-	// Offsets.Initial). Read after done.
-	legacy, outOfRange bool
+	// outOfRange is set by run, before it ends, when the leader answered
+	// that the offset is out of range (the partition manager starts again
+	// at Offsets.Initial). Read after done.
+	outOfRange bool
 	// outOfRangeOnce is set by run when a fetch got OFFSET_OUT_OF_RANGE
 	// and it was not confirmed yet (confirmOutOfRange).
 	outOfRangeOnce bool
@@ -163,9 +162,8 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 
 // run subscribes the fetcher to its leader's loop, and again after each
 // error the loop reports, after Consumer.Retry.Backoff and a refresh of
-// the partition's metadata, until AsyncClose, an offset out of range (the
-// partition manager starts again at Offsets.Initial), or a legacy message
-// set.
+// the partition's metadata, until AsyncClose or an offset out of range
+// (the partition manager starts again at Offsets.Initial).
 func (f *partitionFetcher) run() {
 	defer close(f.done)
 	defer close(f.errs)
@@ -219,9 +217,6 @@ func (f *partitionFetcher) run() {
 		fromReplica := f.preferred >= 0
 		f.preferred = -1 // any other error: back to the leader
 		switch {
-		case errors.Is(err, errLegacyRecords):
-			f.legacy = true
-			return
 		case errors.Is(err, sarama.ErrOffsetOutOfRange) && fromReplica:
 			// A follower may lag behind an offset the leader served: ask
 			// the leader, which answers out of range itself if it is.

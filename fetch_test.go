@@ -11,15 +11,38 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
-// recordBatch returns a record batch of n records from offset first.
-func recordBatch(first int64, n int) *sarama.Records {
-	rb := &sarama.RecordBatch{FirstOffset: first, LastOffsetDelta: int32(n - 1), FirstTimestamp: time.Unix(100, 0)}
+// recordBatch returns a record batch of n records from offset first, a
+// second apart from 100 s on, of values 0, 1, ...
+func recordBatch(first int64, n int) fetchtest.Batch {
+	b := fetchtest.Batch{BaseOffset: first, FirstTimestamp: 100_000, MaxTimestamp: 100_000 + int64(n-1)*1000}
 	for i := range n {
-		rb.Records = append(rb.Records, &sarama.Record{OffsetDelta: int64(i), TimestampDelta: time.Duration(i) * time.Second, Value: []byte{byte(i)}})
+		b.Records = append(b.Records, fetchtest.Record{OffsetDelta: int32(i), TimestampDelta: int64(i) * 1000, Value: []byte{byte(i)}})
 	}
-	return &sarama.Records{RecordBatch: rb}
+	return b
+}
+
+// partitionOf returns t/3's part of a response: its records those of
+// entries (record batches or legacy messages), hwm its high-water mark and
+// last stable offset.
+func partitionOf(hwm int64, entries ...interface{ AppendTo([]byte) []byte }) *fetch.Partition {
+	var records []byte
+	for _, e := range entries {
+		records = e.AppendTo(records)
+	}
+	return &fetch.Partition{Topic: "t", Partition: 3, HighWatermark: hwm, LastStableOffset: hwm, LogStartOffset: -1, PreferredReadReplica: -1, Records: records}
+}
+
+// responseOf returns a response of parts.
+func responseOf(parts ...*fetch.Partition) *fetch.Response {
+	resp := &fetch.Response{}
+	for _, p := range parts {
+		resp.Partitions = append(resp.Partitions, *p)
+	}
+	return resp
 }
 
 func testFetcher(offset int64) *partitionFetcher {
@@ -36,70 +59,8 @@ func offsets(msgs []*sarama.ConsumerMessage) []int64 {
 	return out
 }
 
-// TestPartitionFetcherParse: the messages of a response from the fetch offset
-// on, in order, with their partition and timestamps; a control batch and
-// a batch that compaction emptied are skipped but moved past.
-func TestPartitionFetcherParse(t *testing.T) {
-	f := testFetcher(12)
-	control := recordBatch(15, 1)
-	control.RecordBatch.Control = true
-	compacted := recordBatch(16, 4)
-	compacted.RecordBatch.Records = nil
-	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(10, 5), control, compacted, recordBatch(20, 2)}}
-	msgs, _, _, err := f.parse(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := offsets(msgs), []int64{12, 13, 14, 20, 21}; !slices.Equal(got, want) {
-		t.Fatalf("offsets %v; want %v", got, want)
-	}
-	if f.offset != 22 {
-		t.Errorf("next offset %d; want 22", f.offset)
-	}
-	if m := msgs[0]; m.Topic != "t" || m.Partition != 3 || !m.Timestamp.Equal(time.Unix(102, 0)) || m.Value[0] != 2 {
-		t.Errorf("first message %+v; want t/3 offset 12 at 102 s, value 2", m)
-	}
-
-	f = testFetcher(0)
-	empty := recordBatch(0, 3)
-	empty.RecordBatch.Records = nil
-	if msgs, _, _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{empty}}); err != nil || len(msgs) != 0 || f.offset != 3 {
-		t.Errorf("a batch emptied by compaction: %d messages, next %d, %v; want none, 3", len(msgs), f.offset, err)
-	}
-}
-
-// TestPartitionFetcherPartial: a response with only part of a batch asks for
-// a larger fetch, up to Fetch.Max; there a message is skipped with
-// ErrMessageTooLarge, as sarama's consumer does.
-func TestPartitionFetcherPartial(t *testing.T) {
-	f := testFetcher(5)
-	partial := recordBatch(5, 1)
-	partial.RecordBatch.PartialTrailingRecord = true
-	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{partial}}
-	if msgs, _, _, err := f.parse(block); err != nil || len(msgs) != 0 || f.fetchSize != 2*f.hub.conf.Consumer.Fetch.Default || f.offset != 5 {
-		t.Fatalf("partial: %d messages, fetch size %d, next %d, %v; want none, %d, 5", len(msgs), f.fetchSize, f.offset, err, 2*f.hub.conf.Consumer.Fetch.Default)
-	}
-	f.hub.conf.Consumer.Fetch.Max = f.fetchSize
-	if _, _, _, err := f.parse(block); !errors.Is(err, sarama.ErrMessageTooLarge) || f.offset != 6 {
-		t.Fatalf("partial at Fetch.Max: next %d, %v; want 6, ErrMessageTooLarge", f.offset, err)
-	}
-	if _, _, _, err := f.parse(&sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{recordBatch(6, 1)}}); err != nil || f.fetchSize != f.hub.conf.Consumer.Fetch.Default {
-		t.Errorf("after a whole batch: fetch size %d, %v; want %d", f.fetchSize, err, f.hub.conf.Consumer.Fetch.Default)
-	}
-}
-
-// TestPartitionFetcherLegacy: a legacy message set ends the fetcher, so that
-// the partition goes back to sarama's consumer.
-func TestPartitionFetcherLegacy(t *testing.T) {
-	f := testFetcher(0)
-	block := &sarama.FetchResponseBlock{RecordsSet: []*sarama.Records{{MsgSet: &sarama.MessageSet{}}}}
-	if _, _, _, err := f.parse(block); !errors.Is(err, errLegacyRecords) {
-		t.Fatalf("legacy message set: %v; want errLegacyRecords", err)
-	}
-}
-
 // TestFetchVersion: partition fetchers serve Kafka 0.11 and later, in
-// both isolation levels.
+// both isolation levels, and every SASL mechanism but GSSAPI.
 func TestFetchVersion(t *testing.T) {
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V0_10_2_0
@@ -113,6 +74,14 @@ func TestFetchVersion(t *testing.T) {
 	conf.Consumer.IsolationLevel = sarama.ReadCommitted
 	if _, ok := fetchVersion(conf); !ok {
 		t.Error("no partition fetcher for read committed")
+	}
+	conf.Net.SASL.Enable, conf.Net.SASL.Mechanism = true, sarama.SASLTypeSCRAMSHA512
+	if _, ok := fetchVersion(conf); !ok {
+		t.Error("no partition fetcher with SASL/SCRAM")
+	}
+	conf.Net.SASL.Mechanism = sarama.SASLTypeGSSAPI
+	if _, ok := fetchVersion(conf); ok {
+		t.Error("partition fetcher with SASL/GSSAPI, which its transport has not")
 	}
 }
 
@@ -164,7 +133,7 @@ func TestBrokerLoopThrottled(t *testing.T) {
 	f.failed = make(chan error, 1)
 	f.loop.Store(l)
 	l.subs = []*partitionFetcher{f}
-	if wait := l.handle(l.subs, &sarama.FetchResponse{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
+	if wait := l.handle(l.subs, &fetch.Response{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
 		t.Errorf("handle = %s, want the throttle time, 250ms", wait)
 	}
 	select {
@@ -210,9 +179,7 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 			f.failed = make(chan error, 1)
 			l := &brokerLoop{hub: f.hub, broker: former, subs: []*partitionFetcher{f}}
 			f.loop.Store(l)
-			block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 11, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 1)}}
-			resp := &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}}
-			l.handle(l.subs, resp)
+			l.handle(l.subs, responseOf(partitionOf(11, recordBatch(10, 1))))
 			if got := offsets((<-f.slabs).msgs); !slices.Equal(got, []int64{10}) {
 				t.Errorf("delivered offsets %v, want [10]", got)
 			}
@@ -257,8 +224,9 @@ func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 			failed := &sarama.FetchResponse{Version: 10}
 			failed.AddError("t", 3, kerr)
 			broker.SetHandlerByMap(map[string]sarama.MockResponse{
-				"MetadataRequest": sarama.NewMockWrapper(epochMetadata(broker, 5)),
-				"FetchRequest":    sarama.NewMockWrapper(failed),
+				"ApiVersionsRequest": sarama.NewMockApiVersionsResponse(t),
+				"MetadataRequest":    sarama.NewMockWrapper(epochMetadata(broker, 5)),
+				"FetchRequest":       sarama.NewMockWrapper(failed),
 			})
 			f := startMockFetcher(t, broker)
 
@@ -270,17 +238,19 @@ func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 			// now; then the broker serves the fetcher.
 			md6 := epochMetadata(broker, 6)
 			broker.SetHandlerByMap(map[string]sarama.MockResponse{
-				"MetadataRequest": sarama.NewMockWrapper(md6),
-				"FetchRequest":    sarama.NewMockWrapper(failed),
+				"ApiVersionsRequest": sarama.NewMockApiVersionsResponse(t),
+				"MetadataRequest":    sarama.NewMockWrapper(md6),
+				"FetchRequest":       sarama.NewMockWrapper(failed),
 			})
 			waitFor(t, 10*time.Second, "a refresh of the metadata", func() bool { return answered(md6) })
 			served := &sarama.FetchResponse{Version: 10}
-			served.AddRecord("t", 3, nil, sarama.StringEncoder("ten"), 10)
-			served.AddRecord("t", 3, nil, sarama.StringEncoder("eleven"), 11)
+			served.AddRecordBatchWithTimestamp("t", 3, nil, sarama.StringEncoder("ten"), 10, -1, false, time.Unix(100, 0))
+			served.AddRecordBatchWithTimestamp("t", 3, nil, sarama.StringEncoder("eleven"), 11, -1, false, time.Unix(100, 0))
 			served.GetBlock("t", 3).HighWaterMarkOffset = 12
 			broker.SetHandlerByMap(map[string]sarama.MockResponse{
-				"MetadataRequest": sarama.NewMockWrapper(md6),
-				"FetchRequest":    sarama.NewMockWrapper(served),
+				"ApiVersionsRequest": sarama.NewMockApiVersionsResponse(t),
+				"MetadataRequest":    sarama.NewMockWrapper(md6),
+				"FetchRequest":       sarama.NewMockWrapper(served),
 			})
 			select {
 			case s := <-f.slabs:
@@ -336,8 +306,7 @@ func TestPartitionFetcherInterceptors(t *testing.T) {
 	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*partitionFetcher{f}}
 	f.hub.client = leaderClient{leader: l.broker}
 	f.retries.Store(5)
-	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 13, PreferredReadReplica: -1, RecordsSet: []*sarama.Records{recordBatch(10, 3)}}
-	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
+	l.handle(l.subs, responseOf(partitionOf(13, recordBatch(10, 3))))
 	msgs := (<-f.slabs).msgs
 	if n := f.retries.Load(); n != 0 {
 		t.Errorf("after a response the backoff counts %d failures, want 0", n)
@@ -425,8 +394,9 @@ func TestPartitionFetcherPreferredReplica(t *testing.T) {
 	f.failed = make(chan error, 1)
 	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*partitionFetcher{f}}
 	f.loop.Store(l)
-	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 20, PreferredReadReplica: 2}
-	l.handle(l.subs, &sarama.FetchResponse{Blocks: map[string]map[int32]*sarama.FetchResponseBlock{"t": {3: block}}})
+	p := partitionOf(20)
+	p.PreferredReadReplica = 2
+	l.handle(l.subs, responseOf(p))
 	select {
 	case err := <-f.failed:
 		if !errors.Is(err, errPreferredReplica) {
@@ -446,59 +416,6 @@ func TestPartitionFetcherPreferredReplica(t *testing.T) {
 	if b, err := f.source(); err != nil || b != leader || f.preferred != -1 || f.unknownReplica != 7 || refreshes != 1 {
 		t.Errorf("with an unknown replica, source() = %v, %v (preferred %d, unknown %d, %d refreshes); want the leader, no preference, unknown 7, 1 refresh",
 			b, err, f.preferred, f.unknownReplica, refreshes)
-	}
-}
-
-// transactionBlock is the block a broker returns, reading committed, for
-// a partition that one transactional producer (ID 7) wrote as Kafka 3.9
-// writes it: transactions of offsets 0-2 (committed, marker at 3), 4-6
-// (aborted, marker 7), 8-10 (committed, marker 11) and 12-14 (aborted,
-// marker 15), each in two batches.
-func transactionBlock() *sarama.FetchResponseBlock {
-	block := &sarama.FetchResponseBlock{HighWaterMarkOffset: 16, LastStableOffset: 16, PreferredReadReplica: -1,
-		AbortedTransactions: []*sarama.AbortedTransaction{{ProducerID: 7, FirstOffset: 12}, {ProducerID: 7, FirstOffset: 4}}}
-	for txn, marker := range []uint16{1, 0, 1, 0} {
-		first := int64(4 * txn)
-		for _, rs := range []*sarama.Records{recordBatch(first, 1), recordBatch(first+1, 2)} {
-			rs.RecordBatch.IsTransactional, rs.RecordBatch.ProducerID = true, 7
-			block.RecordsSet = append(block.RecordsSet, rs)
-		}
-		control := recordBatch(first+3, 1)
-		control.RecordBatch.Control, control.RecordBatch.IsTransactional, control.RecordBatch.ProducerID = true, true, 7
-		control.RecordBatch.Records[0].Key = []byte{0, 0, byte(marker >> 8), byte(marker)}
-		block.RecordsSet = append(block.RecordsSet, control)
-	}
-	return block
-}
-
-// TestPartitionFetcherReadCommitted: reading committed, the batches of aborted
-// transactions are skipped up to their producer's ABORT marker (the
-// block's aborted transactions come in any order), the records of a
-// committed transaction after an aborted one are kept, and the fetch
-// moves past the trailing marker. Reading uncommitted keeps them all.
-// Batch mode fell back to sarama's consumer to read committed.
-func TestPartitionFetcherReadCommitted(t *testing.T) {
-	t.Parallel()
-	f := testFetcher(0)
-	f.hub.conf.Consumer.IsolationLevel = sarama.ReadCommitted
-	msgs, size, moved, err := f.parse(transactionBlock())
-	if err != nil || !moved {
-		t.Fatalf("parse: moved %v, %v", moved, err)
-	}
-	if got, want := offsets(msgs), []int64{0, 1, 2, 8, 9, 10}; !slices.Equal(got, want) {
-		t.Errorf("read committed: offsets %v, want %v", got, want)
-	}
-	if want := 6 + 6*messageOverhead; size != want {
-		t.Errorf("size %d, want %d (one byte of value and a message each)", size, want)
-	}
-	if f.offset != 16 {
-		t.Errorf("next offset %d, want 16, past the last marker", f.offset)
-	}
-
-	f = testFetcher(0)
-	msgs, _, _, err = f.parse(transactionBlock())
-	if got, want := offsets(msgs), []int64{0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("read uncommitted: offsets %v, %v; want %v", got, err, want)
 	}
 }
 
@@ -715,15 +632,16 @@ func TestPartitionFetcherOutOfRangeConfirmed(t *testing.T) {
 			failed := &sarama.FetchResponse{Version: 10}
 			failed.AddError("t", 3, sarama.ErrOffsetOutOfRange)
 			served := &sarama.FetchResponse{Version: 10}
-			served.AddRecord("t", 3, nil, sarama.StringEncoder("ten"), 10)
+			served.AddRecordBatchWithTimestamp("t", 3, nil, sarama.StringEncoder("ten"), 10, -1, false, time.Unix(100, 0))
 			served.GetBlock("t", 3).HighWaterMarkOffset = 20
 			listOffsets := sarama.NewMockOffsetResponse(t).
 				SetOffset("t", 3, sarama.OffsetOldest, tc.oldest).SetOffset("t", 3, sarama.OffsetNewest, tc.newest)
 			fetches := sarama.NewMockSequence(failed, failed, served)
 			broker.SetHandlerByMap(map[string]sarama.MockResponse{
-				"MetadataRequest": sarama.NewMockWrapper(epochMetadata(broker, 5)),
-				"FetchRequest":    fetches,
-				"OffsetRequest":   listOffsets,
+				"ApiVersionsRequest": sarama.NewMockApiVersionsResponse(t),
+				"MetadataRequest":    sarama.NewMockWrapper(epochMetadata(broker, 5)),
+				"FetchRequest":       fetches,
+				"OffsetRequest":      listOffsets,
 			})
 			f := startMockFetcher(t, broker)
 			select {
@@ -750,8 +668,9 @@ func TestPartitionFetcherOutOfRangeConfirmed(t *testing.T) {
 }
 
 // startMockFetcher starts a partition fetcher of t/3 at offset 10 on a client
-// of broker, a sarama mock that answers what it is told (no ApiVersions
-// request; Fetch v10, which carries the leader epoch), with a retry
+// of broker, a sarama mock that answers what it is told (the sarama
+// client sends no ApiVersions request, the fetch transport does; Fetch
+// v10, which carries the leader epoch), with a retry
 // backoff of 10 ms. The fetcher, its hub and the client stop at the end
 // of the test.
 func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *partitionFetcher {

@@ -3,8 +3,8 @@ package kafkaconsumer
 // The fetchers: each a client of its own, with the fetch engine's hub on
 // it (fetch_hub.go), through which the partition managers fetch, and a
 // sarama consumer that serves only what the engine does not (a Kafka
-// older than 0.11, a partition that meets a legacy message set); and how
-// they are closed.
+// older than 0.11, a SASL mechanism the engine's transport has not:
+// fetchVersion); and how they are closed.
 
 import (
 	"hash/fnv"

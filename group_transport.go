@@ -68,11 +68,28 @@ func consumerProtocolSASL(m sarama.SASLMechanism) bool {
 // every connection dialed by d. It opens no connection: the first request
 // does. close closes it.
 func newGroupTransport(sc *sarama.Config, d *kafkaDialer, brokers []string, group string) (*groupTransport, error) {
+	opts, err := transportOpts(sc, d, brokers...)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, kgo.RequestRetries(0), kgo.RetryTimeout(sc.Net.ReadTimeout))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("the group transport: %w", err)
+	}
+	return &groupTransport{cl: cl, group: group, timeout: sc.Net.ReadTimeout}, nil
+}
+
+// transportOpts returns the options of a kgo client used as a transport
+// to brokers (the group transport, a broker loop's connection): every
+// connection dialed by d, TLS as sarama does it (transportDial),
+// Net.DialTimeout, ClientID, and SASL mapped from sc's Net.SASL
+// (saslMechanism). It fails for a SASL mechanism that kgo is not given
+// (consumerProtocolSASL).
+func transportOpts(sc *sarama.Config, d *kafkaDialer, brokers ...string) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.Dialer(transportDial(sc, d)),
-		kgo.RequestRetries(0),
-		kgo.RetryTimeout(sc.Net.ReadTimeout),
 		kgo.DialTimeout(sc.Net.DialTimeout),
 	}
 	if sc.ClientID != "" {
@@ -85,11 +102,7 @@ func newGroupTransport(sc *sarama.Config, d *kafkaDialer, brokers []string, grou
 		}
 		opts = append(opts, kgo.SASL(m))
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("the group transport: %w", err)
-	}
-	return &groupTransport{cl: cl, group: group, timeout: sc.Net.ReadTimeout}, nil
+	return opts, nil
 }
 
 // transportDial returns kgo's dial function: d's dial (the user's proxy,

@@ -42,10 +42,6 @@ type partitionManager struct {
 	parent *consumerManager
 	tp     TopicPartition
 	log    *slog.Logger // the consumer's, with the partition's attributes
-	// legacyRecords is set by run when its partition fetcher met a message
-	// set older than record batches: its partition consumers are
-	// sarama's from then on (see partitionFetcher).
-	legacyRecords bool
 	// outOfRange is set by run when its partition fetcher ended because the
 	// offset it fetched is out of range: the next start is at
 	// Offsets.Initial (startAtInitial).

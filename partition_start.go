@@ -111,10 +111,6 @@ func (pm *partitionManager) consumeUntilKilled() {
 		if f, ok := pc.(*partitionFetcher); ok && end == consumeClosed {
 			<-f.done
 			pm.outOfRange = f.outOfRange
-			if f.legacy {
-				pm.legacyRecords = true
-				pm.logf(slog.LevelInfo, "The partition holds messages older than record batches (Kafka 0.11's format): fetching with sarama's partition consumer from here on.")
-			}
 		}
 		if end != consumeClosed {
 			pm.parent.closeInBackground(pc)
@@ -349,7 +345,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 		err error
 	}
 	cm, dying := pm.parent, pm.t.Dying()
-	if hub := cm.fetcherOf(pm.tp).hub; hub != nil && !pm.legacyRecords {
+	if hub := cm.fetcherOf(pm.tp).hub; hub != nil {
 		select {
 		case <-dying:
 			return nil, tomb.ErrDying

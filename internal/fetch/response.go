@@ -71,6 +71,14 @@ func ReadResponse(version int16, body []byte) (*Response, error) {
 	if err := kr.ReadFrom(body); err != nil {
 		return nil, fmt.Errorf("fetch: reading a Fetch v%d response of %d bytes: %w", version, len(body), err)
 	}
+	return FromKmsg(&kr), nil
+}
+
+// FromKmsg returns the Response of kr, a Fetch response that kmsg read
+// (franz-go's client reads a response so): the partitions' Records alias
+// kr's RecordBatches, and through them the response body, which must not
+// change while they or the messages decoded from them are in use.
+func FromKmsg(kr *kmsg.FetchResponse) *Response {
 	n := 0
 	for i := range kr.Topics {
 		n += len(kr.Topics[i].Partitions)
@@ -104,5 +112,5 @@ func ReadResponse(version int16, body []byte) (*Response, error) {
 			resp.Partitions = append(resp.Partitions, p)
 		}
 	}
-	return resp, nil
+	return resp
 }
