@@ -159,12 +159,18 @@ func newTracker(spec *childSpec) *tracker {
 }
 
 func (t *tracker) handle(topic string, partition int32, offset int64, _ []byte) {
+	t.count(topic, partition, offset, 1)
+}
+
+// count counts n messages of a partition, the last at offset last (the
+// wire contender counts a response's at once).
+func (t *tracker) count(topic string, partition int32, last, n int64) {
 	ps := &t.parts[t.base[topic]+int(partition)]
-	received := ps.received.Add(1)
+	received := ps.received.Add(n)
 	if t.first.Load() == 0 {
 		t.first.CompareAndSwap(0, time.Now().UnixNano())
 	}
-	reached := offset >= ps.target
+	reached := last >= ps.target
 	if t.counting {
 		reached = received >= ps.target
 	}
@@ -228,6 +234,10 @@ func drain(spec *childSpec) (res childResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if spec.Contender == wire {
+				instances[i], errs[i] = startWire(spec, i, t.count)
+				return
+			}
 			instances[i], errs[i] = startInstance(spec, i, t.handle)
 		}()
 	}

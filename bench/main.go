@@ -72,8 +72,10 @@ type options struct {
 	processingMessages int64
 	processingKeys     int
 	work               time.Duration
-	// cluster is -cluster: what cluster to start when none is given.
+	// cluster is -cluster: what cluster to start when none is given;
+	// brokers is -brokers, its brokers.
 	cluster clusterKind
+	brokers int
 
 	jsonOut, pngOut, mdOut string
 	profileDir             string
@@ -96,6 +98,7 @@ func main() {
 	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) and the processing workload (processing) run only when named")
 	flag.StringVar(&contenders, "contenders", "", "contenders to run (comma-separated; default "+strings.Join(allContenders, ",")+", and "+strings.Join(consumerProtocolContenders, ",")+" when the brokers serve the consumer group protocol); sarama-fanin, a diagnostic, runs only when named")
 	flag.StringVar(&clusterFlag, "cluster", "zookeeper", "the cluster to start when ZOOKEEPER_PEERS or KAFKA_PEERS is unset: zookeeper (Kafka "+testcluster.DefaultKafkaVersion+" on ZooKeeper), zookeeper-<version>, or kraft-<version> (KRaft brokers of that release, e.g. kraft-4.4.0, and a ZooKeeper for kafkaconsumer's own groups); from Kafka 4.0 the brokers' consumer-protocol session timeout is -session-timeout and their heartbeat interval a third of it")
+	flag.IntVar(&o.brokers, "brokers", 1, "brokers of the cluster to start (a given cluster must have as many); topics have replication 1, so their partitions' leaders are spread over them, e.g. -brokers 3 -partitions 48: 16 led by each broker")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
@@ -147,6 +150,9 @@ func main() {
 	}
 	if o.runs < 1 {
 		log.Fatal("-runs must be at least 1")
+	}
+	if o.brokers < 1 {
+		log.Fatal("-brokers must be at least 1")
 	}
 
 	cl, err := openCluster(o.cluster, &o)
