@@ -110,22 +110,26 @@ func (l *brokerLoop) run() {
 		if busy {
 			if left := l.hub.conf.Consumer.MaxProcessingTime - time.Since(waiting); left > 0 {
 				timer.Reset(left)
+				t0 := traceStart()
 				select {
 				case <-l.wake:
 				case <-timer.C:
 				case <-l.hub.stop:
 					return
 				}
+				l.traceWait(waitBusy, t0)
 				timer.Stop()
 				continue
 			}
 		}
 		if len(ready) == 0 {
+			t0 := traceStart()
 			select {
 			case <-l.wake:
 			case <-l.hub.stop:
 				return
 			}
+			l.traceWait(waitIdle, t0)
 			continue
 		}
 		// The request's bytes are reserved while it is in flight, so that
@@ -138,12 +142,14 @@ func (l *brokerLoop) run() {
 			budget.starved.Add(1)
 			maxBytes, ok = budget.reserve(l, limit) // a release may have come before the count
 			if !ok {
+				t0 := traceStart()
 				select {
 				case <-l.wake:
 				case <-l.hub.stop:
 					budget.starved.Add(-1)
 					return
 				}
+				l.traceWait(waitBudget, t0)
 			}
 			budget.starved.Add(-1)
 			if !ok {
@@ -196,7 +202,10 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 			return
 		}
 	}
+	l.traceRequest(len(ready), maxBytes)
+	t0 := traceStart()
 	resp, err := conn.Fetch(req)
+	l.traceResponse(longPoll && req.MaxWaitTime > 0, t0)
 	if l.poll.Swap(nil) == nil && longPoll && req.MaxWaitTime > 0 {
 		// interruptPoll cut the connection: a partition is ready that
 		// the request does not hold. The next request holds it, on
@@ -214,7 +223,10 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 		l.dropAll(err)
 		return
 	}
-	if throttle := l.handle(ready, resp); throttle > 0 {
+	t0 = traceStart()
+	throttle := l.handle(ready, resp)
+	l.traceWait(waitHandle, t0)
+	if throttle > 0 {
 		// A broker over a quota answered at once, with nothing: wait its
 		// throttle out before the next request, as sarama does.
 		timer := time.NewTimer(throttle)

@@ -90,6 +90,9 @@ type childResult struct {
 	CloseSeconds  float64 // time Close took, after the interval
 	Error         string  `json:",omitempty"`
 	TimedOutParts int     `json:",omitempty"` // partitions short of their target at a timeout
+	// Loops is the fetch engine's trace of its broker loops until the end
+	// of the interval (a bench built with -tags fetchtrace only).
+	Loops []loopTrace `json:",omitempty"`
 }
 
 func childMain() {
@@ -277,6 +280,7 @@ func drain(spec *childSpec) (res childResult) {
 	}
 	cpu1 := cpuTime()
 	runtime.ReadMemStats(&ms1)
+	res.Loops = loopTraces()
 	if spec.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}

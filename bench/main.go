@@ -393,6 +393,9 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 			log.Printf("%s run %d %-14s %6.2fs %9.0f msgs/s  cpu %5.2fs  rss %4.0f MB  %5.2f allocs/msg  first %.2fs  dup %d",
 				workload, run+1, c, r.Seconds, float64(n)/r.Seconds, r.CPUSeconds, float64(r.PeakRSS)/1e6,
 				float64(r.Mallocs)/float64(n), r.FirstSeconds, r.Received-n)
+			for _, t := range r.Loops {
+				log.Printf("  loops of %s", t)
+			}
 			byContender[c] = append(byContender[c], r)
 		}
 	}
