@@ -97,8 +97,12 @@ type eventResult struct {
 	// that nobody ever received.
 	Lost int `json:"lost"`
 	// Phase is how long the phase lasted: until the group was stable again.
-	Phase    float64 `json:"phase_seconds"`
-	TimedOut bool    `json:"timed_out,omitempty"`
+	Phase float64 `json:"phase_seconds"`
+	// ProduceLag is the longest that a message produced in the phase
+	// waited for the broker's ack: a delay of the cluster, not of the
+	// consumer, which cannot fetch a message before the broker has it.
+	ProduceLag float64 `json:"produce_lag_seconds"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
 }
 
 func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
@@ -615,7 +619,7 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 	go func() {
 		defer sp.wg.Done()
 		for msg := range ap.Successes() {
-			rec.produced(msg.Partition, msg.Offset, msg.Metadata.(int64))
+			rec.produced(msg.Partition, msg.Offset, msg.Metadata.(int64), time.Now().UnixNano())
 		}
 	}()
 	go func() {
@@ -665,6 +669,7 @@ type receipt struct {
 
 type msgRecord struct {
 	produced int64 // unix ns
+	acked    int64 // unix ns, when the producer learnt its offset; 0: not yet
 	receipts []receipt
 }
 
@@ -709,11 +714,11 @@ func (r *recorder) get(p int32, offset int64) *msgRecord {
 	return m
 }
 
-func (r *recorder) produced(p int32, offset, at int64) {
+func (r *recorder) produced(p int32, offset, at, acked int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.get(p, offset)
-	m.produced = at
+	m.produced, m.acked = at, acked
 	r.parts[p].order = append(r.parts[p].order, m)
 }
 
@@ -795,6 +800,9 @@ func (r *recorder) evaluate(te, end, late int64) eventResult {
 		for _, m := range r.parts[p].byOffset {
 			first := m.first()
 			if m.produced >= te {
+				if m.acked > 0 && m.produced <= end {
+					res.ProduceLag = max(res.ProduceLag, float64(m.acked-m.produced)/1e9)
+				}
 				for _, rc := range m.receipts {
 					if rc.inst == final.inst && rc.at <= end && (firstByFinal == 0 || rc.at < firstByFinal) {
 						firstByFinal = rc.at
