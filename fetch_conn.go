@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	"golang.org/x/net/proxy"
@@ -23,6 +25,11 @@ var errPollInterrupted = errors.New("kafkaconsumer: long poll interrupted")
 // Close waits for the response.
 type loopDialer struct {
 	dial proxy.Dialer
+	// polls counts the long polls sent on the connection (startPoll),
+	// pollSince is when the last was (unix ns), and cutAt the last poll
+	// for which interruptPoll set a timer.
+	polls, cutAt atomic.Uint64
+	pollSince    atomic.Int64
 
 	mu          sync.Mutex
 	conn        net.Conn
@@ -93,17 +100,63 @@ func (l *brokerLoop) closeConnection() {
 	l.conn, l.dialer = nil, nil
 }
 
+// pollCutDelay is how long a long poll waits at least before
+// interruptPoll cuts it: a cut costs a new connection (and the broker a
+// request), and a poll is answered as soon as a message comes for any of
+// its partitions, so a partition that starts among busy ones is fetched
+// soon without. Each start cutting at once, a mass move of 500
+// partitions under a steady produce cut and redialled about 100 times,
+// and took 1.3 to 2.3 s instead of 0.4 (issue 49).
+const pollCutDelay = 50 * time.Millisecond
+
 // interruptPoll cuts short the loop's request in flight when it is a long
 // poll (every partition in it at the end of its log: the broker waits up
 // to Consumer.MaxWaitTime for new messages), so that a partition that
 // became ready meanwhile (subscribed, resumed) goes in the next request
-// at once, as it would have had the loop not waited: the loop opens
-// another connection. Safe from any goroutine.
+// soon, as it would have had the loop not waited: the loop opens another
+// connection. A poll younger than pollCutDelay is cut when it reaches
+// that age, if it is still waiting then and no later request took the
+// partition in; once the hub is stopping, at once. Safe from any
+// goroutine.
 func (l *brokerLoop) interruptPoll() {
 	l.stale.Store(true)
-	if d := l.poll.Swap(nil); d != nil {
+	d := l.poll.Load()
+	if d == nil {
+		return
+	}
+	wait := pollCutDelay - time.Since(time.Unix(0, d.pollSince.Load()))
+	select {
+	case <-l.hub.stop:
+		wait = 0
+	default:
+	}
+	if wait <= 0 {
+		l.cutPoll(d)
+		return
+	}
+	if poll := d.polls.Load(); d.cutAt.Swap(poll) != poll { // one timer per poll
+		time.AfterFunc(wait, func() {
+			if d.polls.Load() == poll && l.stale.Load() {
+				l.cutPoll(d)
+			}
+		})
+	}
+}
+
+// cutPoll cuts the long poll on d, if it is still in flight.
+func (l *brokerLoop) cutPoll(d *loopDialer) {
+	if l.poll.CompareAndSwap(d, nil) {
 		d.interrupt()
 	}
+}
+
+// startPoll marks the request that the loop sends next as a long poll,
+// which interruptPoll may cut. The loop goroutine's.
+func (l *brokerLoop) startPoll() {
+	d := l.dialer
+	d.pollSince.Store(time.Now().UnixNano())
+	d.polls.Add(1)
+	l.poll.Store(d)
 }
 
 // dialerOf returns the dialer that sarama would use for conf.

@@ -191,7 +191,7 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	}
 	conn := l.connection()
 	if longPoll && req.MaxWaitTime > 0 {
-		l.poll.Store(l.dialer)
+		l.startPoll()
 		if l.stale.Load() {
 			// A partition became ready after ready was chosen, and
 			// interruptPoll may have come before the poll was stored:
