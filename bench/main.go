@@ -106,7 +106,7 @@ func main() {
 	flag.IntVar(&o.rebalanceRate, "rebalance-rate", 1280, "rebalance workload: messages produced per second, spread evenly over the partitions")
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 3*time.Second, "rebalance workload: session timeout of every contender (kafkaconsumer: Zookeeper.Timeout; groups: Consumer.Group.Session.Timeout, at least the broker's group.min.session.timeout.ms)")
 	flag.DurationVar(&o.rollingGrace, "rolling-grace", 10*time.Second, "rebalance workload: the Config.RestartGrace of the rolling restart with InstanceIDs (kafkaconsumer; 0: no rolling restarts)")
-	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance workload: a message first received later than this after it was produced counts as delayed by the rebalance")
+	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance and mass-move workloads: a message first received later than this after the broker acked it to the producer counts as delayed by the rebalance")
 	flag.IntVar(&o.startupTopics, "startup-topics", 50, "start-up workload: topics")
 	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")
 	flag.IntVar(&o.massMovePartitions, "massmove-partitions", 1000, "mass-move workload: partitions of the topic")
