@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -179,22 +180,7 @@ func (c *wireConn) send(req kmsg.Request) ([]byte, error) {
 	}
 	body := c.buf[4:]
 	if req.IsFlexible() && req.Key() != 18 { // tagged fields in the header, but for ApiVersions'
-		tags, k := binary.Uvarint(body)
-		if k <= 0 {
-			return nil, errors.New("response header cut short")
-		}
-		body = body[k:]
-		for range tags {
-			_, k := binary.Uvarint(body)
-			if k <= 0 {
-				return nil, errors.New("response header cut short")
-			}
-			l, m := binary.Uvarint(body[k:])
-			if m <= 0 || uint64(len(body)-k-m) < l {
-				return nil, errors.New("response header cut short")
-			}
-			body = body[k+m+int(l):]
-		}
+		return fetchtest.SkipHeaderTags(body)
 	}
 	return body, nil
 }
