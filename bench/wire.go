@@ -81,7 +81,7 @@ func startWire(spec *childSpec, share int, count countFunc) (instance, error) {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			if err := c.loop(version, parts, count); err != nil && !errors.Is(err, net.ErrClosed) {
+			if err := c.loop(version, parts, count); !errors.Is(err, net.ErrClosed) {
 				log.Printf("wire: broker %d: %v", leader.ID(), err)
 			}
 		}()
@@ -243,8 +243,10 @@ type topicPartition struct {
 	partition int32
 }
 
-// loop fetches parts until the connection closes: every request holds
-// every partition at its next offset; each response's batches are counted.
+// loop fetches parts until the connection fails: every request holds
+// every partition at its next offset; each response's batches are
+// counted. It returns the error that ended it (net.ErrClosed once Close
+// closed the connection).
 func (c *wireConn) loop(version int16, parts []*wirePart, count countFunc) error {
 	req := kmsg.NewPtrFetchRequest()
 	req.Version, req.ReplicaID = version, -1
