@@ -4,7 +4,10 @@ package kafkaconsumer
 // it is cut short.
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -71,16 +74,82 @@ func (l *brokerLoop) closeConnection() {
 	l.transport = nil
 }
 
+// pollCutDelay is how long a long poll waits at least before
+// interruptPoll cuts it: a cut costs a new connection (and the broker a
+// request), and a poll is answered as soon as a message comes for any of
+// its partitions, so a partition that starts among busy ones is fetched
+// soon without a cut.
+const pollCutDelay = 50 * time.Millisecond
+
+// longPoll is the loop's long poll in flight: the cancel of its request,
+// when it was sent, and the timer of a cut that interruptPoll put off.
+type longPoll struct {
+	cancel context.CancelFunc
+	since  time.Time
+	cut    atomic.Pointer[time.Timer] // set once
+}
+
 // interruptPoll cuts short the loop's request in flight when it is a long
 // poll (every partition in it at the end of its log: the broker waits up
 // to Consumer.MaxWaitTime for new messages), so that a partition that
 // became ready meanwhile (subscribed, resumed) goes in the next request
-// at once, as it would have had the loop not waited: cancelling the
+// soon, as it would have had the loop not waited: cancelling the
 // request's context closes its connection, and the next request opens
-// another. Safe from any goroutine.
+// another. A poll younger than pollCutDelay is cut when it reaches that
+// age, if it is still in flight then (a poll that returned by itself
+// meanwhile, and the next request, which holds the partition, are not
+// cut); once the hub is stopping, at once. Safe from any goroutine.
 func (l *brokerLoop) interruptPoll() {
 	l.stale.Store(true)
-	if cancel := l.poll.Swap(nil); cancel != nil {
-		(*cancel)()
+	p := l.poll.Load()
+	if p == nil {
+		return
 	}
+	wait := pollCutDelay - time.Since(p.since)
+	select {
+	case <-l.hub.stop:
+		wait = 0
+	default:
+	}
+	if wait <= 0 {
+		l.cutPoll(p)
+		return
+	}
+	if p.cut.Load() != nil {
+		return // a cut is set already
+	}
+	t := time.AfterFunc(wait, func() { l.cutPoll(p) })
+	if !p.cut.CompareAndSwap(nil, t) {
+		t.Stop()
+	}
+}
+
+// cutPoll cuts the long poll p, if it is still the loop's poll in
+// flight.
+func (l *brokerLoop) cutPoll(p *longPoll) {
+	if l.poll.CompareAndSwap(p, nil) {
+		p.cancel()
+	}
+}
+
+// startPoll marks the request that the loop sends next, whose context
+// cancel ends, as a long poll, which interruptPoll may cut. The loop
+// goroutine's.
+func (l *brokerLoop) startPoll(cancel context.CancelFunc) {
+	l.poll.Store(&longPoll{cancel: cancel, since: time.Now()})
+}
+
+// endPoll ends the loop's long poll once its request returned, and stops
+// the timer of a cut that interruptPoll put off (one that fires anyway
+// finds the poll gone and does nothing). It reports false when the poll
+// was cut. The loop goroutine's.
+func (l *brokerLoop) endPoll() bool {
+	p := l.poll.Swap(nil)
+	if p == nil {
+		return false
+	}
+	if t := p.cut.Load(); t != nil {
+		t.Stop()
+	}
+	return true
 }

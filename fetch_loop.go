@@ -45,9 +45,9 @@ type brokerLoop struct {
 	// transport is the loop's own kgo client (connection); the loop
 	// goroutine's.
 	transport *kgo.Client
-	// poll is the cancel of the request in flight while it is a long
-	// poll, until the response or interruptPoll.
-	poll atomic.Pointer[context.CancelFunc]
+	// poll is the request in flight while it is a long poll, until the
+	// response or interruptPoll (startPoll, endPoll).
+	poll atomic.Pointer[longPoll]
 	// cursor turns the order of the partitions in the loop's requests
 	// (request), and session is the loop's fetch session: the loop
 	// goroutine's.
@@ -122,22 +122,26 @@ func (l *brokerLoop) run() {
 		if busy {
 			if left := l.hub.conf.Consumer.MaxProcessingTime - time.Since(waiting); left > 0 {
 				timer.Reset(left)
+				t0 := traceStart()
 				select {
 				case <-l.wake:
 				case <-timer.C:
 				case <-l.hub.stop:
 					return
 				}
+				l.traceWait(waitBusy, t0)
 				timer.Stop()
 				continue
 			}
 		}
 		if len(ready) == 0 {
+			t0 := traceStart()
 			select {
 			case <-l.wake:
 			case <-l.hub.stop:
 				return
 			}
+			l.traceWait(waitIdle, t0)
 			continue
 		}
 		// The request's bytes are reserved while it is in flight, so that
@@ -150,12 +154,14 @@ func (l *brokerLoop) run() {
 			budget.wait(l, limit, true)
 			maxBytes, ok = budget.reserve(l, limit) // a release may have come before the wait
 			if !ok {
+				t0 := traceStart()
 				select {
 				case <-l.wake:
 				case <-l.hub.stop:
 					budget.wait(l, limit, false)
 					return
 				}
+				l.traceWait(waitBudget, t0)
 			}
 			budget.wait(l, limit, false)
 			if !ok {
@@ -180,23 +186,26 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	ctx, cancel := context.WithCancel(l.hub.ctx)
 	defer cancel()
 	if longPoll {
-		l.poll.Store(&cancel)
+		l.startPoll(cancel)
 		if l.stale.Load() {
 			// A partition became ready after ready was chosen, and
 			// interruptPoll may have come before the poll was stored:
 			// choose again instead of waiting without it.
-			l.poll.Store(nil)
+			l.endPoll()
 			return
 		}
 	}
 	if l.hub.requested != nil {
 		l.hub.requested(req)
 	}
+	l.traceRequest(len(ready), maxBytes)
+	t0 := traceStart()
 	resp, err := l.send(ctx, req)
+	l.traceResponse(longPoll, t0)
 	if err != nil {
 		l.session.lost()
 	}
-	if longPoll && l.poll.Swap(nil) == nil && err != nil {
+	if longPoll && !l.endPoll() && err != nil {
 		// interruptPoll cut the poll short: a partition is ready that
 		// the request does not hold. The next request holds it, on
 		// another connection; a response that came before the cut is
@@ -219,7 +228,10 @@ func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
 	if resp.ThrottleTime > 0 {
 		l.recordThrottle(resp.ThrottleTime)
 	}
-	if throttle := l.handle(ready, resp); throttle > 0 {
+	t0 = traceStart()
+	throttle := l.handle(ready, resp)
+	l.traceWait(waitHandle, t0)
+	if throttle > 0 {
 		// A broker over a quota answered at once, with nothing: wait its
 		// throttle out before the next request, as sarama does.
 		timer := time.NewTimer(throttle)

@@ -94,6 +94,9 @@ type childResult struct {
 	CloseSeconds  float64 // time Close took, after the interval
 	Error         string  `json:",omitempty"`
 	TimedOutParts int     `json:",omitempty"` // partitions short of their target at a timeout
+	// Loops is the fetch engine's trace of its broker loops until the end
+	// of the interval (a bench built with -tags fetchtrace only).
+	Loops []loopTrace `json:",omitempty"`
 }
 
 func childMain() {
@@ -167,12 +170,18 @@ func newTracker(spec *childSpec) *tracker {
 }
 
 func (t *tracker) handle(topic string, partition int32, offset int64, _ []byte) {
+	t.count(topic, partition, offset, 1)
+}
+
+// count counts n messages of a partition, the last at offset last (the
+// wire contender counts a response's at once).
+func (t *tracker) count(topic string, partition int32, last, n int64) {
 	ps := &t.parts[t.base[topic]+int(partition)]
-	received := ps.received.Add(1)
+	received := ps.received.Add(n)
 	if t.first.Load() == 0 {
 		t.first.CompareAndSwap(0, time.Now().UnixNano())
 	}
-	reached := offset >= ps.target
+	reached := last >= ps.target
 	if t.counting {
 		reached = received >= ps.target
 	}
@@ -236,6 +245,10 @@ func drain(spec *childSpec) (res childResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if spec.Contender == wire {
+				instances[i], errs[i] = startWire(spec, i, t.count)
+				return
+			}
 			instances[i], errs[i] = startInstance(spec, i, t.handle)
 		}()
 	}
@@ -275,6 +288,7 @@ func drain(spec *childSpec) (res childResult) {
 	}
 	cpu1 := cpuTime()
 	runtime.ReadMemStats(&ms1)
+	res.Loops = loopTraces()
 	if spec.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}

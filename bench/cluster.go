@@ -72,7 +72,7 @@ func openCluster(kind clusterKind, o *options) (*cluster, error) {
 		describe:  "given (ZOOKEEPER_PEERS, KAFKA_PEERS)",
 	}
 	if c.zookeeper == "" || len(c.brokers) == 0 {
-		log.Printf("ZOOKEEPER_PEERS or KAFKA_PEERS unset: starting a cluster (1 ZooKeeper, 1 broker, %s, Kafka %s) with testcluster", kind.mode, kind.version)
+		log.Printf("ZOOKEEPER_PEERS or KAFKA_PEERS unset: starting a cluster (1 ZooKeeper, %d broker(s), %s, Kafka %s) with testcluster", o.brokers, kind.mode, kind.version)
 		// Let the Kafka-coordinated groups use the same session timeout
 		// as kafkaconsumer's ZooKeeper session (the broker's default
 		// minimum is 6 s).
@@ -91,7 +91,7 @@ func openCluster(kind clusterKind, o *options) (*cluster, error) {
 		}
 		tc, err := testcluster.Start(testcluster.Options{
 			ZooKeepers:   1,
-			Brokers:      1,
+			Brokers:      o.brokers,
 			Mode:         kind.mode,
 			KafkaVersion: kind.version,
 			BrokerConfig: brokerConfig,
@@ -102,7 +102,7 @@ func openCluster(kind clusterKind, o *options) (*cluster, error) {
 		c.started = tc
 		c.zookeeper = tc.ZookeeperPeers()
 		c.brokers = tc.KafkaPeers()
-		c.describe = fmt.Sprintf("started by internal/testcluster (1 ZooKeeper, 1 broker; %s, Kafka %s)", tc.Mode(), tc.KafkaVersion())
+		c.describe = fmt.Sprintf("started by internal/testcluster (1 ZooKeeper, %d broker(s); %s, Kafka %s)", o.brokers, tc.Mode(), tc.KafkaVersion())
 	}
 	cfg := sarama.NewConfig()
 	var err error
@@ -113,6 +113,10 @@ func openCluster(kind clusterKind, o *options) (*cluster, error) {
 	if c.admin, err = sarama.NewClusterAdminFromClient(c.client); err != nil {
 		c.close()
 		return nil, err
+	}
+	if n := len(c.client.Brokers()); n != o.brokers {
+		c.close()
+		return nil, fmt.Errorf("the cluster has %d brokers, -brokers %d", n, o.brokers)
 	}
 	// The first group coordinator lookup creates the offsets topic: do it
 	// now, so that no contender pays for it.

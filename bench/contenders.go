@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -60,7 +59,7 @@ const rawFanIn = "sarama-fanin"
 
 // allContenders are the contenders run by default (each workload runs
 // those of them it has).
-var allContenders = []string{rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch,
+var allContenders = []string{wire, rawSarama, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, kafkaConsumerBatch,
 	process16, process64, process256}
 
 // consumerProtocolContenders are those on the consumer group protocol,
@@ -70,9 +69,9 @@ var consumerProtocolContenders = []string{franzGo848, kafkaConsumerKafka848}
 // tableOrder is the order of the table rows.
 var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}
 
-// throughputOrder is the order of the throughput tables' rows: the batch
-// contender runs there only.
-var throughputOrder = append(slices.Clone(tableOrder), kafkaConsumerBatch, kafkaConsumerShuffled, kafkaConsumerDurable)
+// throughputOrder is the order of the throughput tables' rows: the wire
+// ceiling and the batch contender run there only.
+var throughputOrder = append(append([]string{wire}, tableOrder...), kafkaConsumerBatch, kafkaConsumerShuffled, kafkaConsumerDurable)
 
 // groupContenders are those that coordinate a group (workload 3).
 var groupContenders = []string{saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}

@@ -74,8 +74,10 @@ type options struct {
 	processingMessages int64
 	processingKeys     int
 	work               time.Duration
-	// cluster is -cluster: what cluster to start when none is given.
+	// cluster is -cluster: what cluster to start when none is given;
+	// brokers is -brokers, its brokers.
 	cluster clusterKind
+	brokers int
 
 	jsonOut, pngOut, mdOut string
 	profileDir             string
@@ -98,6 +100,7 @@ func main() {
 	flag.StringVar(&workloads, "workloads", strings.Join(defaultWorkloads, ","), "workloads to run (comma-separated); the scale sweep (scale) and the processing workload (processing) run only when named")
 	flag.StringVar(&contenders, "contenders", "", "contenders to run (comma-separated; default "+strings.Join(allContenders, ",")+", and "+strings.Join(consumerProtocolContenders, ",")+" when the brokers serve the consumer group protocol); sarama-fanin, a diagnostic, runs only when named")
 	flag.StringVar(&clusterFlag, "cluster", "zookeeper", "the cluster to start when ZOOKEEPER_PEERS or KAFKA_PEERS is unset: zookeeper (Kafka "+testcluster.DefaultKafkaVersion+" on ZooKeeper), zookeeper-<version>, or kraft-<version> (KRaft brokers of that release, e.g. kraft-4.4.0, and a ZooKeeper for kafkaconsumer's own groups); from Kafka 4.0 the brokers' consumer-protocol session timeout is -session-timeout and their heartbeat interval a third of it")
+	flag.IntVar(&o.brokers, "brokers", 1, "brokers of the cluster to start (a given cluster must have as many); topics have replication 1, so their partitions' leaders are spread over them, e.g. -brokers 3 -partitions 48: 16 led by each broker")
 	flag.Int64Var(&messages, "messages", 2_000_000, "throughput workloads: messages in the topic")
 	flag.IntVar(&o.size, "size", 100, "throughput workloads: message value size in bytes")
 	flag.IntVar(&o.partitions, "partitions", 16, "throughput workloads: partitions of the topic")
@@ -105,7 +108,7 @@ func main() {
 	flag.IntVar(&o.rebalanceRate, "rebalance-rate", 1280, "rebalance workload: messages produced per second, spread evenly over the partitions")
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 3*time.Second, "rebalance workload: session timeout of every contender (kafkaconsumer: Zookeeper.Timeout; groups: Consumer.Group.Session.Timeout, at least the broker's group.min.session.timeout.ms)")
 	flag.DurationVar(&o.rollingGrace, "rolling-grace", 10*time.Second, "rebalance workload: the Config.RestartGrace of the rolling restart with InstanceIDs (kafkaconsumer; 0: no rolling restarts)")
-	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance workload: a message first received later than this after it was produced counts as delayed by the rebalance")
+	flag.DurationVar(&o.late, "late", 250*time.Millisecond, "rebalance and mass-move workloads: a message first received later than this after the broker acked it to the producer counts as delayed by the rebalance")
 	flag.IntVar(&o.startupTopics, "startup-topics", 50, "start-up workload: topics")
 	flag.IntVar(&o.startupPartitions, "startup-partitions", 20, "start-up workload: partitions per topic")
 	flag.IntVar(&o.massMovePartitions, "massmove-partitions", 1000, "mass-move workload: partitions of the topic")
@@ -154,6 +157,9 @@ func main() {
 	}
 	if o.runs < 1 {
 		log.Fatal("-runs must be at least 1")
+	}
+	if o.brokers < 1 {
+		log.Fatal("-brokers must be at least 1")
 	}
 
 	cl, err := openCluster(o.cluster, &o)
@@ -394,6 +400,9 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 			log.Printf("%s run %d %-14s %6.2fs %9.0f msgs/s  cpu %5.2fs  rss %4.0f MB  %5.2f allocs/msg  first %.2fs  dup %d",
 				workload, run+1, c, r.Seconds, float64(n)/r.Seconds, r.CPUSeconds, float64(r.PeakRSS)/1e6,
 				float64(r.Mallocs)/float64(n), r.FirstSeconds, r.Received-n)
+			for _, t := range r.Loops {
+				log.Printf("  loops of %s", t)
+			}
 			byContender[c] = append(byContender[c], r)
 		}
 	}

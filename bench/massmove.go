@@ -51,8 +51,11 @@ func runMassMove(cl *cluster, o *options) (*massMoveTable, error) {
 			}
 			e := r["join"]
 			byContender[c] = append(byContender[c], e)
-			log.Printf("massmove run %d %-14s recovery %5.2fs (new owner %.2fs, last delayed %.2fs) moved %3d dup %5d lost %d phase %.1fs%s",
-				run+1, c, e.Recovery, e.NewOwner, e.LastDelayed, e.Moved, e.Duplicates, e.Lost, e.Phase, map[bool]string{true: " TIMED OUT"}[e.TimedOut])
+			log.Printf("massmove run %d %-14s recovery %5.2fs (new owner %.2fs, last delayed %.2fs) moved %3d dup %5d lost %d phase %.1fs produce lag %.2fs%s",
+				run+1, c, e.Recovery, e.NewOwner, e.LastDelayed, e.Moved, e.Duplicates, e.Lost, e.Phase, e.ProduceLag, map[bool]string{true: " TIMED OUT"}[e.TimedOut])
+			if e.Delayed != "" {
+				log.Printf("  last delayed: %s", e.Delayed)
+			}
 		}
 	}
 	for _, c := range cs {

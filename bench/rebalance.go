@@ -97,8 +97,14 @@ type eventResult struct {
 	// that nobody ever received.
 	Lost int `json:"lost"`
 	// Phase is how long the phase lasted: until the group was stable again.
-	Phase    float64 `json:"phase_seconds"`
-	TimedOut bool    `json:"timed_out,omitempty"`
+	Phase float64 `json:"phase_seconds"`
+	// ProduceLag is the longest that a message produced in the phase
+	// waited for the broker's ack: a delay of the cluster, not of the
+	// consumer, which cannot fetch a message before the broker has it.
+	ProduceLag float64 `json:"produce_lag_seconds"`
+	// Delayed describes the last delayed message (LastDelayed), if any.
+	Delayed  string `json:"last_delayed,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
 }
 
 func runRebalance(cl *cluster, o *options) (*rebalanceTable, error) {
@@ -615,7 +621,7 @@ func startSteadyProducer(cl *cluster, topic string, parts int32, rate, size int,
 	go func() {
 		defer sp.wg.Done()
 		for msg := range ap.Successes() {
-			rec.produced(msg.Partition, msg.Offset, msg.Metadata.(int64))
+			rec.produced(msg.Partition, msg.Offset, msg.Metadata.(int64), time.Now().UnixNano())
 		}
 	}()
 	go func() {
@@ -665,7 +671,19 @@ type receipt struct {
 
 type msgRecord struct {
 	produced int64 // unix ns
+	acked    int64 // unix ns, when the producer learnt its offset; 0: not yet
+	offset   int64
 	receipts []receipt
+}
+
+// available returns when the message was there for the consumers to
+// fetch, as near as the producer knows: when the broker acked it, or
+// when it was produced while no ack came yet. A message is late by the
+// time from then to its first receipt: a broker slow to take the
+// produce (a fresh broker, a loaded machine) delays every contender
+// alike, and is not the consumer's delay.
+func (m *msgRecord) available() int64 {
+	return max(m.produced, m.acked)
 }
 
 // first returns the earliest receipt's time, or 0.
@@ -703,17 +721,17 @@ func (r *recorder) get(p int32, offset int64) *msgRecord {
 	pr := &r.parts[p]
 	m := pr.byOffset[offset]
 	if m == nil {
-		m = &msgRecord{}
+		m = &msgRecord{offset: offset}
 		pr.byOffset[offset] = m
 	}
 	return m
 }
 
-func (r *recorder) produced(p int32, offset, at int64) {
+func (r *recorder) produced(p int32, offset, at, acked int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.get(p, offset)
-	m.produced = at
+	m.produced, m.acked = at, acked
 	r.parts[p].order = append(r.parts[p].order, m)
 }
 
@@ -757,7 +775,7 @@ func (r *recorder) stable(now, window, late int64, live []int32) bool {
 				break
 			}
 			found = true
-			if f := m.first(); f == 0 || f-m.produced > late {
+			if f := m.first(); f == 0 || f-m.available() > late {
 				return false
 			}
 		}
@@ -795,6 +813,9 @@ func (r *recorder) evaluate(te, end, late int64) eventResult {
 		for _, m := range r.parts[p].byOffset {
 			first := m.first()
 			if m.produced >= te {
+				if m.acked > 0 && m.produced <= end {
+					res.ProduceLag = max(res.ProduceLag, float64(m.acked-m.produced)/1e9)
+				}
 				for _, rc := range m.receipts {
 					if rc.inst == final.inst && rc.at <= end && (firstByFinal == 0 || rc.at < firstByFinal) {
 						firstByFinal = rc.at
@@ -804,8 +825,10 @@ func (r *recorder) evaluate(te, end, late int64) eventResult {
 					res.Lost++
 				}
 			}
-			if first >= te && first <= end && first-m.produced > late {
-				lastDelayed = max(lastDelayed, first)
+			if first >= te && first <= end && first-m.available() > late && first > lastDelayed {
+				lastDelayed = first
+				res.Delayed = fmt.Sprintf("partition %d offset %d: produced %.2fs, acked %.2fs, first received %.2fs after the event",
+					p, m.offset, float64(m.produced-te)/1e9, float64(m.acked-te)/1e9, float64(first-te)/1e9)
 			}
 			for _, rc := range m.receipts {
 				if rc.at >= te && rc.at <= end && rc.at != first {
@@ -847,8 +870,8 @@ func (r *recorder) rollout(te, end int64) (moves int, lagPeak int64) {
 				}
 			}
 			if m.produced >= te && m.produced <= end {
-				if f := m.first(); f != 0 && f-m.produced > lagPeak {
-					lagPeak = f - m.produced
+				if f := m.first(); f != 0 && f-m.available() > lagPeak {
+					lagPeak = f - m.available()
 				}
 			}
 		}

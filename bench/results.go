@@ -77,8 +77,13 @@ type drainRow struct {
 	// RatioToPeer (the processing workload) is the contender's msgs/s
 	// divided by the best of sarama-group's and franz-go's in the same
 	// bench run.
-	RatioToPeer float64       `json:"ratio_to_best_peer,omitempty"`
-	Runs        []childResult `json:"runs"`
+	RatioToPeer float64 `json:"ratio_to_best_peer,omitempty"`
+	// RatioToWire and RatioToFranz (throughput workloads) are the
+	// contender's msgs/s divided by the wire ceiling's and by franz-go's
+	// of the same bench run.
+	RatioToWire  float64       `json:"ratio_to_wire,omitempty"`
+	RatioToFranz float64       `json:"ratio_to_franz_go,omitempty"`
+	Runs         []childResult `json:"runs"`
 }
 
 func median(xs []float64) float64 {
@@ -140,21 +145,23 @@ func (t *drainTable) setRatios() {
 		}
 		return
 	}
-	var raw *drainRow
-	for i := range t.Rows {
-		if t.Rows[i].Contender == rawSarama {
-			raw = &t.Rows[i]
-		}
-	}
-	if raw == nil {
-		return
-	}
+	raw, ceiling, franz := t.row(rawSarama), t.row(wire), t.row(franzGo)
 	for i := range t.Rows {
 		r := &t.Rows[i]
-		if t.Workload == "startup" {
-			r.Ratio = r.Seconds / raw.Seconds
-		} else {
+		switch {
+		case t.Workload == "startup":
+			if raw != nil {
+				r.Ratio = r.Seconds / raw.Seconds
+			}
+			continue
+		case raw != nil:
 			r.Ratio = r.MsgsPerSec / raw.MsgsPerSec
+		}
+		if ceiling != nil {
+			r.RatioToWire = r.MsgsPerSec / ceiling.MsgsPerSec
+		}
+		if franz != nil {
+			r.RatioToFranz = r.MsgsPerSec / franz.MsgsPerSec
 		}
 	}
 }
@@ -180,11 +187,11 @@ func markdown(res *results) string {
 		}
 		fmt.Fprintf(&b, "### Throughput, %d instance(s) in one process: %d messages of %d bytes, %d partitions, ack/mark per message\n\n",
 			t.Instances, t.Messages, t.Size, t.Partitions)
-		b.WriteString("| contender | msgs/s | MB/s | ratio to sarama-raw | CPU s | CPU µs/msg | peak RSS MiB | allocs/msg | B alloc/msg | 1st msg s | duplicates |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		b.WriteString("| contender | msgs/s | MB/s | × wire | × sarama-raw | × franz-go | CPU s | CPU µs/msg | peak RSS MiB | allocs/msg | B alloc/msg | 1st msg s | duplicates |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, r := range t.Rows {
-			fmt.Fprintf(&b, "| %s | %.0f | %.1f | %s | %.2f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f |\n",
-				r.Contender, r.MsgsPerSec, r.MBPerSec, ratio(r.Ratio), r.CPUSeconds, r.CPUPerMsgUs, r.PeakRSSMB,
+			fmt.Fprintf(&b, "| %s | %.0f | %.1f | %s | %s | %s | %.2f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f |\n",
+				r.Contender, r.MsgsPerSec, r.MBPerSec, ratio(r.RatioToWire), ratio(r.Ratio), ratio(r.RatioToFranz), r.CPUSeconds, r.CPUPerMsgUs, r.PeakRSSMB,
 				r.AllocsPerMsg, r.BytesPerMsg, r.FirstSeconds, r.Duplicates)
 		}
 		b.WriteString("\n")

@@ -56,24 +56,31 @@ func (c *Conn) Send(req kmsg.Request) ([]byte, error) {
 	// Flexible responses have tagged fields in their header, but for
 	// ApiVersions (whose header a client must read before it knows).
 	if req.IsFlexible() && req.Key() != 18 {
-		tags, n := binary.Uvarint(resp)
+		return SkipHeaderTags(resp)
+	}
+	return resp, nil
+}
+
+// SkipHeaderTags returns b, a flexible response's header after its
+// correlation ID, from its body on: past the header's tagged fields.
+func SkipHeaderTags(b []byte) ([]byte, error) {
+	tags, n := binary.Uvarint(b)
+	if n <= 0 {
+		return nil, fmt.Errorf("fetchtest: response header cut short")
+	}
+	b = b[n:]
+	for range tags {
+		_, n := binary.Uvarint(b)
 		if n <= 0 {
 			return nil, fmt.Errorf("fetchtest: response header cut short")
 		}
-		resp = resp[n:]
-		for range tags {
-			_, n := binary.Uvarint(resp)
-			if n <= 0 {
-				return nil, fmt.Errorf("fetchtest: response header cut short")
-			}
-			l, m := binary.Uvarint(resp[n:])
-			if m <= 0 || uint64(len(resp)-n-m) < l {
-				return nil, fmt.Errorf("fetchtest: response header cut short")
-			}
-			resp = resp[n+m+int(l):]
+		l, m := binary.Uvarint(b[n:])
+		if m <= 0 || uint64(len(b)-n-m) < l {
+			return nil, fmt.Errorf("fetchtest: response header cut short")
 		}
+		b = b[n+m+int(l):]
 	}
-	return resp, nil
+	return b, nil
 }
 
 // Versions returns the lowest and highest versions of the request of
