@@ -33,7 +33,7 @@ const (
 	// DefaultMaxPendingAcks is the MaxPendingAcks of NewConfig.
 	DefaultMaxPendingAcks = 16384
 	// DefaultMaxBufferedBytes is the MaxBufferedBytes of NewConfig.
-	DefaultMaxBufferedBytes = 8 << 20
+	DefaultMaxBufferedBytes = 16 << 20
 
 	// DefaultDiscoveryInterval is the DiscoveryInterval of NewConfig.
 	DefaultDiscoveryInterval = 5 * time.Second
@@ -294,8 +294,9 @@ type Config struct {
 	// alive. PartitionStats.BufferedBytes shows a partition's share. 0
 	// lifts the bound (Consumer.Fetch.MaxBytes per request still holds).
 	// Default DefaultMaxBufferedBytes; BENCHMARKS.md has the peak RSS and
-	// throughput of a sweep of it. Not used for partitions in the pre-0.11
-	// message format, which sarama's partition consumer fetches.
+	// throughput of a sweep of it. Not used where sarama's partition
+	// consumer fetches: a Config.Version before Kafka 0.11, or SASL
+	// GSSAPI.
 	MaxBufferedBytes int64
 
 	// BatchSize, when positive, sets the consumer to batches: it hands out
