@@ -1,10 +1,13 @@
 package kafkaconsumer
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gopkg.in/tomb.v1"
 )
 
 // TestIntegrationMassMoveReadsOffsetsTogether: when an instance joins a
@@ -72,4 +75,78 @@ func TestIntegrationMassMoveReadsOffsetsTogether(t *testing.T) {
 	colB.close(t)
 	colA.close(t)
 	checkDeregistered(t, group, a, b)
+}
+
+// TestCommittedReads: reads that come while an OffsetFetch is in flight go
+// out together in the next; a partition left out of the answer gets the
+// request's error; a read whose partition manager dies returns at once.
+func TestCommittedReads(t *testing.T) {
+	t.Parallel()
+	var running sync.WaitGroup
+	defer running.Wait()
+	release := make(chan struct{})
+	var rounds [][]TopicPartition
+	var mu sync.Mutex
+	failed := errors.New("coordinator gone")
+	r := newCommittedReads(&running, func(tps []TopicPartition) (map[TopicPartition]int64, error) {
+		mu.Lock()
+		rounds = append(rounds, tps)
+		first := len(rounds) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		offsets := make(map[TopicPartition]int64)
+		for _, tp := range tps {
+			if tp.Partition != 9 {
+				offsets[tp] = int64(tp.Partition) * 10
+			}
+		}
+		return offsets, failed
+	})
+	type result struct {
+		offset int64
+		err    error
+	}
+	results := make([]chan result, 10)
+	read := func(p int32) {
+		results[p] = make(chan result, 1)
+		go func() {
+			offset, err := r.read(TopicPartition{"t", p}, nil)
+			results[p] <- result{offset, err}
+		}()
+	}
+	read(0)
+	waitFor(t, 5*time.Second, "the first read to be sent", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(rounds) == 1
+	})
+	for p := int32(1); p < 10; p++ {
+		read(p)
+	}
+	waitFor(t, 5*time.Second, "the other reads to wait", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.next != nil && len(r.next.tps) == 9
+	})
+	dying := make(chan struct{})
+	close(dying)
+	if _, err := r.read(TopicPartition{"t", 10}, dying); !errors.Is(err, tomb.ErrDying) {
+		t.Errorf("read of a dying partition manager = %v; want tomb.ErrDying", err)
+	}
+	close(release)
+	for p := int32(0); p < 10; p++ {
+		got := <-results[p]
+		switch {
+		case p == 9 && !errors.Is(got.err, failed):
+			t.Errorf("read of partition 9, left out of the answer = %d, %v; want the request's error", got.offset, got.err)
+		case p != 9 && (got.err != nil || got.offset != int64(p)*10):
+			t.Errorf("read of partition %d = %d, %v; want %d", p, got.offset, got.err, p*10)
+		}
+	}
+	running.Wait()
+	if len(rounds) != 2 || len(rounds[1]) != 10 {
+		t.Errorf("requests %v; want 2, the second of the 9 reads that waited and the dying one's", rounds)
+	}
 }
