@@ -56,6 +56,9 @@ type testHooks struct {
 	// lookingUpTopics runs before each lookup of the names of topic IDs
 	// of a GroupProtocolConsumer member's assignment (lookUpTopicNames).
 	lookingUpTopics func(ids [][16]byte)
+	// fetchingOffsets runs before each OffsetFetch request of the
+	// consumer's offset store, with the partitions it asks for.
+	fetchingOffsets func(tps []TopicPartition)
 }
 
 // consumerManager implements Consumer. Its goroutine (run) is owned by the
@@ -110,6 +113,9 @@ type consumerManager struct {
 	groupClient  sarama.Client // CoordinatorKafka's group requests (see connectKafka); nil otherwise
 	fetchers     []fetcher     // the partition consumers' (see fetcherOf)
 	offsets      *offsetStore  // nil until connect made it
+	// reads reads the committed offsets of partitions that start alone,
+	// together (committedReads); made with offsets.
+	reads *committedReads
 
 	t tomb.Tomb // the manager goroutine: run's first line defers t.Done
 
@@ -151,7 +157,8 @@ type consumerManager struct {
 	// manager waits for: those that finish closing the partition
 	// consumers of stopped partitions (closeInBackground), and those of
 	// the requests of starting partitions (partitionManager.call,
-	// consumePartition, offsetBatch.get). closeKafka waits for them.
+	// consumePartition, offsetBatch.get, committedReads.read). closeKafka
+	// waits for them.
 	kafkaCalls sync.WaitGroup
 
 	// The marker goroutine (markLoop), started by Join and stopped by

@@ -329,8 +329,10 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 	cm.offsets = newOffsetStore(cm.offsetClient, cm.group, cm.commitFailed)
 	cm.offsets.lastProcessed = cm.config.CommitLastProcessed
 	cm.offsets.durable = cm.config.DurableAcks
+	cm.reads = newCommittedReads(&cm.kafkaCalls, cm.offsets.fetch)
 	if h := cm.hooks; h != nil {
 		cm.offsets.failRound = h.commitRound
+		cm.offsets.fetching = h.fetchingOffsets
 	}
 	return ctx.Err()
 }

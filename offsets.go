@@ -49,6 +49,9 @@ type offsetStore struct {
 	// failRound, when set (a test hook), runs first in each commit round;
 	// its error fails the round.
 	failRound func() error
+	// fetching, when set (a test hook), runs before each OffsetFetch
+	// request, with the partitions it asks for.
+	fetching func(tps []TopicPartition)
 	// lastProcessed is Config.CommitLastProcessed: commits are made in the
 	// last-processed convention (internal/commitmark). Set before use.
 	lastProcessed bool
@@ -139,6 +142,9 @@ func (s *offsetStore) fetch(tps []TopicPartition) (map[TopicPartition]int64, err
 	partitions := make(map[string][]int32)
 	for _, tp := range tps {
 		partitions[tp.Topic] = append(partitions[tp.Topic], tp.Partition)
+	}
+	if s.fetching != nil {
+		s.fetching(tps)
 	}
 	req := sarama.NewOffsetFetchRequest(s.conf.Version, s.group, partitions)
 	// A read_committed consumer must not start below an offset that a

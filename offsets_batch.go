@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/IBM/sarama"
+	"gopkg.in/tomb.v1"
 )
 
 // offsetBatch resolves an offset of each partition that one distribution
@@ -230,4 +231,87 @@ func blockOffset(block *sarama.OffsetResponseBlock) (int64, bool) {
 		return 0, false
 	}
 	return block.Offsets[0], true
+}
+
+// committedReads reads the committed offsets of the partitions that start
+// alone, outside an offsetBatch: in a mass move each partition is claimed
+// when its former owner releases it, after its distribution's claim
+// batch failed, and so reads alone. A read waits while an OffsetFetch
+// request is in flight, then goes out with every read that came
+// meanwhile in one request: the group's coordinator answers a
+// connection's requests one at a time, and a request per partition would
+// make the last of a few hundred wait for all the others' round trips. A
+// read is sent after read was called, so it follows its partition's claim
+// as a request of its own would.
+type committedReads struct {
+	fetch func(tps []TopicPartition) (map[TopicPartition]int64, error) // offsetStore.fetch
+	// running counts the goroutine that sends the requests (send); its
+	// owner, closeKafka through the consumer manager's kafkaCalls, waits
+	// for it.
+	running *sync.WaitGroup
+
+	mu      sync.Mutex // guards the fields below
+	next    *readRound // the reads waiting to be sent; nil when none
+	sending bool       // set while send runs
+}
+
+// readRound is the reads that one OffsetFetch request answers.
+type readRound struct {
+	tps     []TopicPartition
+	done    chan struct{} // closed by send once offsets and err are set
+	offsets map[TopicPartition]int64
+	err     error
+}
+
+func newCommittedReads(running *sync.WaitGroup, fetch func([]TopicPartition) (map[TopicPartition]int64, error)) *committedReads {
+	return &committedReads{fetch: fetch, running: running}
+}
+
+// read returns the committed offset of tp, -1 for none, read in the next
+// request, or the error that left tp out of its answer; tomb.ErrDying
+// when dying closes first. Safe from many goroutines.
+func (r *committedReads) read(tp TopicPartition, dying <-chan struct{}) (int64, error) {
+	r.mu.Lock()
+	round := r.next
+	if round == nil {
+		round = &readRound{done: make(chan struct{})}
+		r.next = round
+	}
+	round.tps = append(round.tps, tp)
+	if !r.sending {
+		r.sending = true
+		r.running.Add(1)
+		go r.send() // owned by closeKafka, which waits for running
+	}
+	r.mu.Unlock()
+	select {
+	case <-round.done:
+	case <-dying:
+		return 0, tomb.ErrDying
+	}
+	if offset, ok := round.offsets[tp]; ok {
+		return offset, nil
+	}
+	if round.err != nil {
+		return 0, round.err
+	}
+	return 0, sarama.ErrIncompleteResponse
+}
+
+// send sends the waiting reads, one request at a time, until none waits.
+func (r *committedReads) send() {
+	defer r.running.Done()
+	for {
+		r.mu.Lock()
+		round := r.next
+		r.next = nil
+		if round == nil {
+			r.sending = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		round.offsets, round.err = r.fetch(round.tps)
+		close(round.done)
+	}
 }

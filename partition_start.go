@@ -77,15 +77,7 @@ func (pm *partitionManager) readCommitted() (int64, error) {
 			return offset, nil
 		}
 	}
-	var offsets map[TopicPartition]int64
-	err := pm.call(func() (err error) {
-		offsets, err = pm.parent.offsets.fetch([]TopicPartition{pm.tp})
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return offsets[pm.tp], nil
+	return pm.parent.reads.read(pm.tp, pm.t.Dying())
 }
 
 // consumeUntilKilled runs partition consumers and hands their messages
