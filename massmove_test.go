@@ -16,9 +16,8 @@ import (
 // claim batch of its distribution, so each reads its committed offset
 // alone. Those reads must go out together, not as one OffsetFetch per
 // partition: the coordinator answers a connection's requests one at a
-// time, and 500 partitions that each waited for a round trip of their own
-// were consumed again up to a second after their claim (BENCHMARKS.md,
-// round 23). The test holds B's first read until every partition of B's
+// time, so the last of many reads would wait for every other's round
+// trip. The test holds B's first read until every partition of B's
 // share is claimed: the others' reads must then go out in one request.
 func TestIntegrationMassMoveReadsOffsetsTogether(t *testing.T) {
 	parallelClusterTest(t)

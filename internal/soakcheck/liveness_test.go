@@ -90,14 +90,12 @@ func (r *run) wantNone(t *testing.T, what string) {
 	}
 }
 
-// TestLivenessNotCoordinatorRun is the migration soak's failing run of
-// the last round (seed 1, docs stops.md): partition soak.0/9 was last
-// held by z0, killed; after the coordinator's broker was killed, the
-// ZooKeeper quorum and a broker frozen, the switch to Kafka left every
-// instance answered NOT_COORDINATOR, and soak.0/9 was never consumed
-// again in the 3 minutes left, while the other partitions were (held by
-// instances of the group that did not lose them). The liveness check
-// must name soak.0/9 and the window.
+// TestLivenessNotCoordinatorRun: a partition (soak.0/9) last held by an
+// instance that was killed, after the coordinator's broker was killed and
+// the ZooKeeper quorum and a broker frozen, is never consumed again in
+// the run's remaining 3 minutes, while the other partitions are (held by
+// instances that did not lose them). The liveness check must name
+// soak.0/9 and the window.
 func TestLivenessNotCoordinatorRun(t *testing.T) {
 	r := newRun()
 	r.produce(9, 0, 120) // the producer stops when the faults end
