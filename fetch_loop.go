@@ -370,8 +370,11 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 		p := &resp.Partitions[i]
 		parts[TopicPartition{p.Topic, p.Partition}] = p
 	}
-	var counted, wire int64
-	defer func() { l.measure(counted, wire) }()
+	var counted, wire, msgs, filled int64
+	defer func() {
+		l.measure(counted, wire)
+		l.traceHandled(wire, msgs, filled)
+	}()
 	readCommitted := l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted
 	for _, f := range ready {
 		p := parts[f.tp]
@@ -400,6 +403,8 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 			size := rec.Bytes + int64(len(rec.Messages))*messageOverhead
 			counted += size
 			wire += int64(rec.Wire)
+			msgs += int64(len(rec.Messages))
+			filled++
 			f.intercept(rec.Messages)
 			f.deliver(slab{msgs: rec.Messages, next: f.offset, acct: &slabAccount{size: size, from: l}})
 		}
