@@ -74,16 +74,17 @@ func fetchVersion(conf *sarama.Config) (int16, bool) {
 	return 0, false
 }
 
-// fetchHub runs the broker loops of one sarama client: a loop per broker
-// that leads a partition of a partition fetcher. Owned by the consumer
-// manager: closeKafka stops it after the partition fetchers ended.
+// fetchHub runs the broker loops of an instance, on its first sarama
+// client (openKafka): a loop per broker that leads a partition of a
+// partition fetcher. Owned by the consumer manager: closeKafka stops it
+// after the partition fetchers ended.
 type fetchHub struct {
 	client  sarama.Client
 	conf    *sarama.Config
 	dialer  *kafkaDialer // dials the loops' connections: conf's own (useKafkaDialer), else one of conf's
 	version int16
 	log     *slog.Logger
-	budget  *fetchBudget // shared by the hubs of a consumer
+	budget  *fetchBudget // Config.MaxBufferedBytes, over the hub's loops
 	// requested, when set, is called with each request before it is
 	// sent, on the loop's goroutine: a test hook.
 	requested func(*kmsg.FetchRequest)

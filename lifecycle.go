@@ -282,14 +282,17 @@ func (cm *consumerManager) notifyClaims() {
 }
 
 // openKafka opens what both coordinators share for Kafka: the sarama
-// clients, consumers and fetch hubs of the partitions (see fetcherOf), and
+// clients, consumers and fetch hub of the partitions (see fetcherOf), and
 // the offset store with its own client. On error, closeConnections closes
 // what was opened.
 func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) error {
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
-	// partition fetchers share one budget of Config.MaxBufferedBytes.
-	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
+	// partition fetchers share one fetch hub, on the first client, and
+	// so one broker loop per broker: a broker's partitions go in one
+	// request, and each loop's share of Config.MaxBufferedBytes is the
+	// limit over the brokers, not over twice as many loops.
+	var hub *fetchHub
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
 		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
@@ -311,7 +314,10 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
 		if version, ok := fetchVersion(cm.config.Config); ok {
-			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
+			if hub == nil {
+				hub = newFetchHub(client, cm.config.Config, version, &fetchBudget{limit: cm.config.MaxBufferedBytes}, cm.log)
+			}
+			cm.fetchers[len(cm.fetchers)-1].hub = hub
 		}
 	}
 	cm.client = cm.fetchers[0].client
@@ -438,7 +444,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its partition fetchers ended with their partitions
+				f.hub.close() // its partition fetchers ended with their partitions; a second close of the shared hub does nothing
 			}
 		}
 		if cm.commitStop != nil {
