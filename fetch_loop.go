@@ -370,10 +370,10 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 		p := &resp.Partitions[i]
 		parts[TopicPartition{p.Topic, p.Partition}] = p
 	}
-	var counted, wire, msgs, filled int64
+	var counted, wire, msgs, filled, cut int64
 	defer func() {
 		l.measure(counted, wire)
-		l.traceHandled(wire, msgs, filled)
+		l.traceHandled(wire, msgs, filled, cut)
 	}()
 	readCommitted := l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted
 	for _, f := range ready {
@@ -399,6 +399,9 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 			continue
 		}
 		rec, moved, err := f.records(p, readCommitted)
+		if rec.Partial {
+			cut++
+		}
 		if len(rec.Messages) > 0 || moved {
 			size := rec.Bytes + int64(len(rec.Messages))*messageOverhead
 			counted += size

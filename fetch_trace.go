@@ -25,10 +25,11 @@ type LoopTrace struct {
 	// Requests, Partitions and MaxBytes are the requests sent, and the
 	// sums of their partitions and of their MaxBytes.
 	Requests, Partitions, MaxBytes int64
-	// Wire, Messages and Filled are the sums over the responses handled
-	// of their records' bytes on the wire, their messages, and their
-	// partitions that brought messages.
-	Wire, Messages, Filled int64
+	// Wire, Messages, Filled and Cut are the sums over the responses
+	// handled of their records' bytes on the wire, their messages, their
+	// partitions that brought messages, and those whose records ended
+	// with a batch cut short.
+	Wire, Messages, Filled, Cut int64
 	// ReadWait and Read are the sums over the responses of the time
 	// from the request's write until kgo began to read the response, and
 	// of the time it read it (kgo.HookBrokerRead).
@@ -53,7 +54,7 @@ func LoopTraces() []LoopTrace {
 			t.Waits[i], t.Nanos[i] = c.waits[i].Load(), c.nanos[i].Load()
 		}
 		t.Requests, t.Partitions, t.MaxBytes = c.requests.Load(), c.partitions.Load(), c.maxBytes.Load()
-		t.Wire, t.Messages, t.Filled = c.wire.Load(), c.messages.Load(), c.filled.Load()
+		t.Wire, t.Messages, t.Filled, t.Cut = c.wire.Load(), c.messages.Load(), c.filled.Load(), c.cut.Load()
 		t.ReadWait, t.Read = time.Duration(c.readWait.Load()), time.Duration(c.read.Load())
 		out = append(out, t)
 		return true
@@ -68,7 +69,7 @@ type loopCounters struct {
 	broker                         int32
 	waits, nanos                   [loopWaits]atomic.Int64
 	requests, partitions, maxBytes atomic.Int64
-	wire, messages, filled         atomic.Int64
+	wire, messages, filled, cut    atomic.Int64
 	readWait, read                 atomic.Int64
 }
 
@@ -110,12 +111,14 @@ func (l *brokerLoop) traceRequest(partitions int, maxBytes int32) {
 }
 
 // traceHandled counts a response of loop l handled: its records' bytes
-// on the wire, its messages, and its partitions that brought messages.
-func (l *brokerLoop) traceHandled(wire, messages, filled int64) {
+// on the wire, its messages, its partitions that brought messages, and
+// those whose records ended with a batch cut short.
+func (l *brokerLoop) traceHandled(wire, messages, filled, cut int64) {
 	c := l.counters()
 	c.wire.Add(wire)
 	c.messages.Add(messages)
 	c.filled.Add(filled)
+	c.cut.Add(cut)
 }
 
 // traceOpts returns the options of loop l's transport that trace its

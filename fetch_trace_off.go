@@ -23,8 +23,9 @@ func (l *brokerLoop) traceResponse(bool, int64) {}
 func (l *brokerLoop) traceRequest(int, int32) {}
 
 // traceHandled counts a response of loop l handled: its records' bytes
-// on the wire, its messages, and its partitions that brought messages.
-func (l *brokerLoop) traceHandled(int64, int64, int64) {}
+// on the wire, its messages, its partitions that brought messages, and
+// those whose records ended with a batch cut short.
+func (l *brokerLoop) traceHandled(int64, int64, int64, int64) {}
 
 // traceOpts returns no option of loop l's transport.
 func (l *brokerLoop) traceOpts() []kgo.Opt { return nil }

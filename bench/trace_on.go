@@ -26,6 +26,7 @@ func loopTraces() []loopTrace {
 			lt.Wire = float64(t.Wire) / float64(t.Requests)
 			lt.Messages = float64(t.Messages) / float64(t.Requests)
 			lt.Filled = float64(t.Filled) / float64(t.Requests)
+			lt.Cut = float64(t.Cut) / float64(t.Requests)
 			lt.ReadWait = float64(t.ReadWait.Milliseconds()) / float64(t.Requests)
 			lt.Read = float64(t.Read.Milliseconds()) / float64(t.Requests)
 		}
