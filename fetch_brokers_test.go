@@ -1,7 +1,8 @@
 package kafkaconsumer
 
-// The fetch engine's loops on the real cluster: one per broker for the
-// whole instance, whatever fetcher (client) each partition starts on.
+// The fetch engine's loops on the real cluster: with several brokers,
+// one per broker for the whole instance, whatever fetcher (client) each
+// partition starts on; with one broker, one per fetcher.
 
 import (
 	"regexp"
@@ -9,12 +10,14 @@ import (
 	"time"
 )
 
-// TestIntegrationOneLoopPerBroker: an instance's partitions, spread over
-// its fetchers (fetcherOf), are fetched by one broker loop per broker
-// that leads any of them, each loop's share of MaxBufferedBytes the
-// limit over those brokers: a broker's partitions go in one request, not
-// in one per fetcher, each with half the share (twice the requests, each
-// half as large).
+// TestIntegrationOneLoopPerBroker: on a cluster of several brokers, an
+// instance's partitions, spread over its fetchers (fetcherOf), are
+// fetched by one broker loop per broker that leads any of them, each
+// loop's share of MaxBufferedBytes the limit over those brokers: a
+// broker's partitions go in one request, not in one per fetcher, each
+// with half the share (twice the requests, each half as large). On a
+// cluster of one broker, each fetcher has its loop, so that one fetches
+// while the other decodes.
 func TestIntegrationOneLoopPerBroker(t *testing.T) {
 	parallelClusterTest(t)
 	client := newTestClient(t)
@@ -58,15 +61,19 @@ func TestIntegrationOneLoopPerBroker(t *testing.T) {
 		}
 		f.hub.mu.Unlock()
 	}
+	perBroker := 1
+	if len(client.Brokers()) == 1 {
+		perBroker = fetchConnections
+	}
 	for id, n := range loops {
-		if n != 1 {
-			t.Errorf("broker %d has %d loops of the instance (over %d hubs); want 1, holding all its partitions", id, n, len(hubs))
+		if n != perBroker {
+			t.Errorf("broker %d of %d has %d loops of the instance (over %d hubs); want %d", id, len(client.Brokers()), n, len(hubs), perBroker)
 		}
 	}
 	if len(loops) != len(leaders) {
-		t.Errorf("loops to %d brokers; want one to each of the %d leading the topic's partitions", len(loops), len(leaders))
+		t.Errorf("loops to %d brokers; want loops to each of the %d leading the topic's partitions", len(loops), len(leaders))
 	}
-	if got, want := budget.share(), config.MaxBufferedBytes/int64(len(leaders)); got != want {
-		t.Errorf("a loop's share of MaxBufferedBytes %d is %d; want it over the %d brokers: %d", config.MaxBufferedBytes, got, len(leaders), want)
+	if got, want := budget.share(), config.MaxBufferedBytes/int64(perBroker*len(leaders)); got != want {
+		t.Errorf("a loop's share of MaxBufferedBytes %d is %d; want it over the %d loops: %d", config.MaxBufferedBytes, got, perBroker*len(leaders), want)
 	}
 }

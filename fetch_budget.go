@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 )
 
-// fetchBudget is Config.MaxBufferedBytes, of a consumer's fetch hub:
-// the bytes of messages their fetchers hold in slabs that the
+// fetchBudget is Config.MaxBufferedBytes, shared by the fetch hubs of a
+// consumer: the bytes of messages their fetchers hold in slabs that the
 // partitions did not hand out yet, and the bytes that the requests in
 // flight reserved (reserve). Each running broker loop has a share of it,
 // the limit over the running loops (join, leave), so that no two loops
@@ -28,7 +28,7 @@ type fetchBudget struct {
 	// buffered is the slabs' bytes and the reservations, changed only by
 	// atomic adds, and by reserve's compare-and-swap.
 	buffered atomic.Int64
-	// loops counts the running broker loops of the hub (join, leave).
+	// loops counts the running broker loops of the hubs (join, leave).
 	loops atomic.Int32
 	// mu guards waiters, the loops that wait for the budget to free
 	// (wait); waiting is its length, read by release without mu.

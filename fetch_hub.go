@@ -74,9 +74,10 @@ func fetchVersion(conf *sarama.Config) (int16, bool) {
 	return 0, false
 }
 
-// fetchHub runs the broker loops of an instance, on its first sarama
-// client (openKafka): a loop per broker that leads a partition of a
-// partition fetcher. Owned by the consumer manager: closeKafka stops it
+// fetchHub runs broker loops on a sarama client: a loop per broker that
+// leads a partition of a partition fetcher. An instance has one, on its
+// first client, with several brokers, and one per client with one
+// broker (openKafka). Owned by the consumer manager: closeKafka stops it
 // after the partition fetchers ended.
 type fetchHub struct {
 	client  sarama.Client
@@ -84,7 +85,7 @@ type fetchHub struct {
 	dialer  *kafkaDialer // dials the loops' connections: conf's own (useKafkaDialer), else one of conf's
 	version int16
 	log     *slog.Logger
-	budget  *fetchBudget // Config.MaxBufferedBytes, over the hub's loops
+	budget  *fetchBudget // shared by the hubs of a consumer
 	// requested, when set, is called with each request before it is
 	// sent, on the loop's goroutine: a test hook.
 	requested func(*kmsg.FetchRequest)

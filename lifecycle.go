@@ -282,16 +282,21 @@ func (cm *consumerManager) notifyClaims() {
 }
 
 // openKafka opens what both coordinators share for Kafka: the sarama
-// clients, consumers and fetch hub of the partitions (see fetcherOf), and
+// clients, consumers and fetch hubs of the partitions (see fetcherOf), and
 // the offset store with its own client. On error, closeConnections closes
 // what was opened.
 func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) error {
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
-	// partition fetchers share one fetch hub, on the first client, and
-	// so one broker loop per broker: a broker's partitions go in one
-	// request, and each loop's share of Config.MaxBufferedBytes is the
-	// limit over the brokers, not over twice as many loops.
+	// partition fetchers share one budget of Config.MaxBufferedBytes.
+	// A broker loop does one thing at a time: it waits for its response,
+	// then decodes it, then sends the next request. With several
+	// brokers, the fetchers share one hub, on the first client: one loop
+	// per broker, whose requests hold all the broker's partitions, each
+	// loop's share of the budget the limit over the brokers, and the
+	// other brokers' loops fetch while one decodes. With one broker,
+	// each client has a hub, and the broker's two loops take turns.
+	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
 	var hub *fetchHub
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
@@ -314,8 +319,8 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
 		if version, ok := fetchVersion(cm.config.Config); ok {
-			if hub == nil {
-				hub = newFetchHub(client, cm.config.Config, version, &fetchBudget{limit: cm.config.MaxBufferedBytes}, cm.log)
+			if hub == nil || len(client.Brokers()) < 2 {
+				hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
 			}
 			cm.fetchers[len(cm.fetchers)-1].hub = hub
 		}
@@ -444,7 +449,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its partition fetchers ended with their partitions; a second close of the shared hub does nothing
+				f.hub.close() // its partition fetchers ended with their partitions; a second close of a shared hub does nothing
 			}
 		}
 		if cm.commitStop != nil {
