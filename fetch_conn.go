@@ -41,6 +41,7 @@ func (l *brokerLoop) connection() (*kgo.Broker, error) {
 			// plus this, as sarama's Net.ReadTimeout bounds a request.
 			kgo.RequestTimeoutOverhead(conf.Net.ReadTimeout),
 		)
+		opts = append(opts, l.traceOpts()...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("the fetch transport of broker %d: %w", l.broker.ID(), err)

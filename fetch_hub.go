@@ -74,9 +74,11 @@ func fetchVersion(conf *sarama.Config) (int16, bool) {
 	return 0, false
 }
 
-// fetchHub runs the broker loops of one sarama client: a loop per broker
-// that leads a partition of a partition fetcher. Owned by the consumer
-// manager: closeKafka stops it after the partition fetchers ended.
+// fetchHub runs broker loops on a sarama client: a loop per broker that
+// leads a partition of a partition fetcher. An instance has one, on its
+// first client, with several brokers, and one per client with one
+// broker (openKafka). Owned by the consumer manager: closeKafka stops it
+// after the partition fetchers ended.
 type fetchHub struct {
 	client  sarama.Client
 	conf    *sarama.Config

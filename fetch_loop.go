@@ -370,8 +370,11 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 		p := &resp.Partitions[i]
 		parts[TopicPartition{p.Topic, p.Partition}] = p
 	}
-	var counted, wire int64
-	defer func() { l.measure(counted, wire) }()
+	var counted, wire, msgs, filled, cut int64
+	defer func() {
+		l.measure(counted, wire)
+		l.traceHandled(wire, msgs, filled, cut)
+	}()
 	readCommitted := l.hub.conf.Consumer.IsolationLevel == sarama.ReadCommitted
 	for _, f := range ready {
 		p := parts[f.tp]
@@ -396,10 +399,15 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 			continue
 		}
 		rec, moved, err := f.records(p, readCommitted)
+		if rec.Partial {
+			cut++
+		}
 		if len(rec.Messages) > 0 || moved {
 			size := rec.Bytes + int64(len(rec.Messages))*messageOverhead
 			counted += size
 			wire += int64(rec.Wire)
+			msgs += int64(len(rec.Messages))
+			filled++
 			f.intercept(rec.Messages)
 			f.deliver(slab{msgs: rec.Messages, next: f.offset, acct: &slabAccount{size: size, from: l}})
 		}

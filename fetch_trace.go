@@ -8,6 +8,8 @@ package kafkaconsumer
 
 import (
 	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 	"sync/atomic"
 	"time"
 )
@@ -23,6 +25,15 @@ type LoopTrace struct {
 	// Requests, Partitions and MaxBytes are the requests sent, and the
 	// sums of their partitions and of their MaxBytes.
 	Requests, Partitions, MaxBytes int64
+	// Wire, Messages, Filled and Cut are the sums over the responses
+	// handled of their records' bytes on the wire, their messages, their
+	// partitions that brought messages, and those whose records ended
+	// with a batch cut short.
+	Wire, Messages, Filled, Cut int64
+	// ReadWait and Read are the sums over the responses of the time
+	// from the request's write until kgo began to read the response, and
+	// of the time it read it (kgo.HookBrokerRead).
+	ReadWait, Read time.Duration
 }
 
 // LoopWaits names the kinds of LoopTrace.Waits: a partition's last slab
@@ -43,6 +54,8 @@ func LoopTraces() []LoopTrace {
 			t.Waits[i], t.Nanos[i] = c.waits[i].Load(), c.nanos[i].Load()
 		}
 		t.Requests, t.Partitions, t.MaxBytes = c.requests.Load(), c.partitions.Load(), c.maxBytes.Load()
+		t.Wire, t.Messages, t.Filled, t.Cut = c.wire.Load(), c.messages.Load(), c.filled.Load(), c.cut.Load()
+		t.ReadWait, t.Read = time.Duration(c.readWait.Load()), time.Duration(c.read.Load())
 		out = append(out, t)
 		return true
 	})
@@ -56,6 +69,8 @@ type loopCounters struct {
 	broker                         int32
 	waits, nanos                   [loopWaits]atomic.Int64
 	requests, partitions, maxBytes atomic.Int64
+	wire, messages, filled, cut    atomic.Int64
+	readWait, read                 atomic.Int64
 }
 
 func (l *brokerLoop) counters() *loopCounters {
@@ -93,4 +108,30 @@ func (l *brokerLoop) traceRequest(partitions int, maxBytes int32) {
 	c.requests.Add(1)
 	c.partitions.Add(int64(partitions))
 	c.maxBytes.Add(int64(maxBytes))
+}
+
+// traceHandled counts a response of loop l handled: its records' bytes
+// on the wire, its messages, its partitions that brought messages, and
+// those whose records ended with a batch cut short.
+func (l *brokerLoop) traceHandled(wire, messages, filled, cut int64) {
+	c := l.counters()
+	c.wire.Add(wire)
+	c.messages.Add(messages)
+	c.filled.Add(filled)
+	c.cut.Add(cut)
+}
+
+// traceOpts returns the options of loop l's transport that trace its
+// responses' reads (readHook).
+func (l *brokerLoop) traceOpts() []kgo.Opt { return []kgo.Opt{kgo.WithHooks(readHook{l.counters()})} }
+
+// readHook counts the reads of a loop's Fetch responses.
+type readHook struct{ c *loopCounters }
+
+// OnBrokerRead implements kgo.HookBrokerRead.
+func (h readHook) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, readWait, timeToRead time.Duration, err error) {
+	if key == 1 && err == nil {
+		h.c.readWait.Add(int64(readWait))
+		h.c.read.Add(int64(timeToRead))
+	}
 }

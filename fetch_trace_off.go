@@ -2,6 +2,8 @@
 
 package kafkaconsumer
 
+import "github.com/twmb/franz-go/pkg/kgo"
+
 // The broker loops' trace hook, off: see fetch_trace.go (build tag
 // fetchtrace). Every call compiles to nothing.
 
@@ -19,3 +21,11 @@ func (l *brokerLoop) traceResponse(bool, int64) {}
 // traceRequest counts a request of loop l for partitions partitions of
 // at most maxBytes.
 func (l *brokerLoop) traceRequest(int, int32) {}
+
+// traceHandled counts a response of loop l handled: its records' bytes
+// on the wire, its messages, its partitions that brought messages, and
+// those whose records ended with a batch cut short.
+func (l *brokerLoop) traceHandled(int64, int64, int64, int64) {}
+
+// traceOpts returns no option of loop l's transport.
+func (l *brokerLoop) traceOpts() []kgo.Opt { return nil }

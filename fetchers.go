@@ -32,15 +32,17 @@ func (cm *consumerManager) closeInBackground(pc sarama.PartitionConsumer) {
 // fetchConnections is how many fetchers, each on a client of its own,
 // share the partitions of an instance. Kafka answers the requests of one
 // connection one at a time: with two connections to each broker, the
-// partitions of a large assignment start two at a time and fetch on two
-// connections (BENCHMARKS.md, round 5).
+// partitions of a large assignment start two at a time (BENCHMARKS.md,
+// round 5). With several brokers, the fetch engine's partitions fetch
+// through one hub, one loop per broker, whichever fetcher they start on
+// (openKafka).
 const fetchConnections = 2
 
 // fetcher is a client, its fetch engine's hub and its sarama consumer.
 type fetcher struct {
 	client   sarama.Client
 	consumer sarama.Consumer
-	hub      *fetchHub // the partition fetchers' (fetch_hub.go); nil when they do not serve the configuration (fetchVersion)
+	hub      *fetchHub // the partition fetchers' (fetch_hub.go), the same for every fetcher with several brokers (openKafka); nil when they do not serve the configuration (fetchVersion)
 }
 
 // fetcherOf returns the fetcher that consumes tp: always the same one for

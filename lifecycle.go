@@ -289,7 +289,15 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
 	// partition fetchers share one budget of Config.MaxBufferedBytes.
+	// A broker loop does one thing at a time: it waits for its response,
+	// then decodes it, then sends the next request. With several
+	// brokers, the fetchers share one hub, on the first client: one loop
+	// per broker, whose requests hold all the broker's partitions, each
+	// loop's share of the budget the limit over the brokers, and the
+	// other brokers' loops fetch while one decodes. With one broker,
+	// each client has a hub, and the broker's two loops take turns.
 	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
+	var hub *fetchHub
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
 		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
@@ -311,7 +319,10 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 		}
 		cm.fetchers[len(cm.fetchers)-1].consumer = consumer
 		if version, ok := fetchVersion(cm.config.Config); ok {
-			cm.fetchers[len(cm.fetchers)-1].hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
+			if hub == nil || len(client.Brokers()) < 2 {
+				hub = newFetchHub(client, cm.config.Config, version, budget, cm.log)
+			}
+			cm.fetchers[len(cm.fetchers)-1].hub = hub
 		}
 	}
 	cm.client = cm.fetchers[0].client
@@ -438,7 +449,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its partition fetchers ended with their partitions
+				f.hub.close() // its partition fetchers ended with their partitions; a second close of a shared hub does nothing
 			}
 		}
 		if cm.commitStop != nil {

@@ -74,6 +74,10 @@ type childSpec struct {
 	// CPUProfile, if set, is where a drain writes a CPU profile of its
 	// measured part.
 	CPUProfile string
+	// WaitProfiles, with CPUProfile, has a drain write block and mutex
+	// profiles beside it (<CPUProfile without .pprof>.block.pprof and
+	// .mutex.pprof); they slow the contender down.
+	WaitProfiles bool
 	// Steps and Rate are the scale changes' member counts and produce
 	// rate (scalechange.go).
 	Steps []int `json:",omitempty"`
@@ -230,6 +234,10 @@ func drain(spec *childSpec) (res childResult) {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return childResult{Error: err.Error()}
 		}
+		if spec.WaitProfiles {
+			runtime.SetBlockProfileRate(int(10 * time.Microsecond)) // a sample per 10 µs blocked
+			runtime.SetMutexProfileFraction(10)
+		}
 	}
 
 	var ms0, ms1 runtime.MemStats
@@ -291,6 +299,9 @@ func drain(spec *childSpec) (res childResult) {
 	res.Loops = loopTraces()
 	if spec.CPUProfile != "" {
 		pprof.StopCPUProfile()
+		if spec.WaitProfiles {
+			writeWaitProfiles(spec.CPUProfile)
+		}
 	}
 
 	res.Seconds = end.Sub(t0).Seconds()
@@ -411,4 +422,20 @@ func stream(spec *childSpec) {
 	line("D %d\n", time.Now().UnixNano())
 	close(records)
 	<-writerDone
+}
+
+// writeWaitProfiles writes the block and mutex profiles beside the CPU
+// profile cpu (WaitProfiles).
+func writeWaitProfiles(cpu string) {
+	for _, name := range []string{"block", "mutex"} {
+		f, err := os.Create(strings.TrimSuffix(cpu, ".pprof") + "." + name + ".pprof")
+		if err != nil {
+			log.Printf("%s profile: %v", name, err)
+			continue
+		}
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			log.Printf("%s profile: %v", name, err)
+		}
+		f.Close()
+	}
 }

@@ -354,6 +354,7 @@ func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 	if spec.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(spec.InstanceID))
 	}
+	opts = append(opts, franzTraceOpts()...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err

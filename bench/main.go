@@ -81,6 +81,7 @@ type options struct {
 
 	jsonOut, pngOut, mdOut string
 	profileDir             string
+	waitProfiles           bool
 	maxBufferedBytes       int64
 }
 
@@ -124,6 +125,7 @@ func main() {
 	flag.StringVar(&o.pngOut, "png", "results.png", "where to write the chart (empty: nowhere)")
 	flag.StringVar(&o.mdOut, "md", "results.md", "where to write the Markdown tables too (empty: nowhere)")
 	flag.StringVar(&o.profileDir, "cpuprofile-dir", "", "if set, every throughput child writes a CPU profile there")
+	flag.BoolVar(&o.waitProfiles, "waitprofiles", false, "with -cpuprofile-dir, every throughput child also writes block and mutex profiles there (which slow it down)")
 	flag.Int64Var(&o.maxBufferedBytes, "max-buffered-bytes", -1, "kafkaconsumer's Config.MaxBufferedBytes (-1: its default)")
 	flag.Parse()
 	o.messages = messages
@@ -392,6 +394,7 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 					return nil, err
 				}
 				spec.CPUProfile, _ = filepath.Abs(filepath.Join(o.profileDir, fmt.Sprintf("%s-%s-%d.pprof", workload, c, run)))
+				spec.WaitProfiles = o.waitProfiles
 			}
 			r, err := runDrain(spec)
 			if err != nil {
