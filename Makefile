@@ -36,7 +36,10 @@
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
 #                      (SECURITY=plaintext or mixed; mixed's EXTERNAL
 #                      listener then takes SCRAM-SHA-512/256, PLAIN and
-#                      OAUTHBEARER)
+#                      OAUTHBEARER); Kafka 4.2+ runs share groups (KIP-932,
+#                      share.version 1 by default at format; heartbeat 1 s,
+#                      session 10 s; record lock and delivery limit at their
+#                      defaults, set per group by the tests that need less)
 #   make cluster-down  stop it and remove .cluster/
 #   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
 #                      .soak/): see the target below. SOAK_COORDINATOR=kafka

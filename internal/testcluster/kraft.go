@@ -101,6 +101,20 @@ func (c *Cluster) kraftProps(n *node) map[string]string {
 		"group.consumer.min.session.timeout.ms":    "6000",
 		"group.consumer.heartbeat.interval.ms":     "1000",
 		"group.consumer.min.heartbeat.interval.ms": "500",
+		// Share groups (KIP-932): Kafka 4.2 and later format the storage
+		// with share.version 1 (generally available), so nothing more is
+		// needed to run them; their session timeout and heartbeat
+		// interval are shortened as the consumer protocol's, so that an
+		// assignment reaches a joining member within a second. The
+		// record lock (group.share.record.lock.duration.ms, 30 s, at
+		// least 15 s) and the delivery count limit
+		// (group.share.delivery.count.limit, 5) keep their defaults: a
+		// test sets its group's share.record.lock.duration.ms or
+		// share.delivery.count.limit with IncrementalAlterConfigs.
+		"group.share.session.timeout.ms":        "10000",
+		"group.share.min.session.timeout.ms":    "6000",
+		"group.share.heartbeat.interval.ms":     "1000",
+		"group.share.min.heartbeat.interval.ms": "500",
 	}
 }
 

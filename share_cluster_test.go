@@ -1,0 +1,79 @@
+package kafkaconsumer
+
+// The test cluster's share groups (KIP-932): a KRaft cluster of Kafka 4.2
+// or later answers a raw ShareGroupHeartbeat with a member epoch.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// shareGroupTest is kafkaCoordinatorTest for GroupProtocolShare: it
+// skips, saying why, unless the cluster runs KRaft with Kafka 4.2 or
+// later, the first whose share groups are generally available (make
+// test-kraft KAFKA_VERSION=4.4.0).
+func shareGroupTest(t *testing.T) {
+	t.Helper()
+	kafkaCoordinatorTest(t)
+	if os.Getenv("KAFKA_MODE") != "kraft" || !testKafkaVersion().IsAtLeast(sarama.V4_2_0_0) {
+		t.Skipf("GroupProtocolShare needs a KRaft cluster of Kafka 4.2 or later (make test-kraft KAFKA_VERSION=4.4.0), not %s in %q mode", testKafkaVersion(), os.Getenv("KAFKA_MODE"))
+	}
+}
+
+// TestIntegrationShareGroupHeartbeatRaw: the test cluster runs share
+// groups: a ShareGroupHeartbeat of a new member, sent to the group's
+// coordinator, is answered without error, with the member's epoch and the
+// heartbeat interval; the member then leaves with epoch -1.
+func TestIntegrationShareGroupHeartbeatRaw(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("share-raw")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaPeers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.GroupID = group
+	req.MemberID = newShareMemberID()
+	req.MemberEpoch = 0
+	req.SubscribedTopicNames = []string{topic}
+	var resp *kmsg.ShareGroupHeartbeatResponse
+	waitFor(t, 20*time.Second, "a ShareGroupHeartbeat answered without a retriable error", func() bool {
+		resp, err = req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Logf("ShareGroupHeartbeat: %s", err)
+			return errors.Is(err, kerr.UnsupportedVersion)
+		}
+		return !coordinatorMovedCode(resp.ErrorCode)
+	})
+	if err != nil {
+		t.Fatalf("ShareGroupHeartbeat: %s", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		msg := ""
+		if resp.ErrorMessage != nil {
+			msg = *resp.ErrorMessage
+		}
+		t.Fatalf("ShareGroupHeartbeat of a new member = %s (%s), want no error", err, msg)
+	}
+	if resp.MemberEpoch < 1 || resp.HeartbeatIntervalMillis <= 0 {
+		t.Errorf("ShareGroupHeartbeat = epoch %d, interval %d ms; want an epoch of 1 or more and an interval", resp.MemberEpoch, resp.HeartbeatIntervalMillis)
+	}
+	req.MemberEpoch = -1
+	leave, err := req.RequestWith(ctx, cl)
+	if err != nil || leave.ErrorCode != 0 {
+		t.Errorf("the leave heartbeat = %+v, %v", leave, err)
+	}
+}
