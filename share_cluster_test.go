@@ -31,7 +31,8 @@ func shareGroupTest(t *testing.T) {
 // TestIntegrationShareGroupHeartbeatRaw: the test cluster runs share
 // groups: a ShareGroupHeartbeat of a new member, sent to the group's
 // coordinator, is answered without error, with the member's epoch and the
-// heartbeat interval; the member then leaves with epoch -1.
+// heartbeat interval, and the next ones with both partitions of the topic
+// assigned; the member then leaves with epoch -1.
 func TestIntegrationShareGroupHeartbeatRaw(t *testing.T) {
 	shareGroupTest(t)
 	topic := newTopic(t, 2)
@@ -70,6 +71,27 @@ func TestIntegrationShareGroupHeartbeatRaw(t *testing.T) {
 	}
 	if resp.MemberEpoch < 1 || resp.HeartbeatIntervalMillis <= 0 {
 		t.Errorf("ShareGroupHeartbeat = epoch %d, interval %d ms; want an epoch of 1 or more and an interval", resp.MemberEpoch, resp.HeartbeatIntervalMillis)
+	}
+	// The assignment comes once the share coordinator initialized the
+	// partitions' state (in __share_group_state, which the brokers must
+	// be able to create).
+	req.SubscribedTopicNames = nil
+	assigned := 0
+	if !poll(20*time.Second, func() bool {
+		req.MemberEpoch = resp.MemberEpoch
+		if resp, err = req.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("ShareGroupHeartbeat = %+v, %v", resp, err)
+		}
+		if resp.Assignment != nil {
+			assigned = 0
+			for _, tp := range resp.Assignment.TopicPartitions {
+				assigned += len(tp.Partitions)
+			}
+		}
+		time.Sleep(time.Duration(resp.HeartbeatIntervalMillis) * time.Millisecond) // the heartbeat's pace, not synchronisation
+		return assigned == 2
+	}) {
+		t.Errorf("the member's assignment holds %d partitions after 20 s, want both of %s", assigned, topic)
 	}
 	req.MemberEpoch = -1
 	leave, err := req.RequestWith(ctx, cl)
