@@ -176,7 +176,11 @@ func (f *shareFetcher) fetch() {
 	sc := f.sc
 	req, acks := f.fetchRequest()
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(sc.stopCtx, time.Duration(req.MaxWaitMillis)*time.Millisecond+sc.t.timeout)
+	// Not cut by the shutdown: the broker ends a share session when its
+	// connection closes (kgo sends ShareFetch and ShareAcknowledge on
+	// one), and the shutdown still sends the session's acks; the answer
+	// comes within MaxWaitMillis.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.MaxWaitMillis)*time.Millisecond+sc.t.timeout)
 	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
 	cancel()
 	if err != nil {
@@ -458,13 +462,13 @@ func (f *shareFetcher) acknowledge(closing bool) {
 	f.failed(acks, err)
 }
 
-// requestContext is the context of a ShareAcknowledge: the manager's
-// until the shutdown, then shareFinalTimeout.
+// requestContext is the context of a ShareAcknowledge, never cut (see
+// fetch): the request's timeout, shareFinalTimeout after the interrupt.
 func (f *shareFetcher) requestContext(closing bool) (context.Context, context.CancelFunc) {
 	if f.sc.stopCtx.Err() != nil || closing {
 		return context.WithTimeout(context.Background(), shareFinalTimeout)
 	}
-	return context.WithTimeout(f.sc.stopCtx, f.sc.t.timeout)
+	return context.WithTimeout(context.Background(), f.sc.t.timeout)
 }
 
 // takeAcknowledged takes the answer to a ShareAcknowledge: the next

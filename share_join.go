@@ -14,8 +14,14 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// shareIdleTimeout is the share consumer's kgo.ConnIdleTimeout: longer
+// than the broker's longest acquisition lock by default
+// (group.share.max.record.lock.duration.ms, 60 s).
+const shareIdleTimeout = 2 * time.Minute
 
 // joinShare is joinGroup for GroupProtocolShare: it connects a share
 // consumer and starts its manager goroutine, or returns the error of the
@@ -27,7 +33,11 @@ func joinShare(ctx context.Context, args *joinArgs, hooks *testHooks) (Consumer,
 	if hooks != nil {
 		dialer.redirect = hooks.kafkaAddress
 	}
-	t, err := newGroupTransport(cfg.Config, dialer, cfg.Brokers, args.group)
+	// kgo closes a connection idle for ConnIdleTimeout (20 s by default)
+	// at its next use, and the broker ends the share session of a closed
+	// connection: a fetch loop handing out to a slow reader sends nothing
+	// for as long as the record lock (30 s by default) at most.
+	t, err := newGroupTransport(cfg.Config, dialer, cfg.Brokers, args.group, kgo.ConnIdleTimeout(shareIdleTimeout))
 	if err != nil {
 		return nil, err
 	}

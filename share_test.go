@@ -182,3 +182,43 @@ func TestIntegrationShareGroupJoinErrors(t *testing.T) {
 		t.Errorf("Join with InstanceID = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestIntegrationShareGroupMoreMembersThanPartitions: eight members of a
+// share group on a topic of two partitions all receive records.
+func TestIntegrationShareGroupMoreMembersThanPartitions(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("share-eight")
+	var mu sync.Mutex
+	got := make(map[int]int)
+	received := func(m int) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[m]++
+	}
+	everyone := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 8
+	}
+	members := startShareMembers(t, group, topic, 8, shareTestConfig, func(m int, c Consumer, msg *sarama.ConsumerMessage) {
+		received(m)
+		time.Sleep(5 * time.Millisecond) // a handler's work, so that records wait for every member
+		c.Ack(msg)
+	})
+	client := newTestClient(t)
+	for i := 0; !poll(time.Second, everyone); i++ {
+		if i == 60 {
+			mu.Lock()
+			t.Fatalf("after 60 rounds of 100 records a second, the members received %v; want all 8 to receive", got)
+			mu.Unlock()
+		}
+		produce(t, client, topic, "eight", 100)
+	}
+	members.stop()
+	_, errs := members.snapshot()
+	for _, err := range errs {
+		t.Errorf("Errors(): %s", err)
+	}
+	t.Logf("received by member: %v", got)
+}

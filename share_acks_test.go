@@ -1,0 +1,132 @@
+package kafkaconsumer
+
+// A share group's acknowledgements beyond Ack, on a real KRaft cluster of
+// Kafka 4.2 or later: RELEASE, REJECT, and the acks that cannot count.
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// receiveShare receives from c until a message comes, failing after
+// timeout.
+func receiveShare(t *testing.T, c Consumer, timeout time.Duration) *sarama.ConsumerMessage {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case msg := <-c.Messages():
+			return msg
+		case err := <-c.Errors():
+			t.Logf("Errors(): %s", err)
+		case <-timer.C:
+			t.Fatalf("no message within %s", timeout)
+		}
+	}
+}
+
+// joinShareT joins group on topic as a share group's member, closed at
+// the end of the test.
+func joinShareT(t *testing.T, group, topic string) (Consumer, Share) {
+	t.Helper()
+	c := joinKafka(t, group, TopicSubscription(topic), shareTestConfig())
+	share, ok := ShareOf(c)
+	if !ok {
+		t.Fatal("ShareOf(the consumer of a share group) = false")
+	}
+	return c, share
+}
+
+// TestIntegrationShareGroupReleaseRedelivers: a released record comes
+// again, to either member of two, with a delivery count one higher; a
+// rejected one never comes again.
+func TestIntegrationShareGroupReleaseRedelivers(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 1)
+	group := uniqueName("share-release")
+	produce(t, newTestClient(t), topic, "release", 2)
+	a, shareA := joinShareT(t, group, topic)
+	first := receiveShare(t, a, 30*time.Second)
+	if n := shareA.DeliveryCount(first); n != 1 {
+		t.Errorf("DeliveryCount of a first delivery = %d, want 1", n)
+	}
+	second := receiveShare(t, a, 30*time.Second)
+	b, shareB := joinShareT(t, group, topic)
+	shareA.Release(first)
+	shareA.Reject(second)
+	if n := shareA.DeliveryCount(first); n != 0 {
+		t.Errorf("DeliveryCount after Release = %d, want 0 (not held)", n)
+	}
+	var again *sarama.ConsumerMessage
+	var by Consumer
+	select {
+	case again = <-a.Messages():
+		by = a
+	case again = <-b.Messages():
+		by = b
+	case <-time.After(30 * time.Second):
+		t.Fatal("the released record did not come again within 30 s")
+	}
+	if string(again.Value) != string(first.Value) || again.Offset != first.Offset {
+		t.Fatalf("after a Release a member received %s at %d, want the released %s at %d", again.Value, again.Offset, first.Value, first.Offset)
+	}
+	share := shareA
+	if by == b {
+		share = shareB
+	}
+	if n := share.DeliveryCount(again); n != 2 {
+		t.Errorf("DeliveryCount of a released record delivered again = %d, want 2", n)
+	}
+	by.Ack(again)
+	// The rejected record never comes again, to either member.
+	timer := time.NewTimer(3 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case msg := <-a.Messages():
+			t.Errorf("member a received %s at %d after the Release and Reject", msg.Value, msg.Offset)
+		case msg := <-b.Messages():
+			t.Errorf("member b received %s at %d after the Release and Reject; the rejected one is %s", msg.Value, msg.Offset, second.Value)
+		case err := <-a.Errors():
+			t.Errorf("a: Errors(): %s", err)
+		case err := <-b.Errors():
+			t.Errorf("b: Errors(): %s", err)
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// TestIntegrationShareGroupAckRefused: an Ack of a record acked already,
+// and an Ack of a record of another consumer, are reported on Errors()
+// wrapping ErrShareAckRefused, once each.
+func TestIntegrationShareGroupAckRefused(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 1)
+	produce(t, newTestClient(t), topic, "refused", 1)
+	c, _ := joinShareT(t, uniqueName("share-refused"), topic)
+	msg := receiveShare(t, c, 30*time.Second)
+	c.Ack(msg)
+	c.Ack(msg)
+	foreign := *msg
+	c.Ack(&foreign)
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-c.Errors():
+			if !errors.Is(err, ErrShareAckRefused) {
+				t.Errorf("Errors() = %v, want ErrShareAckRefused", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d refusals reported within 10 s, want 2", i)
+		}
+	}
+	select {
+	case err := <-c.Errors():
+		t.Errorf("a third error: %s", err)
+	case <-time.After(500 * time.Millisecond): // nothing more comes: a bound on a negative, not a synchronisation
+	}
+}
