@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,13 @@ import (
 func shareGroupTest(t *testing.T) {
 	t.Helper()
 	kafkaCoordinatorTest(t)
+	skipUnlessShareGroups(t)
+}
+
+// skipUnlessShareGroups skips the test, saying why, unless the cluster
+// runs KRaft with Kafka 4.2 or later.
+func skipUnlessShareGroups(t *testing.T) {
+	t.Helper()
 	if os.Getenv("KAFKA_MODE") != "kraft" || !testKafkaVersion().IsAtLeast(sarama.V4_2_0_0) {
 		t.Skipf("GroupProtocolShare needs a KRaft cluster of Kafka 4.2 or later (make test-kraft KAFKA_VERSION=4.4.0), not %s in %q mode", testKafkaVersion(), os.Getenv("KAFKA_MODE"))
 	}
@@ -97,5 +105,35 @@ func TestIntegrationShareGroupHeartbeatRaw(t *testing.T) {
 	leave, err := req.RequestWith(ctx, cl)
 	if err != nil || leave.ErrorCode != 0 {
 		t.Errorf("the leave heartbeat = %+v, %v", leave, err)
+	}
+}
+
+// TestIntegrationShareGroupUnsupportedBroker: Join with GroupProtocolShare
+// against brokers without share groups (ZooKeeper-mode Kafka, before 4)
+// fails at once with ErrInvalidConfig, saying what share groups need.
+func TestIntegrationShareGroupUnsupportedBroker(t *testing.T) {
+	kafkaCoordinatorTest(t)
+	if os.Getenv("KAFKA_MODE") == "kraft" {
+		t.Skip("ZooKeeper-mode brokers only: KRaft brokers may run share groups")
+	}
+	topic := newTopic(t, 1)
+	began := time.Now()
+	c, err := Join(uniqueName("share-unsupported"), TopicSubscription(topic), "", shareTestConfig())
+	took := time.Since(began)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("Join with GroupProtocolShare against Kafka %s in ZooKeeper mode succeeded", testKafkaVersion())
+	}
+	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Join = %v, want an error wrapping ErrInvalidConfig", err)
+	}
+	for _, text := range []string{"do not run share groups", "Kafka 4.2 or later in KRaft mode", "share.version", "use GroupProtocolConsumer or GroupProtocolClassic"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("Join = %q, want it to say %q", err, text)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("Join took %s to fail, want at most 10 s", took)
 	}
 }
