@@ -12,7 +12,8 @@
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
 #                      KAFKA_VERSION=4.4.0 for Kafka 4; and the tests of
 #                      kafkaconsumer-groups on groups of Kafka's consumer
-#                      group protocol (KIP-848), which skip before Kafka 4
+#                      group protocol (KIP-848), which skip before Kafka 4;
+#                      the share group tests (KIP-932) skip before 4.2
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make bench         the benchmark program (bench/)
 #   make demo          the example group (examples/)
@@ -142,13 +143,18 @@ KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
 # a Kafka 4 cluster keeps (they skip on older brokers, so make
 # test runs them too, skipping): make test-kraft KAFKA_VERSION=4.4.0.
 KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol|TestMigrateConsumerProtocol
+# The tests of package process on share groups (KIP-932), which skip
+# before Kafka 4.2 (the root package's, TestIntegrationShareGroup*, are in
+# KRAFT_TESTS).
+KRAFT_PROCESS_TESTS ?= TestRunRefusesShareGroup
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
 	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext ZOOKEEPER_SECURITY=plaintext MODE=kraft && \
 	source .cluster/env && \
 	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' . && \
-	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TOOL_TESTS)' ./cmd/kafkaconsumer-groups
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TOOL_TESTS)' ./cmd/kafkaconsumer-groups && \
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_PROCESS_TESTS)' ./process
 
 # PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
 test-matrix: fmt-check vet
