@@ -129,9 +129,12 @@ func (sc *shareConsumer) Interrupt() {
 // channel) are released, the acknowledgements of what was handed out are
 // awaited up to MaxProcessingTime and sent, what is still not
 // acknowledged is released, the share sessions close, the member leaves
-// the group (epoch -1) and the connections close. The final requests take
-// at most 5 s each (shareFinalTimeout), so Close returns within
-// MaxProcessingTime + 15 s.
+// the group (epoch -1) and the connections close. A fetch in flight ends
+// first (at Consumer.MaxWaitTime, or 5 s later from a broker that
+// hangs: it is not cut, which would end the share session), and each
+// request of the shutdown takes at most 5 s (shareFinalTimeout), so Close
+// returns within MaxProcessingTime + Consumer.MaxWaitTime + 15 s. It
+// returns the error of the leave, if any; a second call returns the same.
 func (sc *shareConsumer) Close() error {
 	sc.Interrupt()
 	_ = sc.t0.Wait()
@@ -139,7 +142,9 @@ func (sc *shareConsumer) Close() error {
 }
 
 // Shutdown implements Consumer: Close, whose wait for acknowledgements
-// ends when ctx is done.
+// ends when ctx is done; it then returns ctx.Err() joined with Close's
+// error, within ctx's deadline + Consumer.MaxWaitTime + 15 s whatever
+// hangs, milliseconds after it with brokers that answer.
 func (sc *shareConsumer) Shutdown(ctx context.Context) error {
 	sc.Interrupt()
 	select {

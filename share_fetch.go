@@ -178,9 +178,10 @@ func (f *shareFetcher) fetch() {
 	sent := time.Now()
 	// Not cut by the shutdown: the broker ends a share session when its
 	// connection closes (kgo sends ShareFetch and ShareAcknowledge on
-	// one), and the shutdown still sends the session's acks; the answer
-	// comes within MaxWaitMillis.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.MaxWaitMillis)*time.Millisecond+sc.t.timeout)
+	// one), and the shutdown still sends the session's acks. A broker
+	// answers at MaxWaitMillis at the latest; shareFinalTimeout more
+	// bounds the shutdown's wait for a broker that hangs.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.MaxWaitMillis)*time.Millisecond+shareFinalTimeout)
 	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
 	cancel()
 	if err != nil {
