@@ -95,9 +95,8 @@ type shareConsumer struct {
 	closedOut chan *Batch // Batches: closed at once, a share consumer hands out single messages
 	batchOnce sync.Once
 
-	errorsMu     sync.RWMutex // guards errorsClosed and the close of errors
-	errors       chan error
-	errorsClosed bool
+	errors     chan error // closed by closeChannels, at the end of the shutdown
+	errorsSink errorSink  // orders sendError with that close
 
 	mu       sync.Mutex                      // guards what follows, and every fetcher's acks
 	held     map[recordKey]*heldRecord       // the records acquired and not acknowledged yet
@@ -243,31 +242,14 @@ func (sc *shareConsumer) counts(tp TopicPartition) *shareCounts {
 // no errors, is not reading them fast enough, or after Close. It never
 // blocks.
 func (sc *shareConsumer) sendError(err error) {
-	if !sc.config.Consumer.Return.Errors {
-		sc.logf(slog.LevelError, "Error: %s", err)
-		return
-	}
-	sc.errorsMu.RLock()
-	defer sc.errorsMu.RUnlock()
-	if sc.errorsClosed {
-		sc.logf(slog.LevelError, "Error after Close: %s", err)
-		return
-	}
-	select {
-	case sc.errors <- err:
-	default:
-		sc.logf(slog.LevelError, "Errors channel full; dropped error: %s", err)
-	}
+	sc.errorsSink.send(sc.errors, sc.config.Consumer.Return.Errors, sc.log, err)
 }
 
 // closeChannels closes Messages and Errors, once, at the end of the
 // shutdown: sendError logs what comes later.
 func (sc *shareConsumer) closeChannels() {
 	close(sc.messages)
-	sc.errorsMu.Lock()
-	defer sc.errorsMu.Unlock()
-	sc.errorsClosed = true
-	close(sc.errors)
+	sc.errorsSink.close(sc.errors)
 }
 
 func (sc *shareConsumer) logf(level slog.Level, format string, args ...any) {
