@@ -19,14 +19,11 @@ import (
 )
 
 // Share is the accessor of a share group's acknowledgements beyond Ack:
-// Release, Reject and the delivery count of a record. ShareOf returns it
+// Release, Reject, Renew and the delivery count of a record. ShareOf returns it
 // for a consumer of GroupProtocolShare; the Consumer interface stays as it
 // is, so that its other implementations still compile. Its methods are
 // safe for concurrent use, and do nothing (DeliveryCount: 0) for a
 // message this consumer does not hold, after Close too.
-//
-// Share has no Renew (KIP-1222's lock renewal) yet: a record must be
-// acknowledged within the group's share.record.lock.duration.ms.
 type Share struct {
 	sc *shareConsumer
 }
@@ -59,6 +56,20 @@ func (s Share) Release(msg *sarama.ConsumerMessage) {
 func (s Share) Reject(msg *sarama.ConsumerMessage) {
 	if s.sc != nil {
 		s.sc.acknowledge(msg, ackReject)
+	}
+}
+
+// Renew asks the broker to start msg's acquisition lock again
+// (KIP-1222's RENEW, Kafka 4.2 and later, the group's
+// share.renew.acknowledge.enable, true by default): msg stays held,
+// to be acknowledged later, and is handed out to no one else meanwhile.
+// It returns at once: the renew goes in a ShareAcknowledge of its own,
+// and the consumer counts the new lock from that request's send. A renew
+// that cannot count is reported on Errors() (ErrShareAckRefused); renew
+// well before the lock's end.
+func (s Share) Renew(msg *sarama.ConsumerMessage) {
+	if s.sc != nil {
+		s.sc.acknowledge(msg, ackRenew)
 	}
 }
 

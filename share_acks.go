@@ -23,6 +23,7 @@ const (
 	ackAccept  int8 = 1
 	ackRelease int8 = 2
 	ackReject  int8 = 3
+	ackRenew   int8 = 4 // KIP-1222: the lock starts again; the record stays held
 )
 
 // ackName names an acknowledgement type in errors and logs.
@@ -34,6 +35,8 @@ func ackName(typ int8) string {
 		return "release"
 	case ackReject:
 		return "reject"
+	case ackRenew:
+		return "renew"
 	}
 	return "gap"
 }
@@ -67,39 +70,87 @@ type tidp struct {
 	partition int32
 }
 
-// acknowledge acknowledges msg with typ: it leaves the records held and
-// joins its fetcher's pending acks, and the fetcher is woken. A message
-// not held (see ErrShareAckRefused) is reported.
+// acknowledge acknowledges msg with typ: it leaves the records held
+// (unless typ is ackRenew) and joins its fetcher's pending acks (or
+// renews), and the fetcher is woken. A message not held (see
+// ErrShareAckRefused) is reported.
 func (sc *shareConsumer) acknowledge(msg *sarama.ConsumerMessage, typ int8) {
 	if msg == nil {
 		return
 	}
 	key := recordKey{topic: msg.Topic, partition: msg.Partition, offset: msg.Offset}
 	sc.mu.Lock()
-	r := sc.held[key]
-	var why string
-	switch {
-	case r == nil || r.msg != msg:
-		why = "not held by this consumer: acknowledged already, or its share session ended, or handed out by another delivery"
-	case !r.handedOut:
-		why = "not handed out yet"
-	case !time.Now().Before(r.deadline):
-		why = "its acquisition lock expired"
-		delete(sc.held, key)
-	}
+	r, why := sc.holding(key, msg)
 	if why != "" {
 		sc.mu.Unlock()
 		sc.sendError(fmt.Errorf("%w: %s of %s/%d offset %d: %s", ErrShareAckRefused, ackName(typ), msg.Topic, msg.Partition, msg.Offset, why))
 		return
 	}
-	delete(sc.held, key)
 	f := r.f
-	f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: typ})
-	c := sc.counts(TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
-	c.acked++
-	c.lastAcked = max(c.lastAcked, msg.Offset)
+	if typ == ackRenew {
+		f.renews[key] = r.topicID
+	} else {
+		delete(sc.held, key)
+		delete(f.renews, key)
+		f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: typ})
+		c := sc.counts(TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
+		c.acked++
+		c.lastAcked = max(c.lastAcked, msg.Offset)
+	}
 	sc.mu.Unlock()
 	poke(f.wake)
+}
+
+// holding returns the record held at key if it is msg's delivery,
+// handed out, its lock not expired; else why not. sc.mu is held.
+func (sc *shareConsumer) holding(key recordKey, msg *sarama.ConsumerMessage) (*heldRecord, string) {
+	r := sc.held[key]
+	switch {
+	case r == nil || r.msg != msg:
+		return nil, "not held by this consumer: acknowledged already, or its share session ended, or handed out by another delivery"
+	case !r.handedOut:
+		return nil, "not handed out yet"
+	case !time.Now().Before(r.deadline):
+		delete(sc.held, key)
+		return nil, "its acquisition lock expired"
+	}
+	return r, ""
+}
+
+// renewal is a record to renew, with its topic ID.
+type renewal struct {
+	key recordKey
+	id  [16]byte
+}
+
+// takeRenews removes and returns f's pending renews of records it still
+// holds, adding them to acks as ackRenew ranges. sc.mu is held.
+func (f *shareFetcher) takeRenews(acks map[tidp][]ackRange) []renewal {
+	var renews []renewal
+	for key, id := range f.renews {
+		if r := f.sc.held[key]; r != nil && r.f == f {
+			p := tidp{id, key.partition}
+			acks[p] = append(acks[p], ackRange{first: key.offset, last: key.offset, typ: ackRenew})
+			renews = append(renews, renewal{key: key, id: id})
+		}
+	}
+	clear(f.renews)
+	for p, as := range acks {
+		acks[p] = ackRanges(as)
+	}
+	return renews
+}
+
+// renewed moves the deadline of the records of keys still held by f to
+// until: their renew was answered.
+func (f *shareFetcher) renewed(keys []recordKey, until time.Time) {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	for _, key := range keys {
+		if r := f.sc.held[key]; r != nil && r.f == f {
+			r.deadline = until
+		}
+	}
 }
 
 // deliveryCount returns the delivery count of msg, 0 when not held.

@@ -1,14 +1,19 @@
 package kafkaconsumer
 
 // A share group's acknowledgements beyond Ack, on a real KRaft cluster of
-// Kafka 4.2 or later: RELEASE, REJECT, and the acks that cannot count.
+// Kafka 4.2 or later: RELEASE, REJECT, RENEW, and the acks that cannot
+// count.
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // receiveShare receives from c until a message comes, failing after
@@ -129,4 +134,80 @@ func TestIntegrationShareGroupAckRefused(t *testing.T) {
 		t.Errorf("a third error: %s", err)
 	case <-time.After(500 * time.Millisecond): // nothing more comes: a bound on a negative, not a synchronisation
 	}
+}
+
+// setShareGroupConfig sets the group config name of group to value
+// (IncrementalAlterConfigs of the group).
+func setShareGroupConfig(t *testing.T, group, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaPeers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name, cfg.Op, cfg.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
+	res.Configs = append(res.Configs, cfg)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) == 1 {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("set %s of group %s to %s: %v", name, group, value, err)
+	}
+}
+
+// expectNothing fails the test if any of cs hands out a message or
+// reports an error before until.
+func expectNothing(t *testing.T, until time.Time, cs ...Consumer) {
+	t.Helper()
+	for _, c := range cs {
+		for {
+			left := time.Until(until)
+			if left <= 0 {
+				break
+			}
+			timer := time.NewTimer(left)
+			select {
+			case msg := <-c.Messages():
+				t.Errorf("received %s at %d (delivery of a record held and renewed?)", msg.Value, msg.Offset)
+			case err := <-c.Errors():
+				t.Errorf("Errors(): %s", err)
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// TestIntegrationShareGroupRenew: a record renewed before its lock (15 s
+// for the group here) expired is still held after it would have expired:
+// no member receives it again, and its Ack 20 s after the delivery is
+// accepted.
+func TestIntegrationShareGroupRenew(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 1)
+	group := uniqueName("share-renew")
+	setShareGroupConfig(t, group, "share.record.lock.duration.ms", "15000")
+	produce(t, newTestClient(t), topic, "renew", 1)
+	a, shareA := joinShareT(t, group, topic)
+	b, _ := joinShareT(t, group, topic)
+	msg := receiveShare(t, a, 30*time.Second)
+	delivered := time.Now()
+	// Waiting for the lock's time to pass is what is tested, not a
+	// synchronisation: nothing must come meanwhile.
+	expectNothing(t, delivered.Add(10*time.Second), a, b)
+	shareA.Renew(msg)
+	expectNothing(t, delivered.Add(20*time.Second), a, b)
+	if n := shareA.DeliveryCount(msg); n != 1 {
+		t.Errorf("DeliveryCount of the renewed record = %d, want 1 (still held)", n)
+	}
+	a.Ack(msg)
+	expectNothing(t, time.Now().Add(3*time.Second), a, b)
 }

@@ -43,8 +43,9 @@ type shareFetcher struct {
 	wake   chan struct{} // cap 1: acks pending, or the wanted partitions changed
 
 	// Guarded by sc.mu:
-	want map[tidp]struct{}   // the partitions to fetch, set by the manager
-	acks map[tidp][]ackRange // the acknowledgements to send
+	want   map[tidp]struct{}      // the partitions to fetch, set by the manager
+	acks   map[tidp][]ackRange    // the acknowledgements to send
+	renews map[recordKey][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
 
 	// Owned by the goroutine:
 	epoch     int32             // the share session's next epoch; 0: none open
@@ -52,13 +53,14 @@ type shareFetcher struct {
 	queue     []*heldRecord     // acquired, to hand out, in order
 	expired   map[tidp]struct{} // partitions whose lock expiry was reported for the last response
 	backoff   time.Duration     // after a failed request; 0 after a success
+	lock      time.Duration     // the acquisition lock of the last ShareFetch answer
 	stopped   chan struct{}     // closed when it stopped handing out, at the shutdown
 }
 
 // newShareFetcher returns the fetch loop of broker, not started.
 func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
 	return &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
-		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange),
+		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
 		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{})}
 }
 
@@ -68,6 +70,8 @@ func (f *shareFetcher) run() {
 	defer f.t.Done()
 	for f.t.Err() == tomb.ErrStillAlive {
 		switch {
+		case f.renewing():
+			f.acknowledge(false)
 		case len(f.queue) > 0:
 			f.handOut()
 		case f.wants():
@@ -87,6 +91,14 @@ func (f *shareFetcher) wants() bool {
 		return true
 	}
 	return f.epoch > 0 && len(f.inSession) > 0
+}
+
+// renewing reports whether renews are pending: they go before the next
+// fetch, in a ShareAcknowledge (a ShareFetch carries no renew).
+func (f *shareFetcher) renewing() bool {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	return len(f.renews) > 0 && f.epoch > 0
 }
 
 // idle waits for work: acks to send, partitions, or the end.
@@ -197,6 +209,7 @@ func (f *shareFetcher) fetch() {
 	f.advance(req)
 	f.expired = make(map[tidp]struct{})
 	lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
+	f.lock = lock
 	for i := range resp.Topics {
 		t := &resp.Topics[i]
 		for j := range t.Partitions {
@@ -324,7 +337,11 @@ func (f *shareFetcher) failed(acks map[tidp][]ackRange, err error) {
 		sc.reportRefused(p, ranges, err)
 	}
 	sc.logf(slog.LevelWarn, "%s; opening a new share session.", err)
-	sc.sendError(err)
+	if !errors.Is(err, kerr.ShareSessionNotFound) && !errors.Is(err, kerr.InvalidShareSessionEpoch) {
+		// A session the broker evicted (idle, its connection closed) is
+		// opened again quietly; the acks it lost were reported.
+		sc.sendError(err)
+	}
 	f.resetSession(err)
 	if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.UnknownTopicOrPartition) {
 		poke(sc.refresh)
@@ -417,6 +434,13 @@ func (f *shareFetcher) acknowledge(closing bool) {
 	}
 	sc.mu.Lock()
 	acks := f.takeAcks()
+	var renews []renewal
+	if !closing {
+		if acks == nil {
+			acks = make(map[tidp][]ackRange)
+		}
+		renews = f.takeRenews(acks)
+	}
 	sc.mu.Unlock()
 	if len(acks) == 0 && !closing {
 		return
@@ -424,6 +448,7 @@ func (f *shareFetcher) acknowledge(closing bool) {
 	req := kmsg.NewPtrShareAcknowledgeRequest()
 	req.GroupID, req.MemberID = &sc.group, &sc.memberID
 	req.ShareSessionEpoch = f.epoch
+	req.IsRenewAck = len(renews) > 0
 	if closing {
 		req.ShareSessionEpoch = -1
 	}
@@ -443,12 +468,14 @@ func (f *shareFetcher) acknowledge(closing bool) {
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
 	ctx, cancel := f.requestContext(closing)
+	sent := time.Now()
 	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
 	cancel()
 	if err == nil {
 		resp := kresp.(*kmsg.ShareAcknowledgeResponse)
 		if err = kerr.ErrorForCode(resp.ErrorCode); err == nil {
-			f.takeAcknowledged(resp, acks, closing)
+			refused := f.takeAcknowledged(resp, acks, closing)
+			f.renewed(renewedOf(renews, refused), sent.Add(max(time.Duration(resp.AcquisitionLockTimeoutMillis)*time.Millisecond, f.lock)))
 			return
 		}
 		err = fmt.Errorf("%w%s", err, errorMessage(resp.ErrorMessage))
@@ -472,9 +499,22 @@ func (f *shareFetcher) requestContext(closing bool) (context.Context, context.Ca
 	return context.WithTimeout(context.Background(), f.sc.t.timeout)
 }
 
+// renewedOf returns the records of renews whose partition is not in
+// refused.
+func renewedOf(renews []renewal, refused map[tidp]bool) []recordKey {
+	var out []recordKey
+	for _, r := range renews {
+		if !refused[tidp{r.id, r.key.partition}] {
+			out = append(out, r.key)
+		}
+	}
+	return out
+}
+
 // takeAcknowledged takes the answer to a ShareAcknowledge: the next
-// epoch (the session ends with closing), and each partition's refusals.
-func (f *shareFetcher) takeAcknowledged(resp *kmsg.ShareAcknowledgeResponse, acks map[tidp][]ackRange, closing bool) {
+// epoch (the session ends with closing), and each partition's refusals,
+// which it returns.
+func (f *shareFetcher) takeAcknowledged(resp *kmsg.ShareAcknowledgeResponse, acks map[tidp][]ackRange, closing bool) (refused map[tidp]bool) {
 	if closing {
 		f.epoch = 0
 		clear(f.inSession)
@@ -488,9 +528,14 @@ func (f *shareFetcher) takeAcknowledged(resp *kmsg.ShareAcknowledgeResponse, ack
 			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
 				p := tidp{t.TopicID, rp.Partition}
 				f.sc.reportRefused(p, acks[p], fmt.Errorf("%w%s", err, errorMessage(rp.ErrorMessage)))
+				if refused == nil {
+					refused = make(map[tidp]bool)
+				}
+				refused[p] = true
 			}
 		}
 	}
+	return refused
 }
 
 // finish is the fetcher's shutdown: stop handing out (the queue is

@@ -200,8 +200,10 @@ func (sc *shareConsumer) readMetadata(ctx context.Context) ([]string, error) {
 }
 
 // applyAssignment gives each fetch loop the assigned partitions its
-// broker leads: it starts the loops of new leaders, and stops those left
-// without partitions once they hold no record.
+// broker leads, and starts the loops of new leaders. A loop left without
+// partitions forgets them and idles until the shutdown (at most one loop
+// per broker: two would be two share sessions of the member on one
+// broker, the older's close ending the newer's).
 func (sc *shareConsumer) applyAssignment() {
 	sc.mu.Lock()
 	assigned := make(map[TopicPartition]struct{})
@@ -230,7 +232,7 @@ func (sc *shareConsumer) applyAssignment() {
 		}
 	}
 	sc.assigned = assigned
-	var started, idle []*shareFetcher
+	var started []*shareFetcher
 	for broker, parts := range want {
 		f := sc.fetchers[broker]
 		if f == nil {
@@ -242,38 +244,15 @@ func (sc *shareConsumer) applyAssignment() {
 		poke(f.wake)
 	}
 	for broker, f := range sc.fetchers {
-		if _, ok := want[broker]; ok {
-			continue
-		}
-		f.want = make(map[tidp]struct{})
-		poke(f.wake)
-		if !sc.holds(f) {
-			delete(sc.fetchers, broker)
-			idle = append(idle, f)
+		if _, ok := want[broker]; !ok {
+			f.want = make(map[tidp]struct{}) // it forgets them, and idles
+			poke(f.wake)
 		}
 	}
 	sc.mu.Unlock()
 	for _, f := range started {
 		go f.run()
 	}
-	for _, f := range idle {
-		f.t.Kill(nil)
-		_ = f.t.Wait()
-	}
-}
-
-// holds reports whether f holds a record or has acks to send. sc.mu is
-// held.
-func (sc *shareConsumer) holds(f *shareFetcher) bool {
-	if len(f.acks) > 0 {
-		return true
-	}
-	for _, r := range sc.held {
-		if r.f == f {
-			return true
-		}
-	}
-	return false
 }
 
 // shutdown stops the consumer, in order: the fetch loops stop handing
