@@ -135,11 +135,8 @@ func TestIntegrationShareGroupAcksInAnyOrder(t *testing.T) {
 		}
 		held[m] = held[m][:0]
 	})
-	waitFor(t, 60*time.Second, "every record received", func() bool {
-		if members.distinct() == n {
-			return true
-		}
-		mu.Lock() // ack the stragglers of the last batches
+	waitFor(t, 60*time.Second, "every record received and acked", func() bool {
+		mu.Lock() // ack the stragglers of the last batches: Close would release them
 		for m, hs := range held {
 			for _, h := range hs {
 				members.consumers[m].Ack(h)
@@ -147,7 +144,17 @@ func TestIntegrationShareGroupAcksInAnyOrder(t *testing.T) {
 			held[m] = nil
 		}
 		mu.Unlock()
-		return false
+		if members.distinct() < n {
+			return false
+		}
+		for _, c := range members.consumers { // and nothing handed out is left to ack
+			for _, s := range c.Stats() {
+				if s.Pending > 0 {
+					return false
+				}
+			}
+		}
+		return true
 	})
 	members.stop()
 	receipts, errs := members.snapshot()
