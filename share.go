@@ -100,11 +100,11 @@ type shareConsumer struct {
 	stop      context.CancelFunc // cancels stopCtx
 	cutWait   chan struct{}      // closed once (cutOnce) when a Shutdown's ctx is done: the wait for acks ends
 	cutOnce   sync.Once
-	refresh   chan struct{} // cap 1: a fetcher asks the manager for metadata (a leader moved)
-	closeErr  error         // what the shutdown did not complete; written before t0.Done
-	messages  chan *sarama.ConsumerMessage
-	closedOut chan *Batch // Batches: closed at once, a share consumer hands out single messages
-	batchOnce sync.Once
+	refresh   chan struct{}                // cap 1: a fetcher asks the manager for metadata (a leader moved)
+	closeErr  error                        // what the shutdown did not complete; written before t0.Done
+	messages  chan *sarama.ConsumerMessage // closed by closeChannels, at the end of the shutdown, once every fetch loop ended
+	closedOut chan *Batch                  // what Batches returns: closed by joinShare, a share consumer hands out single messages
+	batchOnce sync.Once                    // Batches' log line
 
 	errors     chan error // closed by closeChannels, at the end of the shutdown
 	errorsSink errorSink  // orders sendError with that close

@@ -4,6 +4,7 @@ package kafkaconsumer
 // ShareFetch requests of a session, the acquired records and their gaps.
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -131,5 +132,30 @@ func TestShareQueueAcquired(t *testing.T) {
 	}
 	if got, want := f.takeAcks()[p], []ackRange{{12, 12, ackGap}, {15, 19, ackGap}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("gap acks %v, want %v", got, want)
+	}
+}
+
+// TestShareLockExpiredNotHandedOut: records whose lock expired while
+// queued are dropped, not handed out, and reported once per partition.
+func TestShareLockExpiredNotHandedOut(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	sc.config.Consumer.Return.Errors = true
+	f := newShareFetcher(sc, 0)
+	p := tidp{[16]byte{1}, 0}
+	var msgs []*sarama.ConsumerMessage
+	for o := int64(0); o < 3; o++ {
+		msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o})
+	}
+	f.queueAcquired(p, msgs, []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 2, DeliveryCount: 1}}, time.Now().Add(-time.Millisecond))
+	f.handOut()
+	if len(f.queue) != 0 || len(sc.held) != 0 || len(sc.messages) != 0 {
+		t.Fatalf("after the lock expired: queue %d, held %d, handed out %d; want all 0", len(f.queue), len(sc.held), len(sc.messages))
+	}
+	if len(sc.errors) != 1 {
+		t.Fatalf("%d errors reported, want 1 for the partition", len(sc.errors))
+	}
+	if err := <-sc.errors; !errors.Is(err, ErrShareLockExpired) {
+		t.Errorf("Errors() = %v, want ErrShareLockExpired", err)
 	}
 }
