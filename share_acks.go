@@ -165,6 +165,9 @@ func (sc *shareConsumer) deliveryCount(msg *sarama.ConsumerMessage) int {
 
 // addAck adds a to the pending acks of partition p. sc.mu is held.
 func (f *shareFetcher) addAck(p tidp, a ackRange) {
+	if len(f.acks) == 0 {
+		f.acksSince = time.Now()
+	}
 	f.acks[p] = append(f.acks[p], a)
 }
 

@@ -46,6 +46,8 @@ type shareFetcher struct {
 	want   map[tidp]struct{}      // the partitions to fetch, set by the manager
 	acks   map[tidp][]ackRange    // the acknowledgements to send
 	renews map[recordKey][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	// acksSince is when the first of the pending acks came.
+	acksSince time.Time
 
 	// Owned by the goroutine:
 	epoch     int32             // the share session's next epoch; 0: none open
@@ -110,8 +112,13 @@ func (f *shareFetcher) idle() {
 	}
 }
 
+// shareAckLinger is how long an acknowledgement waits, while the fetch
+// loop hands out, for others to go in the same ShareAcknowledge; once
+// the loop handed out everything, the acks go with its next ShareFetch.
+const shareAckLinger = 50 * time.Millisecond
+
 // handOut hands out the first record of the queue, dropping those whose
-// lock expired, and sends the acks that come meanwhile.
+// lock expired, and sends the acks pending for shareAckLinger meanwhile.
 func (f *shareFetcher) handOut() {
 	r := f.queue[0]
 	left := time.Until(r.deadline)
@@ -119,23 +126,53 @@ func (f *shareFetcher) handOut() {
 		f.dropExpired()
 		return
 	}
-	timer := time.NewTimer(left)
-	defer timer.Stop()
 	f.markHandedOut(r, true) // before the send: the receiver may ack at once
 	select {
-	case f.sc.messages <- r.msg:
-		f.queue = f.queue[1:]
-		f.count(r)
+	case f.sc.messages <- r.msg: // the reader keeps up: no timer
+		f.handedOut(r)
 		return
-	case <-f.wake:
-		f.markHandedOut(r, false)
+	default:
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	var ackDue <-chan time.Time
+	if due := f.ackDue(); !due.IsZero() {
+		ackTimer := time.NewTimer(time.Until(due))
+		defer ackTimer.Stop()
+		ackDue = ackTimer.C
+	}
+	select {
+	case f.sc.messages <- r.msg:
+		f.handedOut(r)
+		return
+	case <-f.wake: // acks came: their linger starts
+	case <-ackDue:
 		f.acknowledge(false)
 	case <-timer.C:
-		f.markHandedOut(r, false)
 		f.dropExpired()
 	case <-f.t.Dying():
-		f.markHandedOut(r, false)
 	}
+	f.markHandedOut(r, false)
+}
+
+// handedOut takes r, sent on Messages, off the queue.
+func (f *shareFetcher) handedOut(r *heldRecord) {
+	f.queue = f.queue[1:]
+	f.count(r)
+}
+
+// ackDue returns when the pending acks (or renews) are due: shareAckLinger
+// after the first of them, or at once for renews; zero when none.
+func (f *shareFetcher) ackDue() time.Time {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	switch {
+	case len(f.renews) > 0:
+		return time.Now()
+	case len(f.acks) == 0:
+		return time.Time{}
+	}
+	return f.acksSince.Add(shareAckLinger)
 }
 
 // markHandedOut marks r handed out, or not.
