@@ -40,7 +40,7 @@ func TestShareAckRanges(t *testing.T) {
 func newUnitShareConsumer() *shareConsumer {
 	config := shareConfig()
 	config.Config = config.saramaConfig()
-	return &shareConsumer{config: config, group: "g", memberID: "m",
+	return &shareConsumer{config: config, group: "g", memberID: "m", log: newLogger(nil, "g", "m"),
 		messages: make(chan *sarama.ConsumerMessage, 10), errors: make(chan error, 10),
 		held: make(map[recordKey]*heldRecord), names: map[[16]byte]string{{1}: "t"},
 		stats: make(map[TopicPartition]*shareCounts), refresh: make(chan struct{}, 1)}
@@ -157,5 +157,23 @@ func TestShareLockExpiredNotHandedOut(t *testing.T) {
 	}
 	if err := <-sc.errors; !errors.Is(err, ErrShareLockExpired) {
 		t.Errorf("Errors() = %v, want ErrShareLockExpired", err)
+	}
+}
+
+// TestSharePauseRefused: Pause and Resume of a share consumer return an
+// error wrapping errors.ErrUnsupported; Batches is a closed channel.
+func TestSharePauseRefused(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	sc.closedOut = make(chan *Batch)
+	close(sc.closedOut)
+	if err := sc.Pause("t", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Pause = %v, want errors.ErrUnsupported", err)
+	}
+	if err := sc.Resume("t", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Resume = %v, want errors.ErrUnsupported", err)
+	}
+	if _, open := <-sc.Batches(); open {
+		t.Error("Batches of a share consumer is open")
 	}
 }
