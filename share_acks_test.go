@@ -13,7 +13,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // receiveShare receives from c until a message comes, failing after
@@ -145,13 +144,7 @@ func setShareGroupConfig(t *testing.T, group, name, value string) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Op, cfg.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
-	res.Configs = append(res.Configs, cfg)
-	req.Resources = append(req.Resources, res)
+	req := setGroupConfig(group, name, value)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := req.RequestWith(ctx, cl)

@@ -330,14 +330,7 @@ func (sc *shareConsumer) leave() error {
 // is reported, and the group keeps its setting.
 func (sc *shareConsumer) setAutoOffsetReset(ctx context.Context) {
 	value := shareAutoOffsetReset(sc.config.Offsets.Initial)
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, sc.group
-	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Op, cfg.Value = "share.auto.offset.reset", kmsg.IncrementalAlterConfigOpSet, &value
-	res.Configs = append(res.Configs, cfg)
-	req.Resources = append(req.Resources, res)
-	kresp, err := sc.t.request(ctx, req)
+	kresp, err := sc.t.request(ctx, setGroupConfig(sc.group, "share.auto.offset.reset", value))
 	if err == nil {
 		resp := kresp.(*kmsg.IncrementalAlterConfigsResponse)
 		for _, r := range resp.Resources {
@@ -350,4 +343,17 @@ func (sc *shareConsumer) setAutoOffsetReset(ctx context.Context) {
 		sc.sendError(fmt.Errorf("share group %s: set its share.auto.offset.reset to %s (Offsets.Initial %d): %w; the group keeps its setting",
 			sc.group, value, sc.config.Offsets.Initial, err))
 	}
+}
+
+// setGroupConfig returns the request that sets the config name of group
+// to value (IncrementalAlterConfigs of the group resource).
+func setGroupConfig(group, name, value string) *kmsg.IncrementalAlterConfigsRequest {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name, cfg.Op, cfg.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
+	res.Configs = append(res.Configs, cfg)
+	req.Resources = append(req.Resources, res)
+	return req
 }
