@@ -223,8 +223,8 @@ func (sc *shareConsumer) releaseHeld(f *shareFetcher, all bool) int {
 }
 
 // dropHeld forgets the records of f held in its share session, which
-// ended (the broker released them), with its pending acks; it reports
-// the acks lost. sc.mu is not held.
+// ended (the broker released them), with its pending acks and renews; it
+// reports the acks lost. sc.mu is not held.
 func (sc *shareConsumer) dropHeld(f *shareFetcher, cause error) {
 	sc.mu.Lock()
 	for key, r := range sc.held {
@@ -233,6 +233,7 @@ func (sc *shareConsumer) dropHeld(f *shareFetcher, cause error) {
 		}
 	}
 	lost := f.takeAcks()
+	clear(f.renews)
 	sc.mu.Unlock()
 	for p, ranges := range lost {
 		sc.reportRefused(p, ranges, cause)

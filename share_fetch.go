@@ -1,8 +1,8 @@
 package kafkaconsumer
 
 // The fetch loop of a share consumer, one per leader broker of the
-// assigned partitions (shareFetcher, started and stopped by the manager,
-// share_member.go). It alone drives its share session with the broker:
+// assigned partitions (shareFetcher, started by the manager,
+// share_member.go, and killed and waited for by its shutdown). It alone drives its share session with the broker:
 // ShareFetch with epoch 0 opens it with every wanted partition, each
 // later request carries the next epoch (after the largest, 1), the
 // partitions that joined, the ones forgotten, and the pending
@@ -10,9 +10,10 @@ package kafkaconsumer
 // open a new session, the records of the old one dropped (the broker
 // released them). It fetches only once every record of its last response
 // was handed out, so that it holds no more locks than it hands out; while
-// it hands out, acknowledgements go in a ShareAcknowledge of their own.
+// it waits to hand out, acknowledgements go in a ShareAcknowledge of
+// their own, shareAckLinger after the first of them, and renews at once.
 // At the shutdown it stops handing out, releases what it did not hand
-// out, waits for the acknowledgements of what it did (shutdownWait), and
+// out, waits for the acknowledgements of what it did (awaitAcks), and
 // closes the session with them (epoch -1).
 
 import (
