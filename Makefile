@@ -12,7 +12,8 @@
 #                      a fresh KRaft cluster (MODE=kraft), torn down afterwards;
 #                      KAFKA_VERSION=4.4.0 for Kafka 4; and the tests of
 #                      kafkaconsumer-groups on groups of Kafka's consumer
-#                      group protocol (KIP-848), which skip before Kafka 4
+#                      group protocol (KIP-848), which skip before Kafka 4;
+#                      the share group tests (KIP-932) skip before 4.2
 #   make test-short    unit tests only (go test -race -short), no cluster
 #   make bench         the benchmark program (bench/)
 #   make demo          the example group (examples/)
@@ -36,7 +37,10 @@
 #                      make cluster-up MODE=kraft KAFKA_VERSION=4.4.0
 #                      (SECURITY=plaintext or mixed; mixed's EXTERNAL
 #                      listener then takes SCRAM-SHA-512/256, PLAIN and
-#                      OAUTHBEARER)
+#                      OAUTHBEARER); Kafka 4.2+ runs share groups (KIP-932,
+#                      share.version 1 by default at format; heartbeat 1 s,
+#                      session 10 s; record lock and delivery limit at their
+#                      defaults, set per group by the tests that need less)
 #   make cluster-down  stop it and remove .cluster/
 #   make soak          the chaos soak (SOAK_DURATION, SOAK_SEED; report in
 #                      .soak/): see the target below. SOAK_COORDINATOR=kafka
@@ -139,13 +143,18 @@ KRAFT_TESTS ?= TestIntegration|TestKafkaDiscovery|TestMigration
 # a Kafka 4 cluster keeps (they skip on older brokers, so make
 # test runs them too, skipping): make test-kraft KAFKA_VERSION=4.4.0.
 KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol|TestMigrateConsumerProtocol
+# The tests of package process on share groups (KIP-932), which skip
+# before Kafka 4.2 (the root package's, TestIntegrationShareGroup*, are in
+# KRAFT_TESTS).
+KRAFT_PROCESS_TESTS ?= TestRunRefusesShareGroup
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \
 	$(MAKE) --no-print-directory cluster-up SECURITY=plaintext ZOOKEEPER_SECURITY=plaintext MODE=kraft && \
 	source .cluster/env && \
 	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TESTS)' . && \
-	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TOOL_TESTS)' ./cmd/kafkaconsumer-groups
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_TOOL_TESTS)' ./cmd/kafkaconsumer-groups && \
+	$(GO) test $(TEST_FLAGS) -run '$(KRAFT_PROCESS_TESTS)' ./process
 
 # PAIRS, MATRIX_DIR, MATRIX_FLAGS: see scripts/test-matrix.sh.
 test-matrix: fmt-check vet

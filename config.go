@@ -165,9 +165,19 @@ type Config struct {
 	// GroupProtocol is the group protocol of CoordinatorKafka:
 	// GroupProtocolClassic (the default: JoinGroup, SyncGroup, Heartbeat)
 	// or GroupProtocolConsumer (KIP-848's ConsumerGroupHeartbeat, Kafka
-	// 4.0 and later; Kafka's group.protocol). Validate refuses
-	// GroupProtocolConsumer with CoordinatorZooKeeper. See the README,
-	// "Kafka-coordinated groups", and docs/consumer-protocol.md.
+	// 4.0 and later; Kafka's group.protocol), or GroupProtocolShare (a
+	// share group, KIP-932, Kafka 4.2 and later). Validate refuses
+	// GroupProtocolConsumer and GroupProtocolShare with
+	// CoordinatorZooKeeper. See the README, "Kafka-coordinated groups",
+	// docs/consumer-protocol.md and docs/share-groups.md.
+	//
+	// With GroupProtocolShare, Offsets.Initial sets the group's
+	// share.auto.offset.reset at Join (OffsetOldest "earliest",
+	// OffsetNewest "latest"; an IncrementalAlterConfigs of the group,
+	// which needs ALTER_CONFIGS on it: a refusal is reported on Errors()
+	// and the group keeps its setting); Validate refuses InstanceID,
+	// DurableAcks, CommitLastProcessed, GroupRemoteAssignor and BatchSize
+	// (a share consumer hands out single messages).
 	GroupProtocol GroupProtocol
 
 	// GroupRemoteAssignor is the broker-side assignor that computes the
@@ -572,8 +582,12 @@ func (c *Config) validateCoordinator() error {
 			return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but Coordinator is %s: the consumer group protocol is Kafka's group coordinator's; set Coordinator to CoordinatorKafka",
 				ErrInvalidConfig, c.Coordinator)
 		}
+	case GroupProtocolShare:
+		if err := c.validateShare(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("%w: GroupProtocol must be GroupProtocolClassic or GroupProtocolConsumer, got %s", ErrInvalidConfig, c.GroupProtocol)
+		return fmt.Errorf("%w: GroupProtocol must be GroupProtocolClassic, GroupProtocolConsumer or GroupProtocolShare, got %s", ErrInvalidConfig, c.GroupProtocol)
 	}
 	switch c.Coordinator {
 	case CoordinatorZooKeeper:
@@ -591,9 +605,9 @@ func (c *Config) validateCoordinator() error {
 	case c.Config != nil && !c.Version.IsAtLeast(MinKafkaVersionForKafkaDiscovery):
 		return fmt.Errorf("%w: Version %s is too old for CoordinatorKafka, which reads Kafka's metadata as DiscoverFromKafka does; use %s or later",
 			ErrInvalidConfig, c.Version, MinKafkaVersionForKafkaDiscovery)
-	case c.GroupProtocol == GroupProtocolConsumer && c.Net.SASL.Enable && !consumerProtocolSASL(c.Net.SASL.Mechanism):
-		return fmt.Errorf("%w: GroupProtocol is GroupProtocolConsumer but Net.SASL.Mechanism (sarama) is %s: its group requests support PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER",
-			ErrInvalidConfig, c.Net.SASL.Mechanism)
+	case c.GroupProtocol != GroupProtocolClassic && c.Net.SASL.Enable && !consumerProtocolSASL(c.Net.SASL.Mechanism):
+		return fmt.Errorf("%w: GroupProtocol is %s but Net.SASL.Mechanism (sarama) is %s: its group requests support PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER",
+			ErrInvalidConfig, c.GroupProtocol, c.Net.SASL.Mechanism)
 	case c.Config != nil && c.InstanceID != "" && !c.Version.IsAtLeast(MinKafkaVersionForStaticMembers):
 		return fmt.Errorf("%w: InstanceID is set but Version %s is older than %s, the first whose JoinGroup carries a group instance ID (static membership) with CoordinatorKafka",
 			ErrInvalidConfig, c.Version, MinKafkaVersionForStaticMembers)

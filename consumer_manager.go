@@ -244,11 +244,9 @@ type consumerManager struct {
 	closedBatches       chan *Batch
 	wrongChannelLogOnce sync.Once
 	errors              chan error // closed by shutdown (closeErrors), after every sender of the consumer's own stopped
-	// errorsMu orders sendError with closeErrors, for the senders that are
-	// not the consumer's (Processing.DeadLetterFailed); errorsClosed is
-	// set by closeErrors.
-	errorsMu     sync.RWMutex
-	errorsClosed bool
+	// errorsSink orders sendError with closeErrors, for the senders that
+	// are not the consumer's (Processing.DeadLetterFailed).
+	errorsSink errorSink
 }
 
 // Messages implements Consumer.
@@ -349,30 +347,49 @@ func (cm *consumerManager) Stats() []PartitionStats {
 // sendError passes err to the Errors channel, or logs it when the user asked
 // for no errors or is not reading them fast enough. It never blocks.
 func (cm *consumerManager) sendError(err error) {
-	if !cm.config.Consumer.Return.Errors {
-		cm.logf(slog.LevelError, "Error: %s", err)
-		return
-	}
-	cm.errorsMu.RLock()
-	defer cm.errorsMu.RUnlock()
-	if cm.errorsClosed {
-		cm.logf(slog.LevelError, "Error after Close: %s", err)
-		return
-	}
-	select {
-	case cm.errors <- err:
-	default:
-		cm.logf(slog.LevelError, "Errors channel full; dropped error: %s", err)
-	}
+	cm.errorsSink.send(cm.errors, cm.config.Consumer.Return.Errors, cm.log, err)
 }
 
 // closeErrors closes the Errors channel, once: sendError logs what comes
 // later.
 func (cm *consumerManager) closeErrors() {
-	cm.errorsMu.Lock()
-	defer cm.errorsMu.Unlock()
-	cm.errorsClosed = true
-	close(cm.errors)
+	cm.errorsSink.close(cm.errors)
+}
+
+// errorSink orders the sends to a consumer's Errors channel with its
+// close. The zero value is ready.
+type errorSink struct {
+	mu     sync.RWMutex // held to read while sending, to write while closing
+	closed bool         // set by close
+}
+
+// send passes err to errs, or logs it on log when report is false
+// (Consumer.Return.Errors), after close, or when errs is full. It never
+// blocks.
+func (s *errorSink) send(errs chan<- error, report bool, log *slog.Logger, err error) {
+	if !report {
+		logf(log, slog.LevelError, "Error: %s", err)
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		logf(log, slog.LevelError, "Error after Close: %s", err)
+		return
+	}
+	select {
+	case errs <- err:
+	default:
+		logf(log, slog.LevelError, "Errors channel full; dropped error: %s", err)
+	}
+}
+
+// close closes errs, once: send logs what comes later.
+func (s *errorSink) close(errs chan error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	close(errs)
 }
 
 // logf writes a line of this consumer at level (see Config.Logger).

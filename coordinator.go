@@ -82,6 +82,15 @@ const (
 	// commits fenced by the member's epoch. See
 	// docs/consumer-protocol.md.
 	GroupProtocolConsumer
+
+	// GroupProtocolShare makes the consumer a member of a share group
+	// (KIP-932, Kafka 4.2 and later, CoordinatorKafka only): the members
+	// of the group consume the same partitions, each record acquired by
+	// one member at a time under the broker's acquisition lock and
+	// acknowledged one by one (Ack accepts it; ShareOf gives Release,
+	// Reject and the delivery count). No order, no committed offsets:
+	// at least once. See docs/share-groups.md.
+	GroupProtocolShare
 )
 
 // String returns the name of the constant.
@@ -91,6 +100,8 @@ func (p GroupProtocol) String() string {
 		return "GroupProtocolClassic"
 	case GroupProtocolConsumer:
 		return "GroupProtocolConsumer"
+	case GroupProtocolShare:
+		return "GroupProtocolShare"
 	}
 	return fmt.Sprintf("GroupProtocol(%d)", int(p))
 }

@@ -133,6 +133,28 @@ var (
 	ErrZookeeperIntruder = errors.New("kafkaconsumer: an instance registered in zookeeper while kafka coordinates the group")
 )
 
+// Errors of share groups (GroupProtocolShare), sent to Errors() wrapped
+// with the topic, partition and offsets concerned; test for them with
+// errors.Is.
+var (
+	// ErrShareAckRefused is sent to Errors() when an acknowledgement of a
+	// share group's record (Ack, Share.Release, Share.Reject) cannot
+	// count: the record's acquisition lock expired, or the share session
+	// that acquired it ended (the broker delivers the record again, to
+	// any member), or the message was not handed out by this consumer's
+	// current delivery of it, or the broker refused it (the error then
+	// also wraps the broker's, e.g. kerr.InvalidRecordState). Reported
+	// once per acknowledgement, or once per partition for those the
+	// broker refused in one answer.
+	ErrShareAckRefused = errors.New("kafkaconsumer: share acknowledgement refused")
+
+	// ErrShareLockExpired is sent to Errors() when records a share
+	// consumer acquired were not handed out before their acquisition
+	// lock expired: they are dropped, not handed out, and the broker
+	// delivers them again. Once per partition and fetch.
+	ErrShareLockExpired = errors.New("kafkaconsumer: share record lock expired before hand-out")
+)
+
 // ErrCorruptRecords is wrapped by the error sent on Errors() for a
 // partition's records that are not what their format says (a CRC that
 // does not match, a batch whose records overrun it, a compressed payload

@@ -65,14 +65,15 @@ func consumerProtocolSASL(m sarama.SASLMechanism) bool {
 // newGroupTransport returns the transport of group on brokers, with the
 // security of sc (the user's sarama configuration, before useKafkaDialer
 // replaced its proxy dialer: tlsConf and saslConf are read from it) and
-// every connection dialed by d. It opens no connection: the first request
-// does. close closes it.
-func newGroupTransport(sc *sarama.Config, d *kafkaDialer, brokers []string, group string) (*groupTransport, error) {
+// every connection dialed by d, and the kgo options extra. It opens no
+// connection: the first request does. close closes it.
+func newGroupTransport(sc *sarama.Config, d *kafkaDialer, brokers []string, group string, extra ...kgo.Opt) (*groupTransport, error) {
 	opts, err := transportOpts(sc, d, brokers...)
 	if err != nil {
 		return nil, err
 	}
 	opts = append(opts, kgo.RequestRetries(0), kgo.RetryTimeout(sc.Net.ReadTimeout))
+	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("the group transport: %w", err)

@@ -31,6 +31,9 @@ func joinGroup(ctx context.Context, group string, subscription Subscription, zoo
 	if err != nil {
 		return nil, err
 	}
+	if args.config.GroupProtocol == GroupProtocolShare {
+		return joinShare(ctx, args, hooks) // share_join.go
+	}
 	cm, err := newConsumerManager(ctx, args, hooks)
 	if err != nil {
 		return nil, err

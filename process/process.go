@@ -255,7 +255,8 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 // (kafkaconsumer.Processing.GiveBack), so that a partition's commit
 // stays before them and c's Close or Shutdown does not wait for them. Stop c after Run returned (or to make it return);
 // Run does not close it. It returns nil when ctx was done or c closed, an
-// error wrapping ErrInvalidOptions at once for bad arguments, or the
+// error wrapping ErrInvalidOptions at once for bad arguments (a share
+// group's consumer, GroupProtocolShare, among them: not run yet), or the
 // error wrapping ErrGaveUp. Call Run once per consumer.
 //
 // Through c.Processing, Run reports to c's Config.Metrics the retries,
@@ -271,6 +272,9 @@ func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Op
 	}
 	if err := opts.validate(); err != nil {
 		return err
+	}
+	if _, ok := kafkaconsumer.ShareOf(c); ok {
+		return fmt.Errorf("%w: c is a share group's consumer (GroupProtocolShare), which Run does not run yet; read its Messages and Ack, Release or Reject each (kafkaconsumer.ShareOf)", ErrInvalidOptions)
 	}
 	p := c.Processing()
 	s := newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)

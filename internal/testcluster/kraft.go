@@ -80,6 +80,7 @@ func (c *Cluster) kraftProps(n *node) map[string]string {
 		voters[i] = fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.controllerPort)
 	}
 	listeners, protocols := "PLAINTEXT://"+n.addr(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	internalRF := strconv.Itoa(min(3, len(c.brokers)))
 	if c.security == SecurityMixed {
 		listeners += "," + externalListener + "://" + n.secureAddr()
 		protocols += "," + externalListener + ":SASL_SSL"
@@ -101,6 +102,26 @@ func (c *Cluster) kraftProps(n *node) map[string]string {
 		"group.consumer.min.session.timeout.ms":    "6000",
 		"group.consumer.heartbeat.interval.ms":     "1000",
 		"group.consumer.min.heartbeat.interval.ms": "500",
+		// Share groups (KIP-932): Kafka 4.2 and later format the storage
+		// with share.version 1 (generally available). Their share
+		// coordinator keeps the partitions' state in __share_group_state,
+		// replicated 3 times by default: with fewer brokers its creation
+		// fails and no member is ever assigned a partition, so it is
+		// replicated as __consumer_offsets is. Their session timeout and heartbeat
+		// interval are shortened as the consumer protocol's, so that an
+		// assignment reaches a joining member within a second. The
+		// record lock (group.share.record.lock.duration.ms, 30 s, at
+		// least 15 s) and the delivery count limit
+		// (group.share.delivery.count.limit, 5) keep their defaults: a
+		// test sets its group's share.record.lock.duration.ms or
+		// share.delivery.count.limit with IncrementalAlterConfigs.
+		"share.coordinator.state.topic.replication.factor": internalRF,
+		"share.coordinator.state.topic.min.isr":            "1",
+		"share.coordinator.state.topic.num.partitions":     "10",
+		"group.share.session.timeout.ms":                   "10000",
+		"group.share.min.session.timeout.ms":               "6000",
+		"group.share.heartbeat.interval.ms":                "1000",
+		"group.share.min.heartbeat.interval.ms":            "500",
 	}
 }
 

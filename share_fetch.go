@@ -1,0 +1,622 @@
+package kafkaconsumer
+
+// The fetch loop of a share consumer, one per leader broker of the
+// assigned partitions (shareFetcher, started by the manager,
+// share_member.go, and killed and waited for by its shutdown). It alone drives its share session with the broker:
+// ShareFetch with epoch 0 opens it with every wanted partition, each
+// later request carries the next epoch (after the largest, 1), the
+// partitions that joined, the ones forgotten, and the pending
+// acknowledgements (piggy-backed); a session error makes the next request
+// open a new session, the records of the old one dropped (the broker
+// released them). It fetches only once every record of its last response
+// was handed out, so that it holds no more locks than it hands out; while
+// it waits to hand out, acknowledgements go in a ShareAcknowledge of
+// their own, shareAckLinger after the first of them, and renews at once.
+// At the shutdown it stops handing out, releases what it did not hand
+// out, waits for the acknowledgements of what it did (awaitAcks), and
+// closes the session with them (epoch -1).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"gopkg.in/tomb.v1"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+)
+
+// shareFinalTimeout bounds each request of the shutdown (the session's
+// close, the leave).
+const shareFinalTimeout = 5 * time.Second
+
+// shareFetcher is the fetch loop of one leader broker.
+type shareFetcher struct {
+	sc     *shareConsumer
+	broker int32
+	t      tomb.Tomb     // its goroutine (run); killed and waited for by the manager
+	wake   chan struct{} // cap 1: acks pending, or the wanted partitions changed
+
+	// Guarded by sc.mu:
+	want   map[tidp]struct{}      // the partitions to fetch, set by the manager
+	acks   map[tidp][]ackRange    // the acknowledgements to send
+	renews map[recordKey][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	// acksSince is when the first of the pending acks came.
+	acksSince time.Time
+
+	// Owned by the goroutine:
+	epoch     int32             // the share session's next epoch; 0: none open
+	inSession map[tidp]struct{} // the partitions of the open session
+	queue     []*heldRecord     // acquired, to hand out, in order
+	expired   map[tidp]struct{} // partitions whose lock expiry was reported for the last response
+	backoff   time.Duration     // after a failed request; 0 after a success
+	lock      time.Duration     // the acquisition lock of the last ShareFetch answer
+	stopped   chan struct{}     // closed when it stopped handing out, at the shutdown
+}
+
+// newShareFetcher returns the fetch loop of broker, not started.
+func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
+	return &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
+		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
+		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{})}
+}
+
+// run is the fetcher's goroutine: fetch and hand out until killed, then
+// the shutdown's steps (finish).
+func (f *shareFetcher) run() {
+	defer f.t.Done()
+	for f.t.Err() == tomb.ErrStillAlive {
+		switch {
+		case f.renewing():
+			f.acknowledge(false)
+		case len(f.queue) > 0:
+			f.handOut()
+		case f.wants():
+			f.fetch()
+		default:
+			f.idle()
+		}
+	}
+	f.finish()
+}
+
+// wants reports whether there is a partition to fetch, or one to forget.
+func (f *shareFetcher) wants() bool {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	if len(f.want) > 0 {
+		return true
+	}
+	return f.epoch > 0 && len(f.inSession) > 0
+}
+
+// renewing reports whether renews are pending: they go before the next
+// fetch, in a ShareAcknowledge (a ShareFetch carries no renew).
+func (f *shareFetcher) renewing() bool {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	return len(f.renews) > 0 && f.epoch > 0
+}
+
+// idle waits for work: acks to send, partitions, or the end.
+func (f *shareFetcher) idle() {
+	select {
+	case <-f.wake:
+		f.acknowledge(false)
+	case <-f.t.Dying():
+	}
+}
+
+// shareAckLinger is how long an acknowledgement waits, while the fetch
+// loop hands out, for others to go in the same ShareAcknowledge; once
+// the loop handed out everything, the acks go with its next ShareFetch.
+const shareAckLinger = 50 * time.Millisecond
+
+// handOut hands out the first record of the queue, dropping those whose
+// lock expired, and sends the acks pending for shareAckLinger meanwhile.
+func (f *shareFetcher) handOut() {
+	r := f.queue[0]
+	left := time.Until(r.deadline)
+	if left <= 0 {
+		f.dropExpired()
+		return
+	}
+	f.markHandedOut(r, true) // before the send: the receiver may ack at once
+	select {
+	case f.sc.messages <- r.msg: // the reader keeps up: no timer
+		f.handedOut(r)
+		return
+	default:
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	var ackDue <-chan time.Time
+	if due := f.ackDue(); !due.IsZero() {
+		ackTimer := time.NewTimer(time.Until(due))
+		defer ackTimer.Stop()
+		ackDue = ackTimer.C
+	}
+	select {
+	case f.sc.messages <- r.msg:
+		f.handedOut(r)
+		return
+	case <-f.wake: // acks came: their linger starts
+	case <-ackDue:
+		f.acknowledge(false)
+	case <-timer.C:
+		f.dropExpired()
+	case <-f.t.Dying():
+	}
+	f.markHandedOut(r, false)
+}
+
+// handedOut takes r, sent on Messages, off the queue.
+func (f *shareFetcher) handedOut(r *heldRecord) {
+	f.queue = f.queue[1:]
+	f.count(r)
+}
+
+// ackDue returns when the pending acks (or renews) are due: shareAckLinger
+// after the first of them, or at once for renews; zero when none.
+func (f *shareFetcher) ackDue() time.Time {
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	switch {
+	case len(f.renews) > 0:
+		return time.Now()
+	case len(f.acks) == 0:
+		return time.Time{}
+	}
+	return f.acksSince.Add(shareAckLinger)
+}
+
+// markHandedOut marks r handed out, or not.
+func (f *shareFetcher) markHandedOut(r *heldRecord, out bool) {
+	f.sc.mu.Lock()
+	r.handedOut = out
+	f.sc.mu.Unlock()
+}
+
+// count counts r handed out, for Stats.
+func (f *shareFetcher) count(r *heldRecord) {
+	sc := f.sc
+	sc.mu.Lock()
+	c := sc.counts(TopicPartition{Topic: r.msg.Topic, Partition: r.msg.Partition})
+	c.handedOut++
+	c.lastHandedOut = max(c.lastHandedOut, r.msg.Offset)
+	sc.mu.Unlock()
+}
+
+// dropExpired drops the queue's records whose lock expired, reporting
+// each partition once per response.
+func (f *shareFetcher) dropExpired() {
+	sc, now := f.sc, time.Now()
+	kept := f.queue[:0]
+	var dropped []*heldRecord
+	sc.mu.Lock()
+	for _, r := range f.queue {
+		if now.Before(r.deadline) {
+			kept = append(kept, r)
+			continue
+		}
+		delete(sc.held, recordKey{topic: r.msg.Topic, partition: r.msg.Partition, offset: r.msg.Offset})
+		dropped = append(dropped, r)
+	}
+	sc.mu.Unlock()
+	f.queue = kept
+	for _, r := range dropped {
+		p := tidp{r.topicID, r.msg.Partition}
+		if _, told := f.expired[p]; told {
+			continue
+		}
+		f.expired[p] = struct{}{}
+		sc.sendError(fmt.Errorf("%w: %s/%d from offset %d: not handed out within the acquisition lock; the broker delivers them again", ErrShareLockExpired, r.msg.Topic, r.msg.Partition, r.msg.Offset))
+	}
+}
+
+// fetch sends one ShareFetch, with the pending acks, and takes its
+// answer.
+func (f *shareFetcher) fetch() {
+	sc := f.sc
+	req, acks := f.fetchRequest()
+	sent := time.Now()
+	// Not cut by the shutdown: the broker ends a share session when its
+	// connection closes (kgo sends ShareFetch and ShareAcknowledge on
+	// one), and the shutdown still sends the session's acks. A broker
+	// answers at MaxWaitMillis at the latest; shareFinalTimeout more
+	// bounds the shutdown's wait for a broker that hangs.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.MaxWaitMillis)*time.Millisecond+shareFinalTimeout)
+	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
+	cancel()
+	if err != nil {
+		f.failed(acks, fmt.Errorf("share fetch from broker %d: %w", f.broker, err))
+		return
+	}
+	resp := kresp.(*kmsg.ShareFetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		f.failed(acks, fmt.Errorf("share fetch from broker %d: %w%s", f.broker, err, errorMessage(resp.ErrorMessage)))
+		return
+	}
+	f.backoff = 0
+	f.advance(req)
+	f.expired = make(map[tidp]struct{})
+	lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
+	f.lock = lock
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		for j := range t.Partitions {
+			f.takePartition(tidp{t.TopicID, t.Partitions[j].Partition}, &t.Partitions[j], acks, sent.Add(lock))
+		}
+	}
+}
+
+// fetchRequest builds the next ShareFetch and returns it with the acks it
+// carries.
+func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRange) {
+	sc := f.sc
+	conf := sc.config.Config
+	req := kmsg.NewPtrShareFetchRequest()
+	req.GroupID, req.MemberID = &sc.group, &sc.memberID
+	req.ShareSessionEpoch = f.epoch
+	req.MaxWaitMillis = int32(conf.Consumer.MaxWaitTime.Milliseconds())
+	req.MinBytes = conf.Consumer.Fetch.Min
+	req.MaxBytes = max(conf.Consumer.Fetch.Max, conf.Consumer.Fetch.Default)
+	if req.MaxBytes <= 0 {
+		req.MaxBytes = math.MaxInt32
+	}
+	req.MaxRecords = int32(max(conf.ChannelBufferSize, 1))
+	req.BatchSize = req.MaxRecords
+	sc.mu.Lock()
+	want := make(map[tidp]struct{}, len(f.want))
+	for p := range f.want {
+		want[p] = struct{}{}
+	}
+	var acks map[tidp][]ackRange
+	if f.epoch > 0 { // acks go in a session only
+		acks = f.takeAcks()
+	}
+	sc.mu.Unlock()
+	if len(acks) > 0 && req.MaxWaitMillis > 500 {
+		req.MaxWaitMillis = 500 // the answer to the acks waits as long as the fetch
+	}
+	topics := make(map[[16]byte]int)
+	add := func(p tidp) *kmsg.ShareFetchRequestTopicPartition {
+		i, ok := topics[p.id]
+		if !ok {
+			i = len(req.Topics)
+			topics[p.id] = i
+			req.Topics = append(req.Topics, kmsg.ShareFetchRequestTopic{TopicID: p.id})
+		}
+		t := &req.Topics[i]
+		for k := range t.Partitions {
+			if t.Partitions[k].Partition == p.partition {
+				return &t.Partitions[k]
+			}
+		}
+		t.Partitions = append(t.Partitions, kmsg.ShareFetchRequestTopicPartition{Partition: p.partition, PartitionMaxBytes: conf.Consumer.Fetch.Default})
+		return &t.Partitions[len(t.Partitions)-1]
+	}
+	for p := range want {
+		if _, in := f.inSession[p]; !in || f.epoch == 0 {
+			add(p)
+		}
+	}
+	forget := make(map[tidp]struct{})
+	for p := range f.inSession {
+		if _, ok := want[p]; !ok && f.epoch > 0 {
+			forget[p] = struct{}{}
+		}
+	}
+	for p, ranges := range acks {
+		rp := add(p)
+		for _, a := range ranges {
+			rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch{
+				FirstOffset: a.first, LastOffset: a.last, AcknowledgeTypes: []int8{a.typ}})
+		}
+		if _, ok := want[p]; !ok { // listed for its acks only: forgotten in the same request
+			forget[p] = struct{}{}
+		}
+	}
+	forgotten := make(map[[16]byte]int)
+	for p := range forget {
+		i, ok := forgotten[p.id]
+		if !ok {
+			i = len(req.ForgottenTopicsData)
+			forgotten[p.id] = i
+			req.ForgottenTopicsData = append(req.ForgottenTopicsData, kmsg.ShareFetchRequestForgottenTopicsData{TopicID: p.id})
+		}
+		req.ForgottenTopicsData[i].Partitions = append(req.ForgottenTopicsData[i].Partitions, p.partition)
+	}
+	return req, acks
+}
+
+// advance records the session after a successful request req: its next
+// epoch, the partitions added and forgotten.
+func (f *shareFetcher) advance(req *kmsg.ShareFetchRequest) {
+	if f.epoch == math.MaxInt32 {
+		f.epoch = 1
+	} else {
+		f.epoch++
+	}
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			f.inSession[tidp{t.TopicID, p.Partition}] = struct{}{}
+		}
+	}
+	for _, t := range req.ForgottenTopicsData {
+		for _, p := range t.Partitions {
+			delete(f.inSession, tidp{t.TopicID, p})
+		}
+	}
+}
+
+// failed takes a failed request: its acks are lost, and a session error
+// or a failed request ends the session (the next request opens one), its
+// records dropped; the next request waits a capped backoff.
+func (f *shareFetcher) failed(acks map[tidp][]ackRange, err error) {
+	sc := f.sc
+	if sc.stopCtx.Err() != nil {
+		// The shutdown cut it: its acks go again with the session's
+		// close (the broker refuses those it took already).
+		sc.mu.Lock()
+		for p, ranges := range acks {
+			f.acks[p] = append(f.acks[p], ranges...)
+		}
+		sc.mu.Unlock()
+		return
+	}
+	for p, ranges := range acks {
+		sc.reportRefused(p, ranges, err)
+	}
+	sc.logf(slog.LevelWarn, "%s; opening a new share session.", err)
+	if !errors.Is(err, kerr.ShareSessionNotFound) && !errors.Is(err, kerr.InvalidShareSessionEpoch) {
+		// A session the broker evicted (idle, its connection closed) is
+		// opened again quietly; the acks it lost were reported.
+		sc.sendError(err)
+	}
+	f.resetSession(err)
+	if errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.UnknownTopicOrPartition) {
+		poke(sc.refresh)
+	}
+	f.backoff = min(max(2*f.backoff, 100*time.Millisecond), 2*time.Second)
+	timer := time.NewTimer(f.backoff)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-f.t.Dying():
+	}
+}
+
+// resetSession ends the share session as the broker does on a session
+// error: the next request opens a new one; the records it acquired are
+// dropped.
+func (f *shareFetcher) resetSession(cause error) {
+	f.epoch = 0
+	clear(f.inSession)
+	f.queue = nil
+	f.sc.dropHeld(f, cause)
+}
+
+// takePartition takes partition p's part of a ShareFetch answer: the
+// result of its acks, its error, and its acquired records, held until
+// deadline and queued to hand out.
+func (f *shareFetcher) takePartition(p tidp, rp *kmsg.ShareFetchResponseTopicPartition, acks map[tidp][]ackRange, deadline time.Time) {
+	sc := f.sc
+	if err := kerr.ErrorForCode(rp.AcknowledgeErrorCode); err != nil {
+		sc.reportRefused(p, acks[p], fmt.Errorf("%w%s", err, errorMessage(rp.AcknowledgeErrorMessage)))
+	}
+	sc.mu.Lock()
+	name, known := sc.names[p.id]
+	sc.mu.Unlock()
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+		sc.sendError(&sarama.ConsumerError{Topic: name, Partition: p.partition, Err: fmt.Errorf("share fetch from broker %d: %w%s", f.broker, err, errorMessage(rp.ErrorMessage))})
+		poke(sc.refresh)
+		return
+	}
+	if len(rp.AcquiredRecords) == 0 || !known {
+		return
+	}
+	from := rp.AcquiredRecords[0].FirstOffset
+	rec, err := fetch.Decode(&fetch.Partition{Topic: name, Partition: p.partition, Records: rp.Records}, from, false)
+	if err != nil {
+		sc.sendError(&sarama.ConsumerError{Topic: name, Partition: p.partition, Err: err})
+	}
+	f.queueAcquired(p, rec.Messages, rp.AcquiredRecords, deadline)
+}
+
+// queueAcquired holds and queues the messages of p in the acquired
+// ranges; the offsets of a range without a message are acknowledged as
+// gaps at once (the broker holds them acquired until then).
+func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acquired []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, deadline time.Time) {
+	sc := f.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	i := 0
+	for _, a := range acquired {
+		next := a.FirstOffset // the first offset of the range not accounted for
+		for ; i < len(msgs) && msgs[i].Offset <= a.LastOffset; i++ {
+			m := msgs[i]
+			if m.Offset < a.FirstOffset {
+				continue // before the range: not acquired by this member
+			}
+			if m.Offset > next {
+				f.addAck(p, ackRange{first: next, last: m.Offset - 1, typ: ackGap})
+			}
+			next = m.Offset + 1
+			r := &heldRecord{msg: m, f: f, topicID: p.id, delivery: a.DeliveryCount, deadline: deadline}
+			sc.held[recordKey{topic: m.Topic, partition: m.Partition, offset: m.Offset}] = r
+			f.queue = append(f.queue, r)
+		}
+		if next <= a.LastOffset {
+			f.addAck(p, ackRange{first: next, last: a.LastOffset, typ: ackGap})
+		}
+	}
+	if len(f.acks) > 0 {
+		poke(f.wake)
+	}
+}
+
+// acknowledge sends the pending acks in a ShareAcknowledge of the open
+// session, with epoch -1 when closing (which closes the session: the
+// broker releases what it acquired and was not acknowledged).
+func (f *shareFetcher) acknowledge(closing bool) {
+	sc := f.sc
+	if f.epoch == 0 {
+		return // no session: acks wait for one (none are pending: resetSession dropped them)
+	}
+	sc.mu.Lock()
+	acks := f.takeAcks()
+	var renews []renewal
+	if !closing {
+		if acks == nil {
+			acks = make(map[tidp][]ackRange)
+		}
+		renews = f.takeRenews(acks)
+	}
+	sc.mu.Unlock()
+	if len(acks) == 0 && !closing {
+		return
+	}
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.GroupID, req.MemberID = &sc.group, &sc.memberID
+	req.ShareSessionEpoch = f.epoch
+	req.IsRenewAck = len(renews) > 0
+	if closing {
+		req.ShareSessionEpoch = -1
+	}
+	topics := make(map[[16]byte]int)
+	for p, ranges := range acks {
+		i, ok := topics[p.id]
+		if !ok {
+			i = len(req.Topics)
+			topics[p.id] = i
+			req.Topics = append(req.Topics, kmsg.ShareAcknowledgeRequestTopic{TopicID: p.id})
+		}
+		rp := kmsg.ShareAcknowledgeRequestTopicPartition{Partition: p.partition}
+		for _, a := range ranges {
+			rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, kmsg.ShareAcknowledgeRequestTopicPartitionAcknowledgementBatch{
+				FirstOffset: a.first, LastOffset: a.last, AcknowledgeTypes: []int8{a.typ}})
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	ctx, cancel := f.requestContext(closing)
+	sent := time.Now()
+	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
+	cancel()
+	if err == nil {
+		resp := kresp.(*kmsg.ShareAcknowledgeResponse)
+		if err = kerr.ErrorForCode(resp.ErrorCode); err == nil {
+			refused := f.takeAcknowledged(resp, acks, closing)
+			f.renewed(renewedOf(renews, refused), sent.Add(max(time.Duration(resp.AcquisitionLockTimeoutMillis)*time.Millisecond, f.lock)))
+			return
+		}
+		err = fmt.Errorf("%w%s", err, errorMessage(resp.ErrorMessage))
+	}
+	err = fmt.Errorf("share acknowledge to broker %d: %w", f.broker, err)
+	if closing {
+		for p, ranges := range acks {
+			sc.reportRefused(p, ranges, err)
+		}
+		return
+	}
+	f.failed(acks, err)
+}
+
+// requestContext is the context of a ShareAcknowledge, never cut (see
+// fetch): the request's timeout, shareFinalTimeout after the interrupt.
+func (f *shareFetcher) requestContext(closing bool) (context.Context, context.CancelFunc) {
+	if f.sc.stopCtx.Err() != nil || closing {
+		return context.WithTimeout(context.Background(), shareFinalTimeout)
+	}
+	return context.WithTimeout(context.Background(), f.sc.t.timeout)
+}
+
+// renewedOf returns the records of renews whose partition is not in
+// refused.
+func renewedOf(renews []renewal, refused map[tidp]bool) []recordKey {
+	var out []recordKey
+	for _, r := range renews {
+		if !refused[tidp{r.id, r.key.partition}] {
+			out = append(out, r.key)
+		}
+	}
+	return out
+}
+
+// takeAcknowledged takes the answer to a ShareAcknowledge: the next
+// epoch (the session ends with closing), and each partition's refusals,
+// which it returns.
+func (f *shareFetcher) takeAcknowledged(resp *kmsg.ShareAcknowledgeResponse, acks map[tidp][]ackRange, closing bool) (refused map[tidp]bool) {
+	if closing {
+		f.epoch = 0
+		clear(f.inSession)
+	} else if f.epoch == math.MaxInt32 {
+		f.epoch = 1
+	} else {
+		f.epoch++
+	}
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				p := tidp{t.TopicID, rp.Partition}
+				f.sc.reportRefused(p, acks[p], fmt.Errorf("%w%s", err, errorMessage(rp.ErrorMessage)))
+				if refused == nil {
+					refused = make(map[tidp]bool)
+				}
+				refused[p] = true
+			}
+		}
+	}
+	return refused
+}
+
+// finish is the fetcher's shutdown: stop handing out (the queue is
+// released), wait for the acks of what was handed out (shutdownWait),
+// release what is still not acknowledged, and close the session with the
+// acks.
+func (f *shareFetcher) finish() {
+	sc := f.sc
+	f.queue = nil
+	sc.mu.Lock()
+	sc.releaseHeld(f, false)
+	sc.mu.Unlock()
+	close(f.stopped)
+	f.awaitAcks()
+	sc.mu.Lock()
+	sc.releaseHeld(f, true)
+	sc.mu.Unlock()
+	f.acknowledge(true)
+}
+
+// awaitAcks waits until what f handed out is acknowledged, until
+// MaxProcessingTime passed, or a Shutdown's ctx is done, sending the
+// acks as they come.
+func (f *shareFetcher) awaitAcks() {
+	sc := f.sc
+	timer := time.NewTimer(sc.config.MaxProcessingTime)
+	defer timer.Stop()
+	for sc.handedOutHeld(f) > 0 {
+		select {
+		case <-f.wake:
+			f.acknowledge(false)
+		case <-timer.C:
+			return
+		case <-sc.cutWait:
+			return
+		}
+	}
+}
+
+// errorMessage returns ": msg" for a broker's error message, "" for none.
+func errorMessage(msg *string) string {
+	if msg == nil || *msg == "" {
+		return ""
+	}
+	return " (" + *msg + ")"
+}

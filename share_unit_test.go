@@ -1,0 +1,179 @@
+package kafkaconsumer
+
+// The share consumer's pure logic, without a cluster: ack ranges, the
+// ShareFetch requests of a session, the acquired records and their gaps.
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func TestShareAckRanges(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in, want []ackRange
+	}{
+		{nil, []ackRange{}},
+		{[]ackRange{{5, 5, ackAccept}, {3, 3, ackAccept}, {4, 4, ackAccept}}, []ackRange{{3, 5, ackAccept}}},
+		{[]ackRange{{1, 1, ackAccept}, {2, 2, ackRelease}, {3, 4, ackRelease}}, []ackRange{{1, 1, ackAccept}, {2, 4, ackRelease}}},
+		{[]ackRange{{1, 1, ackAccept}, {3, 3, ackAccept}}, []ackRange{{1, 1, ackAccept}, {3, 3, ackAccept}}},
+		{[]ackRange{{7, 9, ackGap}, {10, 10, ackReject}, {6, 6, ackGap}}, []ackRange{{6, 9, ackGap}, {10, 10, ackReject}}},
+	}
+	for _, c := range cases {
+		got := ackRanges(append([]ackRange(nil), c.in...))
+		if len(got) == 0 && len(c.want) == 0 {
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ackRanges(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// newUnitShareConsumer is a share consumer with no connection, for the
+// fetch loop's pure steps.
+func newUnitShareConsumer() *shareConsumer {
+	config := shareConfig()
+	config.Config = config.saramaConfig()
+	return &shareConsumer{config: config, group: "g", memberID: "m", log: newLogger(nil, "g", "m"),
+		messages: make(chan *sarama.ConsumerMessage, 10), errors: make(chan error, 10),
+		held: make(map[recordKey]*heldRecord), names: map[[16]byte]string{{1}: "t"},
+		stats: make(map[TopicPartition]*shareCounts), refresh: make(chan struct{}, 1)}
+}
+
+// requested returns the partitions a request lists, with their acks, and
+// the partitions it forgets.
+func requested(req *kmsg.ShareFetchRequest) (listed map[int32][]int64, forgotten []int32) {
+	listed = make(map[int32][]int64)
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			var acks []int64
+			for _, b := range p.AcknowledgementBatches {
+				acks = append(acks, b.FirstOffset, b.LastOffset, int64(b.AcknowledgeTypes[0]))
+			}
+			listed[p.Partition] = acks
+		}
+	}
+	for _, t := range req.ForgottenTopicsData {
+		forgotten = append(forgotten, t.Partitions...)
+	}
+	return listed, forgotten
+}
+
+// TestShareFetchSession: the first request of a session (epoch 0) lists
+// every wanted partition and no acks; the next ones list only the
+// partitions that joined and those with acks, forget those no longer
+// wanted (one listed for its acks only in the same request), and carry
+// the next epoch.
+func TestShareFetchSession(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	f := newShareFetcher(sc, 0)
+	id := [16]byte{1}
+	f.want = map[tidp]struct{}{{id, 0}: {}, {id, 1}: {}}
+	f.addAck(tidp{id, 0}, ackRange{1, 1, ackAccept}) // no session: not sent
+	req, acks := f.fetchRequest()
+	listed, forgotten := requested(req)
+	if req.ShareSessionEpoch != 0 || len(listed) != 2 || len(forgotten) != 0 || len(acks) != 0 {
+		t.Fatalf("the first request: epoch %d, listed %v, forgotten %v, acks %v; want epoch 0, both partitions, no acks", req.ShareSessionEpoch, listed, forgotten, acks)
+	}
+	f.advance(req)
+
+	f.want = map[tidp]struct{}{{id, 1}: {}, {id, 2}: {}}
+	f.addAck(tidp{id, 0}, ackRange{2, 3, ackRelease})
+	req, _ = f.fetchRequest()
+	listed, forgotten = requested(req)
+	want := map[int32][]int64{0: {1, 1, int64(ackAccept), 2, 3, int64(ackRelease)}, 2: nil}
+	if req.ShareSessionEpoch != 1 || !reflect.DeepEqual(listed, want) || !reflect.DeepEqual(forgotten, []int32{0}) {
+		t.Fatalf("the second request: epoch %d, listed %v, forgotten %v; want epoch 1, listed %v, forgotten [0]", req.ShareSessionEpoch, listed, forgotten, want)
+	}
+	f.advance(req)
+	if _, in := f.inSession[tidp{id, 0}]; in || len(f.inSession) != 2 {
+		t.Errorf("the session after the second request: %v, want partitions 1 and 2", f.inSession)
+	}
+	f.epoch = 1<<31 - 1
+	f.advance(&kmsg.ShareFetchRequest{})
+	if f.epoch != 1 {
+		t.Errorf("the epoch after the largest = %d, want 1", f.epoch)
+	}
+}
+
+// TestShareQueueAcquired: only the records of the acquired ranges are
+// held and queued, with their delivery counts; the offsets of a range
+// without a record are acknowledged as gaps.
+func TestShareQueueAcquired(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	f := newShareFetcher(sc, 0)
+	p := tidp{[16]byte{1}, 0}
+	var msgs []*sarama.ConsumerMessage
+	for _, o := range []int64{10, 11, 13, 14, 20} { // 12: a marker; 15 to 19: compacted
+		msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o})
+	}
+	acquired := []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{
+		{FirstOffset: 11, LastOffset: 13, DeliveryCount: 1},
+		{FirstOffset: 14, LastOffset: 19, DeliveryCount: 3},
+	}
+	f.queueAcquired(p, msgs, acquired, time.Now().Add(time.Minute))
+	var queued []int64
+	for _, r := range f.queue {
+		queued = append(queued, r.msg.Offset)
+	}
+	if !reflect.DeepEqual(queued, []int64{11, 13, 14}) {
+		t.Errorf("queued %v, want 11, 13, 14 (10 and 20 not acquired)", queued)
+	}
+	if r := sc.held[recordKey{"t", 0, 14}]; r == nil || r.delivery != 3 {
+		t.Errorf("the record at 14 held as %+v, want delivery count 3", r)
+	}
+	if got, want := f.takeAcks()[p], []ackRange{{12, 12, ackGap}, {15, 19, ackGap}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("gap acks %v, want %v", got, want)
+	}
+}
+
+// TestShareLockExpiredNotHandedOut: records whose lock expired while
+// queued are dropped, not handed out, and reported once per partition.
+func TestShareLockExpiredNotHandedOut(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	sc.config.Consumer.Return.Errors = true
+	f := newShareFetcher(sc, 0)
+	p := tidp{[16]byte{1}, 0}
+	var msgs []*sarama.ConsumerMessage
+	for o := int64(0); o < 3; o++ {
+		msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o})
+	}
+	f.queueAcquired(p, msgs, []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 2, DeliveryCount: 1}}, time.Now().Add(-time.Millisecond))
+	f.handOut()
+	if len(f.queue) != 0 || len(sc.held) != 0 || len(sc.messages) != 0 {
+		t.Fatalf("after the lock expired: queue %d, held %d, handed out %d; want all 0", len(f.queue), len(sc.held), len(sc.messages))
+	}
+	if len(sc.errors) != 1 {
+		t.Fatalf("%d errors reported, want 1 for the partition", len(sc.errors))
+	}
+	if err := <-sc.errors; !errors.Is(err, ErrShareLockExpired) {
+		t.Errorf("Errors() = %v, want ErrShareLockExpired", err)
+	}
+}
+
+// TestSharePauseRefused: Pause and Resume of a share consumer return an
+// error wrapping errors.ErrUnsupported; Batches is a closed channel.
+func TestSharePauseRefused(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	sc.closedOut = make(chan *Batch)
+	close(sc.closedOut)
+	if err := sc.Pause("t", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Pause = %v, want errors.ErrUnsupported", err)
+	}
+	if err := sc.Resume("t", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Resume = %v, want errors.ErrUnsupported", err)
+	}
+	if _, open := <-sc.Batches(); open {
+		t.Error("Batches of a share consumer is open")
+	}
+}
