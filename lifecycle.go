@@ -19,6 +19,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // joinGroup is Join (waitClaims false) and JoinContext (true); hooks are
@@ -289,7 +290,7 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 	// The partition consumers are spread over fetchConnections clients
 	// (see fetcherOf), the first of which also reads the metadata; their
 	// partition fetchers share one budget of Config.MaxBufferedBytes.
-	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
+	budget := fetch.NewBudget(cm.config.MaxBufferedBytes)
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
 		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
@@ -438,7 +439,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its partition fetchers ended with their partitions
+				f.hub.Close() // its partition fetchers ended with their partitions
 			}
 		}
 		if cm.commitStop != nil {
