@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // Batch is messages of one partition, in offset order, handed out together
@@ -114,10 +115,10 @@ func (pm *partitionManager) consumeBatches(pc sarama.PartitionConsumer) consumeE
 		observer: cm.config.Observer,
 	}
 	receive, fill, topUp := h.receive, h.fill, h.topUp
-	if f, ok := pc.(*partitionFetcher); ok {
-		h.slabs, h.fetcher = f.slabs, f
+	if f, ok := pc.(*fetch.Fetcher); ok {
+		h.slabs, h.fetcher = f.Slabs(), f
 		receive, fill, topUp = h.receiveSlab, h.fillSlabs, h.topUpSlabs
-		defer f.handedOut()        // what is left of the slab in hand is dropped
+		defer f.HandedOut()        // what is left of the slab in hand is dropped
 		defer h.releaseSpent(true) // and the batch
 		defer h.entered()          // a wait at MaxPendingAcks ends with the loop
 	}
@@ -199,17 +200,17 @@ func (h *handOut) receiveSlab() bool {
 // took takes s, received from the fetcher's slabs (ok false: they are
 // closed). A slab without messages moves the commit point past the
 // offsets it covers, once everything before it is entered (see enter).
-func (h *handOut) took(s slab, ok bool) {
+func (h *handOut) took(s fetch.Slab, ok bool) {
 	if !ok {
 		h.closed = true
 		return
 	}
-	h.slab, h.slabNext = s.msgs, s.next
-	h.fetcher.taken(s)
-	if len(s.msgs) == 0 {
-		h.fetcher.handedOut()
+	h.slab, h.slabNext = s.Msgs, s.Next
+	h.fetcher.Taken(s)
+	if len(s.Msgs) == 0 {
+		h.fetcher.HandedOut()
 		if len(h.batch) == 0 {
-			h.pm.skipTo(s.next)
+			h.pm.skipTo(s.Next)
 		}
 	}
 }
@@ -230,7 +231,7 @@ func (h *handOut) takeSlab() {
 	h.batch = append(h.batch, h.slab[:n]...)
 	h.slab = h.slab[n:]
 	if len(h.slab) == 0 && len(h.batch) > 0 {
-		if a := h.fetcher.spend(); a != nil {
+		if a := h.fetcher.Spend(); a != nil {
 			h.spent = append(h.spent, spentSlab{acct: a, last: h.batch[len(h.batch)-1].Offset})
 		}
 	}
@@ -240,7 +241,7 @@ func (h *handOut) takeSlab() {
 // batch, and the offset of the last of them: the slab counts in the
 // budget until that message left the batch (releaseSpent).
 type spentSlab struct {
-	acct *slabAccount
+	acct *fetch.Account
 	last int64
 }
 
@@ -253,7 +254,7 @@ func (h *handOut) releaseSpent(all bool) {
 		if !all && len(h.batch) > 0 && h.spent[i].last >= h.batch[0].Offset {
 			break
 		}
-		h.fetcher.release(h.spent[i].acct)
+		h.fetcher.Release(h.spent[i].acct)
 	}
 	clear(h.spent[:i])
 	h.spent = h.spent[:copy(h.spent, h.spent[i:])]
@@ -279,7 +280,7 @@ func (h *handOut) topUpSlabs() {
 }
 
 // fillSlabs is fill for a partition fetcher; it ends the wait early when
-// its broker loop waits for the budget (spentUp).
+// its broker loop waits for the budget (SpentUp).
 func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 	if timer == nil || h.closed || len(h.batch) == h.size {
 		return true
@@ -298,7 +299,7 @@ func (h *handOut) fillSlabs(timer *time.Timer, linger time.Duration) bool {
 			}
 		case <-timer.C:
 			return true
-		case <-h.fetcher.spentUp: // the budget is spent: no more comes
+		case <-h.fetcher.SpentUp(): // the budget is spent: no more comes
 			return true
 		case <-h.dying:
 			h.killed = true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // produceSized writes n messages of about size bytes each to topic, spread
@@ -44,8 +45,8 @@ func produceSized(t testing.TB, topic string, n, size int) []string {
 // the records' bytes only), and a producer's record batch (16 messages)
 // per broker loop, which Kafka returns whatever the request's MaxBytes.
 func bufferedBound(budget, size int64) int64 {
-	batchBytes := 16 * (size + messageOverhead)
-	return budget + budget*messageOverhead/size + fetchConnections*batchBytes
+	batchBytes := 16 * (size + fetch.MessageOverhead)
+	return budget + budget*fetch.MessageOverhead/size + fetchConnections*batchBytes
 }
 
 // TestMaxBufferedBytes: a consumer whose user reads slowly holds at most
@@ -228,7 +229,7 @@ type aheadMeter struct {
 }
 
 func messageBytes(msg *sarama.ConsumerMessage) int64 {
-	return int64(len(msg.Key)+len(msg.Value)) + messageOverhead
+	return int64(len(msg.Key)+len(msg.Value)) + fetch.MessageOverhead
 }
 
 // OnConsume implements sarama.ConsumerInterceptor.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 	"github.com/wvanbergen/kazoo-go"
 	"go.uber.org/goleak"
@@ -150,23 +151,12 @@ func needCluster(t *testing.T) {
 // timeout.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !poll(timeout, cond) {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
+	fetchtest.WaitFor(t, timeout, what, cond)
 }
 
 // poll polls cond until it holds or timeout passes, and reports whether it
 // held: waitFor for callers that report a timeout themselves.
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
-	return true
-}
+func poll(timeout time.Duration, cond func() bool) bool { return fetchtest.Poll(timeout, cond) }
 
 // uniqueName returns a name for a group or topic that no other test uses.
 func uniqueName(prefix string) string {

@@ -2,61 +2,20 @@ package kafkaconsumer
 
 import (
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
-// produceCompressed writes perPartition messages to each of topic's
-// partitions with a producer of codec, in record batches of up to 10, and
-// returns the values of each partition in the order written.
+// produceCompressed is fetchtest.ProduceCompressed on the shared
+// cluster.
 func produceCompressed(t *testing.T, topic string, partitions int32, perPartition int, codec sarama.CompressionCodec) map[int32][]string {
 	t.Helper()
-	config := batchingProducerConfig(codec)
-	// Idempotent: a batch that the producer sends again (its answer was
-	// lost) is written once, so the log holds exactly what was sent.
-	config.Producer.Idempotent = true
-	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = producer.Close() }()
-	values := make(map[int32][]string)
-	var msgs []*sarama.ProducerMessage
-	for p := range partitions {
-		for i := range perPartition {
-			// Compressible, and different in each message.
-			value := fmt.Sprintf("%s-%d-%d-%s", codec, p, i, strings.Repeat("abcd", 25))
-			values[p] = append(values[p], value)
-			msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: p, Key: sarama.StringEncoder(fmt.Sprint(i)), Value: sarama.StringEncoder(value)})
-		}
-	}
-	if err := producer.SendMessages(msgs); err != nil {
-		t.Fatalf("produce with %s: %s", codec, err)
-	}
-	return values
-}
-
-// batchingProducerConfig returns the configuration of a producer that
-// writes with codec in batches of 10 messages, to the partitions the
-// messages name, one request at a time, every replica acknowledging.
-func batchingProducerConfig(codec sarama.CompressionCodec) *sarama.Config {
-	config := sarama.NewConfig()
-	config.Version = testKafkaVersion()
-	config.Producer.Compression = codec
-	config.Producer.Return.Successes = true
-	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Producer.Flush.Messages = 10
-	config.Producer.Flush.MaxMessages = 10
-	config.Producer.Flush.Frequency = 50 * time.Millisecond
-	config.Producer.RequiredAcks = sarama.WaitForAll
-	config.Net.MaxOpenRequests = 1
-	return config
+	return fetchtest.ProduceCompressed(t, kafkaPeers, testKafkaVersion(), topic, partitions, perPartition, codec)
 }
 
 // partitionBatches fetches the record batches of topic's partition 0

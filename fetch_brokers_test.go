@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // TestIntegrationOneLoopPerBroker: on a cluster of several brokers, an
@@ -44,8 +46,8 @@ func TestIntegrationOneLoopPerBroker(t *testing.T) {
 
 	cm := c.(*consumerManager)
 	loops := make(map[int32]int) // broker ID: the instance's loops to it
-	hubs := make(map[*fetchHub]bool)
-	var budget *fetchBudget
+	hubs := make(map[*fetch.Hub]bool)
+	var budget *fetch.Budget
 	for _, f := range cm.fetchers {
 		if f.hub == nil {
 			t.Skip("the fetch engine does not serve this configuration (fetchVersion)")
@@ -54,12 +56,10 @@ func TestIntegrationOneLoopPerBroker(t *testing.T) {
 			continue
 		}
 		hubs[f.hub] = true
-		budget = f.hub.budget
-		f.hub.mu.Lock()
-		for id := range f.hub.loops {
+		budget = f.hub.Budget()
+		for _, id := range f.hub.Brokers() {
 			loops[id]++
 		}
-		f.hub.mu.Unlock()
 	}
 	perBroker := 1
 	if len(client.Brokers()) == 1 {
@@ -73,7 +73,7 @@ func TestIntegrationOneLoopPerBroker(t *testing.T) {
 	if len(loops) != len(leaders) {
 		t.Errorf("loops to %d brokers; want loops to each of the %d leading the topic's partitions", len(loops), len(leaders))
 	}
-	if got, want := budget.share(), config.MaxBufferedBytes/int64(perBroker*len(leaders)); got != want {
+	if got, want := budget.Share(), config.MaxBufferedBytes/int64(perBroker*len(leaders)); got != want {
 		t.Errorf("a loop's share of MaxBufferedBytes %d is %d; want it over the %d loops: %d", config.MaxBufferedBytes, got, perBroker*len(leaders), want)
 	}
 }

@@ -1,7 +1,7 @@
 package kafkaconsumer
 
 // The fetchers: each a client of its own, with the fetch engine's hub on
-// it (fetch_hub.go), through which the partition managers fetch, and a
+// it (internal/fetch), through which the partition managers fetch, and a
 // sarama consumer that serves only what the engine does not (a Kafka
 // older than 0.11, a SASL mechanism the engine's transport has not:
 // fetchVersion); and how they are closed.
@@ -12,7 +12,33 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// fetchVersion returns the highest Fetch request version that the fetch
+// engine sends for conf (fetch.Version), and whether the engine serves
+// conf at all: Kafka 0.11 or later, and, with SASL, a mechanism that its
+// transport has (PLAIN, SCRAM, OAUTHBEARER: consumerProtocolSASL);
+// sarama's partition consumers serve the others.
+func fetchVersion(conf *sarama.Config) (int16, bool) {
+	if conf.Net.SASL.Enable && !consumerProtocolSASL(conf.Net.SASL.Mechanism) {
+		return 0, false
+	}
+	return fetch.Version(conf)
+}
+
+// newFetchHub returns the fetch engine's hub of client, whose broker
+// loops dial through conf's own dialer (useKafkaDialer), else one of
+// conf's, with the group transport's TLS and SASL (transportOpts).
+func newFetchHub(client sarama.Client, conf *sarama.Config, version int16, budget *fetch.Budget, log *slog.Logger) *fetch.Hub {
+	d, ok := conf.Net.Proxy.Dialer.(*kafkaDialer)
+	if !ok || !conf.Net.Proxy.Enable {
+		d = newKafkaDialer(conf)
+	}
+	return fetch.NewHub(fetch.Config{Client: client, Sarama: conf, Version: version, Budget: budget, Log: log,
+		Transport: func(addr string) ([]kgo.Opt, error) { return transportOpts(conf, d, addr) }})
+}
 
 // closeInBackground closes a partition consumer without waiting: sarama's
 // Close waits until the fetch in flight returns, which against a hung
@@ -42,7 +68,7 @@ const fetchConnections = 2
 type fetcher struct {
 	client   sarama.Client
 	consumer sarama.Consumer
-	hub      *fetchHub // the partition fetchers' (fetch_hub.go), the same for every fetcher with several brokers (openKafka); nil when they do not serve the configuration (fetchVersion)
+	hub      *fetch.Hub // the partition fetchers' (internal/fetch), the same for every fetcher with several brokers (openKafka); nil when they do not serve the configuration (fetchVersion)
 }
 
 // fetcherOf returns the fetcher that consumes tp: always the same one for

@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // handOutBatch is the most messages consume takes from its partition
@@ -62,10 +63,10 @@ func (pm *partitionManager) consume(pc sarama.PartitionConsumer) consumeEnd {
 		observer: pm.parent.config.Observer,
 	}
 	receive := h.receive
-	if f, ok := pc.(*partitionFetcher); ok {
-		h.slabs, h.fetcher = f.slabs, f
+	if f, ok := pc.(*fetch.Fetcher); ok {
+		h.slabs, h.fetcher = f.Slabs(), f
 		receive = h.receiveSlab
-		defer f.handedOut()        // what is left of the slab in hand is dropped
+		defer f.HandedOut()        // what is left of the slab in hand is dropped
 		defer h.releaseSpent(true) // and the batch
 		defer h.entered()          // a wait at MaxPendingAcks ends with the loop
 	}
@@ -141,10 +142,10 @@ type handOut struct {
 	batches chan<- *Batch
 	// slabs are a partition fetcher's responses, instead of in; slab is
 	// what is left of the last one (consumeBatches).
-	slabs    <-chan slab
+	slabs    <-chan fetch.Slab
 	slab     []*sarama.ConsumerMessage
 	slabNext int64                     // the next offset to fetch after the last slab taken
-	fetcher  *partitionFetcher         // of slabs: told when a slab is taken
+	fetcher  *fetch.Fetcher            // of slabs: told when a slab is taken
 	batch    []*sarama.ConsumerMessage // received, not handed out yet
 	// spent is the slabs all in batch, which count in the budget until
 	// their messages left it (releaseSpent).
@@ -406,17 +407,17 @@ func (h *handOut) sendWaiting(msg *sarama.ConsumerMessage) bool {
 
 // waitForRoom waits, while paused, for an ack that may have made room. It
 // reports false when killed. The partition's fetcher is told that it
-// waits (setWaiting), until enter takes messages again (entered): its
+// waits (SetWaiting), until enter takes messages again (entered): its
 // slabs leave the fetch budget, and it is in no request meanwhile. The
 // partition's wait is the user's, and the other partitions must not wait
 // for it.
 func (h *handOut) waitForRoom() bool {
 	if h.fetcher != nil {
-		h.fetcher.handedOut()
+		h.fetcher.HandedOut()
 		h.releaseSpent(true) // the batch waits outside the budget
 		if !h.waited {
 			h.waited = true
-			h.fetcher.setWaiting(true)
+			h.fetcher.SetWaiting(true)
 		}
 	}
 	select {
@@ -438,7 +439,7 @@ func (h *handOut) waitForRoom() bool {
 func (h *handOut) entered() {
 	if h.waited {
 		h.waited = false
-		h.fetcher.setWaiting(false)
+		h.fetcher.SetWaiting(false)
 	}
 }
 

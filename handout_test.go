@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/wvanbergen/kazoo-go"
 )
 
@@ -304,12 +305,11 @@ func TestKilledTakesNoMoreOfTheSlab(t *testing.T) {
 	for range 50 {
 		cm, pm := fakeManager(nil, nil)
 		manageOffsets(pm, -1)
-		f := &partitionFetcher{slabs: make(chan slab, 1), errs: make(chan *sarama.ConsumerError)}
 		msgs := make([]*sarama.ConsumerMessage, 10)
 		for i := range msgs {
 			msgs[i] = &sarama.ConsumerMessage{Topic: "t", Offset: int64(i)}
 		}
-		f.slabs <- slab{msgs: msgs, next: 10}
+		f := fetch.NewStub(fetch.Slab{Msgs: msgs, Next: 10})
 		pm.t.Kill(nil)
 		if end := pm.consume(f); end != consumeKilled {
 			t.Fatalf("consume() = %d, want consumeKilled", end)

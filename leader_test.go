@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 
 	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
@@ -20,10 +21,8 @@ func fetchingFrom(c Consumer) map[TopicPartition]int32 {
 		pc := pm.pc
 		pm.mu.Unlock()
 		result[tp] = -1
-		if f, ok := pc.(*partitionFetcher); ok {
-			if l := f.loop.Load(); l != nil {
-				result[tp] = l.broker.ID()
-			}
+		if f, ok := pc.(*fetch.Fetcher); ok {
+			result[tp] = f.Broker()
 		}
 	}
 	return result

@@ -19,6 +19,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-zookeeper/zk"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // joinGroup is Join (waitClaims false) and JoinContext (true); hooks are
@@ -299,8 +300,8 @@ func (cm *consumerManager) openKafka(ctx context.Context, brokers []string) erro
 	// loop's share of the budget the limit over the brokers, and the
 	// other brokers' loops fetch while one decodes. With one broker,
 	// each client has a hub, and the broker's two loops take turns.
-	budget := &fetchBudget{limit: cm.config.MaxBufferedBytes}
-	var hub *fetchHub
+	budget := fetch.NewBudget(cm.config.MaxBufferedBytes)
+	var hub *fetch.Hub
 	for range fetchConnections {
 		client, err := sarama.NewClient(brokers, cm.config.Config)
 		if err != nil && ctx.Err() != nil { // ctx cut the connections (joinGroup)
@@ -452,7 +453,7 @@ func (cm *consumerManager) closeKafka() {
 		cm.kafkaCalls.Wait()
 		for _, f := range cm.fetchers {
 			if f.hub != nil {
-				f.hub.close() // its partition fetchers ended with their partitions; a second close of a shared hub does nothing
+				f.hub.Close() // its partition fetchers ended with their partitions; a second close of a shared hub does nothing
 			}
 		}
 		if cm.commitStop != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/commitmark"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/wvanbergen/kazoo-go"
 	"gopkg.in/tomb.v1"
 )
@@ -174,8 +175,8 @@ func (pm *partitionManager) stats() PartitionStats {
 	}
 	if pm.pc != nil {
 		s.HighWaterMark = pm.pc.HighWaterMarkOffset()
-		if f, ok := pm.pc.(*partitionFetcher); ok {
-			s.BufferedBytes = f.buffered.Load()
+		if f, ok := pm.pc.(*fetch.Fetcher); ok {
+			s.BufferedBytes = f.BufferedBytes()
 		}
 	}
 	if s.Committed >= 0 && s.HighWaterMark >= 0 {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"gopkg.in/tomb.v1"
 )
 
@@ -100,9 +101,8 @@ func (pm *partitionManager) consumeUntilKilled() {
 		pm.mu.Lock()
 		pm.pc = nil
 		pm.mu.Unlock()
-		if f, ok := pc.(*partitionFetcher); ok && end == consumeClosed {
-			<-f.done
-			pm.outOfRange = f.outOfRange
+		if f, ok := pc.(*fetch.Fetcher); ok && end == consumeClosed {
+			pm.outOfRange = f.OutOfRange()
 		}
 		if end != consumeClosed {
 			pm.parent.closeInBackground(pc)
@@ -343,7 +343,7 @@ func (pm *partitionManager) consumePartition(offset int64) (sarama.PartitionCons
 			return nil, tomb.ErrDying
 		default:
 		}
-		return startPartitionFetcher(hub, pm.tp, offset), nil
+		return hub.Start(pm.tp.Topic, pm.tp.Partition, offset), nil
 	}
 	done := make(chan started) // unbuffered: the partition consumer is handed over, or closed
 	cm.kafkaCalls.Add(1)

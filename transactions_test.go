@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
 // newTransactionalProducer returns a transactional producer of its own
@@ -13,58 +14,18 @@ import (
 // caller closes it.
 func newTransactionalProducer(t *testing.T) sarama.SyncProducer {
 	t.Helper()
-	config := sarama.NewConfig()
-	config.Version = testKafkaVersion()
-	config.Producer.Idempotent = true
-	config.Producer.Transaction.ID = uniqueName("txn-producer")
-	config.Producer.RequiredAcks = sarama.WaitForAll
-	config.Producer.Return.Successes = true
-	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Net.MaxOpenRequests = 1
-	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
+	producer, err := sarama.NewSyncProducer(kafkaPeers, fetchtest.TransactionalConfig(testKafkaVersion(), uniqueName("txn-producer")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return producer
 }
 
-// produceTransactions writes to each of topic's partitions with a
-// transactional producer: a committed transaction, an aborted one, a
-// committed one and, last, an aborted one, of three records per partition
-// each. The log of each partition then ends in aborted records and their
-// ABORT marker. It returns the committed values and the aborted ones.
+// produceTransactions is fetchtest.ProduceTransactions on the shared
+// cluster.
 func produceTransactions(t *testing.T, topic string, partitions int32) (committed, aborted []string) {
 	t.Helper()
-	producer := newTransactionalProducer(t)
-	defer func() { _ = producer.Close() }()
-	for txn, commit := range []bool{true, false, true, false} {
-		if err := producer.BeginTxn(); err != nil {
-			t.Fatal(err)
-		}
-		var msgs []*sarama.ProducerMessage
-		for p := range partitions {
-			for i := range 3 {
-				value := fmt.Sprintf("txn%d-p%d-%d", txn, p, i)
-				msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.StringEncoder(value)})
-				if commit {
-					committed = append(committed, value)
-				} else {
-					aborted = append(aborted, value)
-				}
-			}
-		}
-		if err := producer.SendMessages(msgs); err != nil {
-			t.Fatal(err)
-		}
-		end := producer.AbortTxn
-		if commit {
-			end = producer.CommitTxn
-		}
-		if err := end(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return committed, aborted
+	return fetchtest.ProduceTransactions(t, kafkaPeers, testKafkaVersion(), uniqueName("txn-producer"), topic, partitions)
 }
 
 // TestTransactions: a transactional producer's topic, read committed and

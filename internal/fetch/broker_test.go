@@ -10,8 +10,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,15 +17,6 @@ import (
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
-
-func kafkaPeers(t *testing.T) []string {
-	t.Helper()
-	peers := os.Getenv("KAFKA_PEERS")
-	if testing.Short() || peers == "" {
-		t.Skip("needs KAFKA_PEERS (make cluster-up, then . .cluster/env)")
-	}
-	return strings.Split(peers, ",")
-}
 
 const brokerMessages = 40
 
@@ -128,7 +117,7 @@ func dialBroker(t *testing.T, addr string) (c *fetchtest.Conn, lowest, highest i
 }
 
 func TestDecodeBrokerRecords(t *testing.T) {
-	peers := kafkaPeers(t)
+	peers := fetchtest.KafkaPeers(t)
 	c, lowest, highest := dialBroker(t, peers[0])
 	produceLowest, _, err := c.Versions(0)
 	if err != nil {
@@ -194,7 +183,7 @@ func firstBatch(records []byte) (magic int, codec sarama.CompressionCodec, ok bo
 // that ends inside its second batch: the broker cuts the batch there, and
 // Decode returns the first batch's messages and Partial, no error.
 func TestDecodeBrokerTruncated(t *testing.T) {
-	peers := kafkaPeers(t)
+	peers := fetchtest.KafkaPeers(t)
 	topic := fmt.Sprintf("decode-%d-truncated", rand.Uint32())
 	produce(t, peers, topic, sarama.V2_7_0_0, sarama.CompressionNone)
 	c, _, version := dialBroker(t, peers[0])

@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 import "testing"
 
@@ -8,7 +8,7 @@ import "testing"
 // batch beside the values).
 func responseBytes(n, value int64) (counted, wire int64) {
 	const recordWire, batchWire = 10, 61
-	counted = n * (value + messageOverhead)
+	counted = n * (value + MessageOverhead)
 	wire = n*(value+recordWire) + (n+15)/16*batchWire
 	return counted, wire
 }
@@ -20,7 +20,7 @@ func responseBytes(n, value int64) (counted, wire int64) {
 // largest of the recent responses', not the last one's.
 func TestFetchBudgetRatioOfRecentResponses(t *testing.T) {
 	t.Parallel()
-	b := &fetchBudget{limit: 1 << 20}
+	b := &Budget{limit: 1 << 20}
 	l := &brokerLoop{}
 	l.measure(responseBytes(1000, 10))
 	l.measure(responseBytes(100, 1024))
@@ -46,7 +46,7 @@ func TestFetchBudgetRatioOfRecentResponses(t *testing.T) {
 func TestFetchBudgetSlowBrokerKeepsItsShare(t *testing.T) {
 	t.Parallel()
 	const limit, fetchMax = 6000, 1 << 20
-	b := &fetchBudget{limit: limit}
+	b := &Budget{limit: limit}
 	loops := make([]*brokerLoop, 6)
 	for i := range loops {
 		b.join()

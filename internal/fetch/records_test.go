@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
@@ -73,15 +72,15 @@ func TestPartitionFetcherLegacy(t *testing.T) {
 }
 
 // TestPartitionFetcherCorrupt: a corrupt batch is an error wrapping
-// ErrCorruptRecords, the messages before it delivered and the offset at
+// ErrCorrupt, the messages before it delivered and the offset at
 // it: nothing is skipped.
 func TestPartitionFetcherCorrupt(t *testing.T) {
 	f := testFetcher(0)
 	p := partitionOf(4, recordBatch(0, 2), recordBatch(2, 2))
 	p.Records[len(p.Records)-1] ^= 0xff // the second batch's last byte: its CRC fails
 	rec, moved, err := f.records(p, false)
-	if got := offsets(rec.Messages); !errors.Is(err, ErrCorruptRecords) || !moved || !slices.Equal(got, []int64{0, 1}) || f.offset != 2 {
-		t.Fatalf("offsets %v, moved %v, next %d, %v; want [0 1], moved, 2, ErrCorruptRecords", got, moved, f.offset, err)
+	if got := offsets(rec.Messages); !errors.Is(err, ErrCorrupt) || !moved || !slices.Equal(got, []int64{0, 1}) || f.offset != 2 {
+		t.Fatalf("offsets %v, moved %v, next %d, %v; want [0 1], moved, 2, ErrCorrupt", got, moved, f.offset, err)
 	}
 }
 
@@ -90,7 +89,7 @@ func TestPartitionFetcherCorrupt(t *testing.T) {
 // 7) wrote as Kafka 3.9 writes it: transactions of offsets 0-2 (committed,
 // marker at 3), 4-6 (aborted, marker 7), 8-10 (committed, marker 11) and
 // 12-14 (aborted, marker 15), each in two batches.
-func transactionPartition() *fetch.Partition {
+func transactionPartition() *Partition {
 	var entries []interface{ AppendTo([]byte) []byte }
 	for txn, abort := range []bool{false, true, false, true} {
 		first := int64(4 * txn)
@@ -101,7 +100,7 @@ func transactionPartition() *fetch.Partition {
 		entries = append(entries, fetchtest.ControlBatch(first+3, 7, abort))
 	}
 	p := partitionOf(16, entries...)
-	p.Aborted = []fetch.Aborted{{ProducerID: 7, FirstOffset: 12}, {ProducerID: 7, FirstOffset: 4}}
+	p.Aborted = []Aborted{{ProducerID: 7, FirstOffset: 12}, {ProducerID: 7, FirstOffset: 4}}
 	return p
 }
 
@@ -118,11 +117,11 @@ func TestPartitionFetcherReadCommitted(t *testing.T) {
 	if err != nil || !moved {
 		t.Fatalf("records: moved %v, %v", moved, err)
 	}
-	msgs, size := rec.Messages, rec.Bytes+int64(len(rec.Messages))*messageOverhead
+	msgs, size := rec.Messages, rec.Bytes+int64(len(rec.Messages))*MessageOverhead
 	if got, want := offsets(msgs), []int64{0, 1, 2, 8, 9, 10}; !slices.Equal(got, want) {
 		t.Errorf("read committed: offsets %v, want %v", got, want)
 	}
-	if want := 6 + 6*messageOverhead; size != want {
+	if want := 6 + 6*MessageOverhead; size != want {
 		t.Errorf("size %d, want %d (one byte of value and a message each)", size, want)
 	}
 	if f.offset != 16 {

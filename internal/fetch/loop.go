@@ -1,6 +1,6 @@
-package kafkaconsumer
+package fetch
 
-// A broker's loop of the fetch engine (fetch_hub.go): one request for all
+// A broker's loop of the fetch engine (hub.go): one request for all
 // the partitions it serves, and each partition's part of the response
 // handed to its fetcher.
 
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/rcrowley/go-metrics"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,18 +25,18 @@ import (
 // its last slab; an error of a partition
 // (moved leader, offset out of range) or of the request unsubscribes the
 // partitions it concerns, which subscribe again after a backoff (see
-// partitionFetcher.run).
+// Fetcher.run).
 type brokerLoop struct {
-	hub    *fetchHub
+	hub    *Hub
 	broker *sarama.Broker
-	wake   chan struct{}       // a token, without blocking the sender, when the loop may have a request to send
-	added  []*partitionFetcher // guarded by hub.mu: subscribed, not taken by the loop yet
-	subs   []*partitionFetcher // the loop's
+	wake   chan struct{} // a token, without blocking the sender, when the loop may have a request to send
+	added  []*Fetcher    // guarded by hub.mu: subscribed, not taken by the loop yet
+	subs   []*Fetcher    // the loop's
 	// held is the bytes of the slabs this loop delivered that their
 	// partitions did not take yet (counted in hub.buffered too).
 	held atomic.Int64
 	// reserved is what is left of the budget that the loop's request in
-	// flight reserved (fetchBudget.reserve): the loop goroutine's.
+	// flight reserved (Budget.reserve): the loop goroutine's.
 	reserved int64
 	// expand is the ratios of counted to wire bytes of the loop's last
 	// responses with messages (expansion): the loop goroutine's.
@@ -72,7 +71,7 @@ func (l *brokerLoop) run() {
 	defer l.hub.budget.leave() // its share goes to the other loops
 	defer l.closeConnection()
 	var (
-		ready   []*partitionFetcher
+		ready   []*Fetcher
 		waiting time.Time // since when a partition's last slab is not taken; zero when none
 		timer   = time.NewTimer(time.Hour)
 	)
@@ -181,7 +180,7 @@ func (l *brokerLoop) run() {
 
 // fetch sends one request for the ready fetchers, and hands each its
 // messages or its error.
-func (l *brokerLoop) fetch(ready []*partitionFetcher, maxBytes int32) {
+func (l *brokerLoop) fetch(ready []*Fetcher, maxBytes int32) {
 	req, longPoll := l.request(ready, maxBytes)
 	ctx, cancel := context.WithCancel(l.hub.ctx)
 	defer cancel()
@@ -259,7 +258,7 @@ const partitionFloor = 64 << 10
 // equal share of maxBytes (partitionMaxBytes), and the order turns by one
 // at every request (cursor), as franz-go's requests do, so that every
 // partition comes first in turn. Called by the loop's goroutine only.
-func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.FetchRequest, bool) {
+func (l *brokerLoop) request(ready []*Fetcher, maxBytes int32) (*kmsg.FetchRequest, bool) {
 	conf := l.hub.conf
 	req := kmsg.NewPtrFetchRequest()
 	req.MinBytes = conf.Consumer.Fetch.Min
@@ -306,7 +305,7 @@ func (l *brokerLoop) request(ready []*partitionFetcher, maxBytes int32) (*kmsg.F
 // gives each partition share bytes: share, up to f's fetch size; the
 // whole fetch size once it grew past Consumer.Fetch.Default (a batch
 // larger than it came cut short: records).
-func (f *partitionFetcher) partitionMaxBytes(share int32) int32 {
+func (f *Fetcher) partitionMaxBytes(share int32) int32 {
 	if f.fetchSize > f.hub.conf.Consumer.Fetch.Default {
 		return f.fetchSize
 	}
@@ -314,9 +313,9 @@ func (f *partitionFetcher) partitionMaxBytes(share int32) int32 {
 }
 
 // send sends req on the loop's transport and returns its response, the
-// records undecoded (fetch.FromKmsg): kgo reads the response's framing
+// records undecoded (FromKmsg): kgo reads the response's framing
 // (kmsg), the partitions' records stay the raw bytes of its body.
-func (l *brokerLoop) send(ctx context.Context, req *kmsg.FetchRequest) (*fetch.Response, error) {
+func (l *brokerLoop) send(ctx context.Context, req *kmsg.FetchRequest) (*Response, error) {
 	b, err := l.connection()
 	if err != nil {
 		return nil, err
@@ -332,7 +331,7 @@ func (l *brokerLoop) send(ctx context.Context, req *kmsg.FetchRequest) (*fetch.R
 	case resp.Version < 4:
 		return nil, fmt.Errorf("fetch from broker %d at %s: it takes Fetch v%d at most, and the fetch engine needs v4 (Kafka 0.11)", l.broker.ID(), l.broker.Addr(), resp.Version)
 	}
-	return fetch.FromKmsg(resp), nil
+	return FromKmsg(resp), nil
 }
 
 // recordThrottle records a response's throttle time in the histogram
@@ -357,7 +356,7 @@ func (l *brokerLoop) recordThrottle(d time.Duration) {
 // partition is no error: it returns the throttle time to wait. A
 // response's own error (a fetch session's: the loop opens none) is the
 // error of every partition.
-func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) time.Duration {
+func (l *brokerLoop) handle(ready []*Fetcher, resp *Response) time.Duration {
 	if resp.ThrottleTime > 0 && len(resp.Partitions) == 0 {
 		return resp.ThrottleTime
 	}
@@ -365,7 +364,7 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 		l.dropAll(resp.Err)
 		return 0
 	}
-	parts := make(map[TopicPartition]*fetch.Partition, len(resp.Partitions))
+	parts := make(map[TopicPartition]*Partition, len(resp.Partitions))
 	for i := range resp.Partitions {
 		p := &resp.Partitions[i]
 		parts[TopicPartition{p.Topic, p.Partition}] = p
@@ -403,15 +402,15 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 			cut++
 		}
 		if len(rec.Messages) > 0 || moved {
-			size := rec.Bytes + int64(len(rec.Messages))*messageOverhead
+			size := rec.Bytes + int64(len(rec.Messages))*MessageOverhead
 			counted += size
 			wire += int64(rec.Wire)
 			msgs += int64(len(rec.Messages))
 			filled++
 			f.intercept(rec.Messages)
-			f.deliver(slab{msgs: rec.Messages, next: f.offset, acct: &slabAccount{size: size, from: l}})
+			f.deliver(Slab{Msgs: rec.Messages, Next: f.offset, Acct: &Account{size: size, from: l}})
 		}
-		if errors.Is(err, fetch.ErrCorrupt) {
+		if errors.Is(err, ErrCorrupt) {
 			// The messages before the corrupt batch are delivered; the
 			// fetcher reports the error and fetches the batch again
 			// after its backoff (a batch corrupted on the way comes
@@ -434,7 +433,7 @@ func (l *brokerLoop) handle(ready []*partitionFetcher, resp *fetch.Response) tim
 // than the loop's as the leader of f's partition, as sarama's consumer
 // checks after each response: a former leader that still answers would
 // otherwise keep the partition for good.
-func (l *brokerLoop) leaderMoved(f *partitionFetcher) bool {
+func (l *brokerLoop) leaderMoved(f *Fetcher) bool {
 	if f.preferred >= 0 && f.preferred == l.broker.ID() && time.Now().Before(f.preferredUntil) {
 		return false // the leader sent it here
 	}
@@ -454,7 +453,7 @@ func (l *brokerLoop) dropAll(err error) {
 
 // drop unsubscribes f for err: f's goroutine reports it, and subscribes
 // again or ends.
-func (l *brokerLoop) drop(f *partitionFetcher, err error) {
+func (l *brokerLoop) drop(f *Fetcher, err error) {
 	for i, g := range l.subs {
 		if g == f {
 			l.subs = append(l.subs[:i], l.subs[i+1:]...)

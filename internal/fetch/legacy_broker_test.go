@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
 // TestPartitionFetcherLegacyBroker: the engine consumes the legacy
@@ -17,12 +17,12 @@ import (
 // message in order, its key and value, without handing the partition to
 // sarama's partition consumer.
 func TestPartitionFetcherLegacyBroker(t *testing.T) {
-	parallelClusterTest(t)
-	if testKafkaVersion().IsAtLeast(sarama.V3_0_0_0) {
+	peers := fetchtest.KafkaPeers(t)
+	t.Parallel()
+	if fetchtest.KafkaVersion(t).IsAtLeast(sarama.V3_0_0_0) {
 		t.Skip("Kafka 3 writes record batches whatever the topic's message.format.version")
 	}
-	client := newTestClient(t)
-	admin := newTestAdmin(t, client)
+	client := fetchtest.Client(t, peers)
 	for _, tc := range []struct {
 		format string
 		magic  byte
@@ -34,31 +34,23 @@ func TestPartitionFetcherLegacyBroker(t *testing.T) {
 		{"0.10.2", 1, sarama.CompressionSnappy},
 	} {
 		t.Run(fmt.Sprintf("magic%d-%s", tc.magic, tc.codec), func(t *testing.T) {
-			topic := uniqueName(topicPrefix(t))
-			entries := map[string]*string{"message.format.version": ptr(tc.format)}
-			if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1, ConfigEntries: entries}, false); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, 30*time.Second, "the topic's leader", func() bool {
-				_, err := client.GetOffset(topic, 0, sarama.OffsetNewest)
-				return err == nil
-			})
-			values := produceLegacy(t, topic, 30, tc.codec)
+			topic := fetchtest.Topic(t, client, 1, map[string]*string{"message.format.version": &tc.format})
+			values := produceLegacy(t, peers, topic, 30, tc.codec)
 			if magic := firstMagic(t, client, topic); magic != tc.magic {
 				t.Fatalf("the broker wrote magic %d, want %d", magic, tc.magic)
 			}
 
 			conf := sarama.NewConfig()
-			conf.Version = testKafkaVersion()
-			fc, err := sarama.NewClient(kafkaPeers, conf)
+			conf.Version = fetchtest.KafkaVersion(t)
+			fc, err := sarama.NewClient(peers, conf)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = fc.Close() }()
-			version, _ := fetchVersion(conf)
-			hub := newFetchHub(fc, conf, version, &fetchBudget{}, nil)
-			defer hub.close()
-			f := startPartitionFetcher(hub, TopicPartition{topic, 0}, 3)
+			version, _ := Version(conf)
+			hub := testHub(fc, conf, version, &Budget{}, nil)
+			defer hub.Close()
+			f := hub.Start(topic, 0, 3)
 			defer func() { _ = f.Close() }()
 			var got []*sarama.ConsumerMessage
 			deadline := time.NewTimer(30 * time.Second)
@@ -69,8 +61,8 @@ func TestPartitionFetcherLegacyBroker(t *testing.T) {
 					if !ok {
 						t.Fatalf("the fetcher ended after %d messages: the partition went to sarama's consumer", len(got))
 					}
-					got = append(got, s.msgs...)
-					f.taken(s)
+					got = append(got, s.Msgs...)
+					f.Taken(s)
 				case err := <-f.errs:
 					t.Fatalf("reported %v", err)
 				case <-deadline.C:
@@ -87,11 +79,11 @@ func TestPartitionFetcherLegacyBroker(t *testing.T) {
 }
 
 // produceLegacy writes n messages of keys "0".."n-1" to partition 0 of
-// topic with codec, in batches of 10, and returns their values.
-func produceLegacy(t *testing.T, topic string, n int, codec sarama.CompressionCodec) []string {
+// topic on peers with codec, in batches of 10, and returns their values.
+func produceLegacy(t *testing.T, peers []string, topic string, n int, codec sarama.CompressionCodec) []string {
 	t.Helper()
-	config := batchingProducerConfig(codec)
-	producer, err := sarama.NewSyncProducer(kafkaPeers, config)
+	config := fetchtest.BatchingProducerConfig(fetchtest.KafkaVersion(t), codec)
+	producer, err := sarama.NewSyncProducer(peers, config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +106,7 @@ func firstMagic(t *testing.T, client sarama.Client, topic string) byte {
 	t.Helper()
 	version := brokerFetchVersion(t)
 	body := rawFetchOf(t, client, version, topic, false)
-	resp, err := fetch.ReadResponse(version, body)
+	resp, err := ReadResponse(version, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 // The engine's decode before internal/fetch, kept as the tests' oracle
 // of what sarama makes of a response (TestDecodeAsToday,
@@ -15,7 +15,6 @@ import (
 	"slices"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 )
 
 // errSaramaLegacy is saramaParse's error for a legacy message set, which
@@ -32,7 +31,7 @@ var errSaramaLegacy = errors.New("legacy message set")
 // the pointers to them. A response that holds only part of a batch (a
 // batch larger than the fetch size) makes the next fetch ask for more, as
 // sarama's consumer does.
-func (f *partitionFetcher) saramaParse(block *sarama.FetchResponseBlock) (msgs []*sarama.ConsumerMessage, size int64, moved bool, err error) {
+func (f *Fetcher) saramaParse(block *sarama.FetchResponseBlock) (msgs []*sarama.ConsumerMessage, size int64, moved bool, err error) {
 	n := 0
 	for _, records := range block.RecordsSet {
 		if records.MsgSet != nil {
@@ -43,11 +42,11 @@ func (f *partitionFetcher) saramaParse(block *sarama.FetchResponseBlock) (msgs [
 		}
 	}
 	conf := f.hub.conf
-	var aborted *abortedTransactions
+	var aborted *saramaAborted
 	if conf.Consumer.IsolationLevel == sarama.ReadCommitted {
-		aborted = newAbortedTransactions(block.AbortedTransactions)
+		aborted = newSaramaAborted(block.AbortedTransactions)
 	}
-	// The messages are allocated in chunks of fetch.SlabChunk: a message the
+	// The messages are allocated in chunks of SlabChunk: a message the
 	// user keeps keeps its chunk alive, not the whole slab. Their keys,
 	// values and headers point into the response, as sarama's consumer's
 	// do.
@@ -75,13 +74,13 @@ func (f *partitionFetcher) saramaParse(block *sarama.FetchResponseBlock) (msgs [
 				continue
 			}
 			if len(chunk) == 0 {
-				chunk = make([]sarama.ConsumerMessage, min(n-len(msgs), fetch.SlabChunk))
+				chunk = make([]sarama.ConsumerMessage, min(n-len(msgs), SlabChunk))
 			}
 			m := &chunk[0] // written in place: no copy of the struct
 			chunk = chunk[1:]
 			m.Topic, m.Partition, m.Offset = f.tp.Topic, f.tp.Partition, offset
 			m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
-			size += int64(len(rec.Key)+len(rec.Value)) + messageOverhead
+			size += int64(len(rec.Key)+len(rec.Value)) + MessageOverhead
 			for _, h := range rec.Headers {
 				size += int64(len(h.Key) + len(h.Value))
 			}
@@ -118,25 +117,25 @@ func (f *partitionFetcher) saramaParse(block *sarama.FetchResponseBlock) (msgs [
 	return msgs, size, moved, nil
 }
 
-// abortedTransactions filters, reading committed, the record batches of
+// saramaAborted filters, reading committed, the record batches of
 // one response block: a transactional batch of a producer whose aborted
 // transaction began at or before it is skipped, until that producer's
 // ABORT marker (as Kafka's consumer does). nil reads uncommitted: it skips
 // nothing.
-type abortedTransactions struct {
+type saramaAborted struct {
 	pending   []*sarama.AbortedTransaction // by first offset, not reached yet
 	producers map[int64]struct{}           // with an aborted transaction open
 }
 
-func newAbortedTransactions(txns []*sarama.AbortedTransaction) *abortedTransactions {
+func newSaramaAborted(txns []*sarama.AbortedTransaction) *saramaAborted {
 	pending := slices.Clone(txns)
 	slices.SortFunc(pending, func(a, b *sarama.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	return &abortedTransactions{pending: pending, producers: make(map[int64]struct{})}
+	return &saramaAborted{pending: pending, producers: make(map[int64]struct{})}
 }
 
 // skip reports whether the batch rb, which ends before end, is to be
 // skipped; a is told of each batch in offset order, control batches too.
-func (a *abortedTransactions) skip(rb *sarama.RecordBatch, end int64) bool {
+func (a *saramaAborted) skip(rb *sarama.RecordBatch, end int64) bool {
 	if a == nil {
 		return false
 	}
@@ -145,7 +144,7 @@ func (a *abortedTransactions) skip(rb *sarama.RecordBatch, end int64) bool {
 		a.pending = a.pending[1:]
 	}
 	if rb.Control {
-		if isAbortMarker(rb) {
+		if saramaAbortMarker(rb) {
 			delete(a.producers, rb.ProducerID)
 		}
 		return true
@@ -154,10 +153,10 @@ func (a *abortedTransactions) skip(rb *sarama.RecordBatch, end int64) bool {
 	return rb.IsTransactional && open
 }
 
-// isAbortMarker reports whether the control batch rb is a transaction's
+// saramaAbortMarker reports whether the control batch rb is a transaction's
 // ABORT marker: its record's key is a version (int16) and a type (int16),
 // 0 for ABORT and 1 for COMMIT.
-func isAbortMarker(rb *sarama.RecordBatch) bool {
+func saramaAbortMarker(rb *sarama.RecordBatch) bool {
 	if len(rb.Records) == 0 || len(rb.Records[0].Key) < 4 {
 		return false
 	}

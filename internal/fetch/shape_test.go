@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 import (
 	"slices"
@@ -18,11 +18,11 @@ import (
 func TestBrokerLoopRequestShape(t *testing.T) {
 	t.Parallel()
 	conf := sarama.NewConfig()
-	hub := &fetchHub{conf: conf, budget: &fetchBudget{}}
+	hub := &Hub{conf: conf, budget: &Budget{}}
 	l := &brokerLoop{hub: hub}
-	var ready []*partitionFetcher
+	var ready []*Fetcher
 	for p := range int32(4) {
-		ready = append(ready, &partitionFetcher{hub: hub, tp: TopicPartition{"t", p}, fetchSize: conf.Consumer.Fetch.Default, epoch: -1})
+		ready = append(ready, &Fetcher{hub: hub, tp: TopicPartition{"t", p}, fetchSize: conf.Consumer.Fetch.Default, epoch: -1})
 	}
 	shape := func(maxBytes int32) (order []int32, sizes []int32) {
 		req, _ := l.request(ready, maxBytes)

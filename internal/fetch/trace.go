@@ -1,6 +1,6 @@
 //go:build fetchtrace
 
-package kafkaconsumer
+package fetch
 
 // The broker loops' trace hook, built with the tag fetchtrace only (e.g.
 // cd bench && go run -tags fetchtrace .): per broker, how long its loops

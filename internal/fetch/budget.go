@@ -1,14 +1,14 @@
-package kafkaconsumer
+package fetch
 
 // The fetch budget: what the broker loops of one consumer may fetch ahead
-// of the partitions, Config.MaxBufferedBytes (fetch_hub.go).
+// of the partitions, the consumer's MaxBufferedBytes (hub.go).
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// fetchBudget is Config.MaxBufferedBytes, shared by the fetch hubs of a
+// Budget is the consumer's MaxBufferedBytes, shared by the fetch hubs of a
 // consumer: the bytes of messages their fetchers hold in slabs that the
 // partitions did not hand out yet, and the bytes that the requests in
 // flight reserved (reserve). Each running broker loop has a share of it,
@@ -23,7 +23,7 @@ import (
 // response brings beyond comes on top (Kafka answers with a first record
 // batch however large, and a slab counts the messages' own memory, which
 // the request's MaxBytes does not).
-type fetchBudget struct {
+type Budget struct {
 	limit int64 // 0: no bound
 	// buffered is the slabs' bytes and the reservations, changed only by
 	// atomic adds, and by reserve's compare-and-swap.
@@ -36,6 +36,11 @@ type fetchBudget struct {
 	waiters []budgetWaiter
 	waiting atomic.Int32
 }
+
+// NewBudget returns a budget of limit bytes (the consumer's
+// MaxBufferedBytes; 0 or less: no bound), for the Config of each hub of
+// one consumer.
+func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
 
 // budgetWaiter is a loop that waits for the budget, and the least free
 // bytes that make a request of it worth sending.
@@ -51,22 +56,26 @@ const minRequestParts = 4
 
 // join counts a broker loop that starts; leave, one that ends (and wakes
 // the waiting loops, whose shares grew). Safe from any goroutine.
-func (b *fetchBudget) join() { b.loops.Add(1) }
+func (b *Budget) join() { b.loops.Add(1) }
 
-func (b *fetchBudget) leave() {
+func (b *Budget) leave() {
 	b.loops.Add(-1)
 	b.wakeWaiters()
 }
 
+// Share returns each running loop's share of the limit: the limit over
+// the loops running now. Safe from any goroutine.
+func (b *Budget) Share() int64 { return b.share() }
+
 // share returns each running loop's share of the limit.
-func (b *fetchBudget) share() int64 {
+func (b *Budget) share() int64 {
 	return b.limit / int64(max(b.loops.Load(), 1))
 }
 
 // release gives back the bytes of a slab that loop l fetched (nil: its
 // loop is not counted any more), and wakes the waiting loops for which a
 // request is worth sending now (wait).
-func (b *fetchBudget) release(l *brokerLoop, size int64) {
+func (b *Budget) release(l *brokerLoop, size int64) {
 	if size == 0 {
 		return
 	}
@@ -79,7 +88,7 @@ func (b *fetchBudget) release(l *brokerLoop, size int64) {
 
 // wakeWaiters notifies each waiting loop that holds nothing, or for which
 // at least its least request is free now.
-func (b *fetchBudget) wakeWaiters() {
+func (b *Budget) wakeWaiters() {
 	if b.waiting.Load() == 0 {
 		return
 	}
@@ -94,17 +103,17 @@ func (b *fetchBudget) wakeWaiters() {
 
 // available returns what loop l may reserve now: what is free of the
 // limit, within what its slabs leave of its share.
-func (b *fetchBudget) available(l *brokerLoop) int64 {
+func (b *Budget) available(l *brokerLoop) int64 {
 	return min(b.limit-b.buffered.Load(), b.share()-l.held.Load())
 }
 
 // reserve returns the MaxBytes of the next request of loop l, and
 // reserves what its response may count in the budget, in one step (a
 // compare-and-swap). A slab counts its messages' memory, more than their
-// bytes on the wire (see messageOverhead), so the reservation is in the
+// bytes on the wire (see MessageOverhead), so the reservation is in the
 // budget's unit and the request asks for it divided by l's ratio of
 // counted to wire bytes (brokerLoop.expansion): at most what is free,
-// what l's slabs leave of its share (fetchBudget.share), and
+// what l's slabs leave of its share (Budget.share), and
 // Consumer.Fetch.MaxBytes (limit). It reports false, reserving nothing,
 // when less than the least request worth sending is free while l holds
 // slabs not taken yet: its share over minRequestParts, or all of limit if
@@ -114,7 +123,7 @@ func (b *fetchBudget) available(l *brokerLoop) int64 {
 // the loop handled the response: the slabs it delivers take it over
 // (count), and settle gives back the rest. Without a limit it reserves
 // nothing. Called by l's goroutine only; safe beside the other loops'.
-func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
+func (b *Budget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 	if b.limit <= 0 {
 		return limit, true
 	}
@@ -142,7 +151,7 @@ func (b *fetchBudget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 // least returns the least reservation that a request of loop l is worth
 // sending for while l holds slabs (reserve). Called by l's goroutine
 // only.
-func (b *fetchBudget) least(l *brokerLoop, limit int32) int64 {
+func (b *Budget) least(l *brokerLoop, limit int32) int64 {
 	return min(b.share()/minRequestParts, int64(float64(limit)*l.expansion()))
 }
 
@@ -152,7 +161,7 @@ func (b *fetchBudget) least(l *brokerLoop, limit int32) int64 {
 // partitions that gather batches to hand them out (spentUp): their
 // messages count in the budget, and no more may be fetched for them.
 // Called by l's goroutine only.
-func (b *fetchBudget) wait(l *brokerLoop, limit int32, on bool) {
+func (b *Budget) wait(l *brokerLoop, limit int32, on bool) {
 	if on {
 		for _, f := range l.subs {
 			select {
@@ -179,7 +188,7 @@ func (b *fetchBudget) wait(l *brokerLoop, limit int32, on bool) {
 // count counts a slab of size bytes that loop l delivered: what the
 // reservation of l's request covers of it is counted already, the rest
 // is added. Called by l's goroutine only.
-func (b *fetchBudget) count(l *brokerLoop, size int64) {
+func (b *Budget) count(l *brokerLoop, size int64) {
 	covered := min(size, l.reserved)
 	l.reserved -= covered
 	b.buffered.Add(size - covered)
@@ -189,7 +198,7 @@ func (b *fetchBudget) count(l *brokerLoop, size int64) {
 // settle gives back what is left of the reservation of l's request, once
 // its response is handled (or the request failed). Called by l's
 // goroutine only.
-func (b *fetchBudget) settle(l *brokerLoop) {
+func (b *Budget) settle(l *brokerLoop) {
 	left := l.reserved
 	l.reserved = 0
 	b.release(nil, left)

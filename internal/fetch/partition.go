@@ -1,11 +1,12 @@
-package kafkaconsumer
+package fetch
 
-// A partition's fetcher in the fetch engine (fetch_hub.go): where it
+// A partition's fetcher in the fetch engine (hub.go): where it
 // fetches from (the leader, or the preferred read replica), what it does
 // with errors, and how its slabs reach the partition manager, which uses
 // it as a sarama.PartitionConsumer.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +18,7 @@ import (
 )
 
 // fail tells f's goroutine that its loop dropped it for err.
-func (f *partitionFetcher) fail(err error) {
+func (f *Fetcher) fail(err error) {
 	f.loop.Store(nil)
 	select {
 	case f.failed <- err:
@@ -25,29 +26,29 @@ func (f *partitionFetcher) fail(err error) {
 	}
 }
 
-// partitionFetcher is one partition of a fetchHub. Its goroutine (run)
+// Fetcher is one partition of a Hub. Its goroutine (run)
 // subscribes it to the loop of the partition's leader, and again after an
 // error; the loop sends the messages of each response on slabs. It
 // implements sarama.PartitionConsumer, so that the partition manager runs
 // it as it runs sarama's: AsyncClose stops it, its Errors channel is
 // closed when run ends, HighWaterMarkOffset, Pause and Resume. Its
-// Messages channel is nil: consumeBatches reads slabs, and calls taken
+// Messages channel is nil: its owner reads Slabs, and calls Taken
 // after each.
-type partitionFetcher struct {
-	hub *fetchHub
+type Fetcher struct {
+	hub *Hub
 	tp  TopicPartition
 
 	// slabs carries each response's messages, in offset order; the
 	// loop sends only when it is empty (capacity 1). Closed by run when
 	// it ends, under mu, after which deliver sends nothing.
-	slabs  chan slab
+	slabs  chan Slab
 	mu     sync.Mutex
 	ended  bool
 	errs   chan *sarama.ConsumerError // closed when run ends
 	failed chan error                 // the loop's drop; capacity 1
 	hwm    atomic.Int64
 	// paused is set by Pause, until Resume; waiting while the partition
-	// waits at MaxPendingAcks (setWaiting). Either sidelines the
+	// waits at MaxPendingAcks (SetWaiting). Either sidelines the
 	// partition: it is in no request after the one in flight, and its
 	// slabs are outside the budget.
 	paused, waiting atomic.Bool
@@ -66,9 +67,9 @@ type partitionFetcher struct {
 	// entirely yet: the one in the channel, the one the partition is
 	// handing out, and those whose messages wait in its hand-out's batch
 	// (PartitionStats.BufferedBytes); inHand is the account of the one
-	// it is handing out (spend).
+	// it is handing out (Spend).
 	buffered atomic.Int64
-	inHand   atomic.Pointer[slabAccount]
+	inHand   atomic.Pointer[Account]
 	// spentUp gets a token, without blocking the sender, when the loop
 	// waits for the budget: a hand-out in batches gathering its batch
 	// (whose messages count in the budget) hands it out without waiting
@@ -104,22 +105,22 @@ type partitionFetcher struct {
 	epoch int32
 }
 
-// slab is what one response brought a partition: its messages, in offset
-// order, and next, the offset to fetch next. Offsets below next without a
-// message in msgs hold nothing to hand out (control batches, aborted
-// transactions, batches compaction emptied). acct counts the bytes of
-// msgs in the hub's budget until the partition has handed them out
-// (slabAccount).
-type slab struct {
-	msgs []*sarama.ConsumerMessage
-	next int64
-	acct *slabAccount
+// Slab is what one response brought a partition: its messages, in offset
+// order, and Next, the offset to fetch next. Offsets below Next without a
+// message in Msgs hold nothing to hand out (control batches, aborted
+// transactions, batches compaction emptied). Acct counts the bytes of
+// Msgs in the hub's budget until the partition has handed them out
+// (Account).
+type Slab struct {
+	Msgs []*sarama.ConsumerMessage
+	Next int64
+	Acct *Account
 }
 
-// slabAccount is the count of a slab's bytes in the budget, from its
+// Account is the count of a slab's bytes in the budget, from its
 // delivery until the partition handed it out entirely (or dropped it, or
-// was paused): release gives them back once.
-type slabAccount struct {
+// was paused): Release gives them back once.
+type Account struct {
 	size     int64
 	from     *brokerLoop // the loop that fetched it, whose held counts size
 	released atomic.Bool
@@ -133,30 +134,31 @@ type slabAccount struct {
 // every start.
 const fetcherErrors = 8
 
-// startPartitionFetcher starts a partition fetcher of tp at offset on hub. It
-// sends no request itself: an offset outside the partition's log ends the
-// fetcher at its first response, with outOfRange set (sarama's
+// Start starts a fetcher of topic's partition at offset on h. It sends
+// no request itself: an offset outside the partition's log ends the
+// fetcher at its first response, with OutOfRange true (sarama's
 // ConsumePartition asks for the oldest and newest offsets first, two
-// requests per partition).
-func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *partitionFetcher {
-	f := &partitionFetcher{
-		hub:            hub,
+// requests per partition). Its owner stops it with AsyncClose or Close.
+func (h *Hub) Start(topic string, partition int32, offset int64) *Fetcher {
+	tp := TopicPartition{topic, partition}
+	f := &Fetcher{
+		hub:            h,
 		tp:             tp,
-		slabs:          make(chan slab, 1),
+		slabs:          make(chan Slab, 1),
 		spentUp:        make(chan struct{}, 1),
 		errs:           make(chan *sarama.ConsumerError, fetcherErrors),
 		failed:         make(chan error, 1),
 		dying:          make(chan struct{}),
 		done:           make(chan struct{}),
 		offset:         offset,
-		fetchSize:      hub.conf.Consumer.Fetch.Default,
+		fetchSize:      h.conf.Consumer.Fetch.Default,
 		end:            -1,
 		preferred:      -1,
 		unknownReplica: -1,
 		epoch:          -1,
 	}
 	f.hwm.Store(-1)
-	go f.run() // owned by the partition manager, which closes it (AsyncClose) and drains errs
+	go f.run() // owned by the fetcher's owner, which closes it (AsyncClose) and drains errs
 	return f
 }
 
@@ -164,7 +166,7 @@ func startPartitionFetcher(hub *fetchHub, tp TopicPartition, offset int64) *part
 // error the loop reports, after Consumer.Retry.Backoff and a refresh of
 // the partition's metadata, until AsyncClose or an offset out of range
 // (the partition manager starts again at Offsets.Initial).
-func (f *partitionFetcher) run() {
+func (f *Fetcher) run() {
 	defer close(f.done)
 	defer close(f.errs)
 	defer func() {
@@ -172,7 +174,7 @@ func (f *partitionFetcher) run() {
 		f.ended = true
 		close(f.slabs)
 		if s, ok := <-f.slabs; ok { // not taken: give its bytes back
-			f.release(s.acct)
+			f.Release(s.Acct)
 		}
 		f.mu.Unlock()
 	}()
@@ -247,7 +249,7 @@ func (f *partitionFetcher) run() {
 
 // waitBackoff waits for d, or until the fetcher is closed: then it
 // reports false. Written for run's goroutine.
-func (f *partitionFetcher) waitBackoff(d time.Duration) bool {
+func (f *Fetcher) waitBackoff(d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -267,7 +269,7 @@ func (f *partitionFetcher) waitBackoff(d time.Duration) bool {
 // so for an offset past the end of its own log; trusting it would start
 // the partition again at Offsets.Initial, its committed offset with it.
 // Written for run's goroutine.
-func (f *partitionFetcher) confirmOutOfRange() bool {
+func (f *Fetcher) confirmOutOfRange() bool {
 	if !f.outOfRangeOnce || f.retries.Load() == 0 {
 		f.outOfRangeOnce = true // the first, or the first since a response
 		return false
@@ -309,7 +311,7 @@ func leadershipError(err error) bool {
 // once, as sarama's consumer does; one that the refreshed metadata does
 // not know either is left in unknownReplica, and the leader is asked. It
 // keeps the leader's epoch in epoch.
-func (f *partitionFetcher) source() (*sarama.Broker, error) {
+func (f *Fetcher) source() (*sarama.Broker, error) {
 	if f.preferred >= 0 && time.Now().Before(f.preferredUntil) {
 		broker, err := f.hub.client.Broker(f.preferred)
 		if err != nil && f.hub.client.RefreshMetadata(f.tp.Topic) == nil {
@@ -333,7 +335,7 @@ func (f *partitionFetcher) source() (*sarama.Broker, error) {
 // until Metadata.RefreshFrequency (10 min when 0) has passed or an error
 // comes, as sarama's consumer does: then it asks the leader again, which
 // may name another.
-func (f *partitionFetcher) preferReplica(id int32) {
+func (f *Fetcher) preferReplica(id int32) {
 	lease := f.hub.conf.Metadata.RefreshFrequency
 	if lease <= 0 {
 		lease = 10 * time.Minute
@@ -344,7 +346,7 @@ func (f *partitionFetcher) preferReplica(id int32) {
 // backoff counts a failure in a row and returns how long to wait before
 // subscribing again: Consumer.Retry.BackoffFunc of the failures since the
 // last response when it is set, else Consumer.Retry.Backoff.
-func (f *partitionFetcher) backoff() time.Duration {
+func (f *Fetcher) backoff() time.Duration {
 	retries := f.retries.Add(1)
 	if fn := f.hub.conf.Consumer.Retry.BackoffFunc; fn != nil {
 		return fn(int(retries))
@@ -355,7 +357,7 @@ func (f *partitionFetcher) backoff() time.Duration {
 // intercept passes each of msgs to the Consumer.Interceptors, in order, as
 // sarama's partition consumer does. An interceptor that panics is logged,
 // and the message goes on unchanged by it.
-func (f *partitionFetcher) intercept(msgs []*sarama.ConsumerMessage) {
+func (f *Fetcher) intercept(msgs []*sarama.ConsumerMessage) {
 	for _, interceptor := range f.hub.conf.Consumer.Interceptors {
 		for _, msg := range msgs {
 			f.applyInterceptor(interceptor, msg)
@@ -364,7 +366,7 @@ func (f *partitionFetcher) intercept(msgs []*sarama.ConsumerMessage) {
 }
 
 // applyInterceptor runs interceptor on msg, recovering a panic of it.
-func (f *partitionFetcher) applyInterceptor(interceptor sarama.ConsumerInterceptor, msg *sarama.ConsumerMessage) {
+func (f *Fetcher) applyInterceptor(interceptor sarama.ConsumerInterceptor, msg *sarama.ConsumerMessage) {
 	defer func() {
 		if r := recover(); r != nil && f.hub.log != nil {
 			f.hub.log.Error("A consumer interceptor panicked; the message goes on.", "interceptor", fmt.Sprintf("%T", interceptor), "panic", fmt.Sprint(r),
@@ -375,7 +377,7 @@ func (f *partitionFetcher) applyInterceptor(interceptor sarama.ConsumerIntercept
 }
 
 // isDying reports whether AsyncClose was called.
-func (f *partitionFetcher) isDying() bool {
+func (f *Fetcher) isDying() bool {
 	select {
 	case <-f.dying:
 		return true
@@ -389,13 +391,13 @@ func (f *partitionFetcher) isDying() bool {
 // was, or when its wait began: leaveBudget, under the same lock, missed
 // the slab); the loop calls it only when slabs is empty, so it never
 // blocks.
-func (f *partitionFetcher) deliver(s slab) {
+func (f *Fetcher) deliver(s Slab) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ended {
 		return
 	}
-	a := s.acct
+	a := s.Acct
 	if f.sidelined() {
 		a.released.Store(true) // never counted
 	} else {
@@ -405,31 +407,31 @@ func (f *partitionFetcher) deliver(s slab) {
 	select {
 	case f.slabs <- s:
 	default:
-		f.release(a) // not reached: the loop delivers only when slabs is empty
+		f.Release(a) // not reached: the loop delivers only when slabs is empty
 	}
 }
 
-// taken tells the loop that the partition manager took slab s, and
+// Taken tells the loop that the partition manager took slab s, and
 // released the one it handed out before: the partition is ready for the
 // next request. s counts in the budget until the partition handed it
-// out entirely (release).
-func (f *partitionFetcher) taken(s slab) {
-	if prev := f.inHand.Swap(s.acct); prev != nil {
-		f.release(prev)
+// out entirely (Release).
+func (f *Fetcher) Taken(s Slab) {
+	if prev := f.inHand.Swap(s.Acct); prev != nil {
+		f.Release(prev)
 	}
 	if l := f.loop.Load(); l != nil {
 		l.notify()
 	}
 }
 
-// release gives the bytes of a slab back to the budget of the hub and of
+// Release gives the bytes of a slab back to the budget of the hub and of
 // the loop that fetched it: once the partition handed it out entirely,
 // when the partition stops handing out or the fetcher ended without
 // handing it out, or when the partition is sidelined (a paused
 // partition's slabs, or those of one waiting at MaxPendingAcks, wait
 // outside the budget, so that the others do not wait for them). Counted
 // once; nil is no slab.
-func (f *partitionFetcher) release(a *slabAccount) {
+func (f *Fetcher) Release(a *Account) {
 	if a == nil || !a.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -439,39 +441,41 @@ func (f *partitionFetcher) release(a *slabAccount) {
 	}
 }
 
-// handedOut tells that the partition handed out everything it took, or
+// HandedOut tells that the partition handed out everything it took, or
 // stopped handing out: the slab in hand leaves the budget.
-func (f *partitionFetcher) handedOut() {
-	f.release(f.inHand.Swap(nil))
+func (f *Fetcher) HandedOut() {
+	f.Release(f.inHand.Swap(nil))
 }
 
-// spend takes the account of the slab in hand from the fetcher, for a
+// Spend takes the account of the slab in hand from the fetcher, for a
 // hand-out that moved all its messages into its batch: the hand-out
-// releases it (release) once they went out. nil: no slab in hand.
-func (f *partitionFetcher) spend() *slabAccount {
+// releases it (Release) once they went out. nil: no slab in hand.
+func (f *Fetcher) Spend() *Account {
 	return f.inHand.Swap(nil)
 }
 
 // report sends err on errs, without blocking the loop: it is dropped when
 // errs is full. It reports false when closed.
-func (f *partitionFetcher) report(err error) bool {
+func (f *Fetcher) report(err error) bool {
 	if f.isDying() {
 		return false
 	}
 	select {
 	case f.errs <- &sarama.ConsumerError{Topic: f.tp.Topic, Partition: f.tp.Partition, Err: err}:
 	default:
-		logf(f.hub.log, slog.LevelWarn, "Error of %s/%d dropped (its channel is full): %s.", f.tp.Topic, f.tp.Partition, err)
+		if l := f.hub.log; l != nil && l.Enabled(context.Background(), slog.LevelWarn) {
+			l.Warn(fmt.Sprintf("Error of %s/%d dropped (its channel is full): %s.", f.tp.Topic, f.tp.Partition, err))
+		}
 	}
 	return true
 }
 
 // AsyncClose implements sarama.PartitionConsumer: it stops run.
-func (f *partitionFetcher) AsyncClose() { f.once.Do(func() { close(f.dying) }) }
+func (f *Fetcher) AsyncClose() { f.once.Do(func() { close(f.dying) }) }
 
 // Close implements sarama.PartitionConsumer: it stops run and waits for
 // it, draining its errors.
-func (f *partitionFetcher) Close() error {
+func (f *Fetcher) Close() error {
 	f.AsyncClose()
 	for range f.errs {
 	}
@@ -479,28 +483,28 @@ func (f *partitionFetcher) Close() error {
 	return nil
 }
 
-// Messages implements sarama.PartitionConsumer: nil, see slabs.
-func (f *partitionFetcher) Messages() <-chan *sarama.ConsumerMessage { return nil }
+// Messages implements sarama.PartitionConsumer: nil, see Slabs.
+func (f *Fetcher) Messages() <-chan *sarama.ConsumerMessage { return nil }
 
 // Errors implements sarama.PartitionConsumer.
-func (f *partitionFetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
+func (f *Fetcher) Errors() <-chan *sarama.ConsumerError { return f.errs }
 
 // HighWaterMarkOffset implements sarama.PartitionConsumer.
-func (f *partitionFetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
+func (f *Fetcher) HighWaterMarkOffset() int64 { return f.hwm.Load() }
 
 // Pause implements sarama.PartitionConsumer: the partition is in no
 // request after the one in flight, and its slabs leave the budget
 // (leaveBudget).
-func (f *partitionFetcher) Pause() {
+func (f *Fetcher) Pause() {
 	f.paused.Store(true)
 	f.leaveBudget()
 }
 
-// setWaiting tells that the partition waits at MaxPendingAcks (on), or
+// SetWaiting tells that the partition waits at MaxPendingAcks (on), or
 // hands out again (off). A waiting partition is sidelined, as a paused
 // one: the wait is its user's, and the other partitions of its broker
 // loop must not wait for it. Called by the partition's consume loop.
-func (f *partitionFetcher) setWaiting(on bool) {
+func (f *Fetcher) SetWaiting(on bool) {
 	if f.waiting.Swap(on) == on {
 		return
 	}
@@ -520,7 +524,7 @@ func (f *partitionFetcher) setWaiting(on bool) {
 // (interruptPoll), so that the partition does not wait up to
 // Consumer.MaxWaitTime for it. Nothing is cut while the partition is
 // still sidelined.
-func (f *partitionFetcher) ready() {
+func (f *Fetcher) ready() {
 	l := f.loop.Load()
 	if l == nil {
 		return
@@ -534,7 +538,7 @@ func (f *partitionFetcher) ready() {
 // sidelined reports whether the partition is paused or waits at
 // MaxPendingAcks: it is in no request, and its slabs are outside the
 // budget until it took them and handed them out.
-func (f *partitionFetcher) sidelined() bool {
+func (f *Fetcher) sidelined() bool {
 	return f.paused.Load() || f.waiting.Load()
 }
 
@@ -542,14 +546,14 @@ func (f *partitionFetcher) sidelined() bool {
 // waiting for it in slabs, once the partition is sidelined: they wait
 // outside the budget, so that the other partitions do not wait for them.
 // A slab delivered later is not counted (deliver).
-func (f *partitionFetcher) leaveBudget() {
+func (f *Fetcher) leaveBudget() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.release(f.inHand.Load())
+	f.Release(f.inHand.Load())
 	select {
 	case s, ok := <-f.slabs:
 		if ok {
-			f.release(s.acct)
+			f.Release(s.Acct)
 			f.slabs <- s // back: capacity 1, and only the loop sends, under mu
 		}
 	default:
@@ -558,7 +562,7 @@ func (f *partitionFetcher) leaveBudget() {
 
 // Resume implements sarama.PartitionConsumer: a paused partition goes in
 // the loop's next request, without waiting for a long poll in flight.
-func (f *partitionFetcher) Resume() {
+func (f *Fetcher) Resume() {
 	if !f.paused.Swap(false) {
 		return
 	}
@@ -566,4 +570,53 @@ func (f *partitionFetcher) Resume() {
 }
 
 // IsPaused implements sarama.PartitionConsumer.
-func (f *partitionFetcher) IsPaused() bool { return f.paused.Load() }
+func (f *Fetcher) IsPaused() bool { return f.paused.Load() }
+
+// Slabs returns the channel of the fetcher's slabs, one per response that
+// brought the partition something, in offset order; the loop sends the
+// next only when it is empty. Closed when the fetcher ends (AsyncClose,
+// an offset out of range).
+func (f *Fetcher) Slabs() <-chan Slab { return f.slabs }
+
+// SpentUp returns the channel that gets a token, without blocking the
+// sender, when the fetcher's loop waits for the budget: a hand-out
+// gathering a batch, whose messages count in the budget, hands it out
+// without waiting any longer, since no more may be fetched for it.
+func (f *Fetcher) SpentUp() <-chan struct{} { return f.spentUp }
+
+// OutOfRange waits until the fetcher ended, and reports whether it ended
+// because the leader confirmed that its offset is out of range (its owner
+// starts again at Offsets.Initial).
+func (f *Fetcher) OutOfRange() bool {
+	<-f.done
+	return f.outOfRange
+}
+
+// BufferedBytes returns the bytes of the slabs delivered and not handed
+// out entirely yet (PartitionStats.BufferedBytes). Safe from any
+// goroutine.
+func (f *Fetcher) BufferedBytes() int64 { return f.buffered.Load() }
+
+// Broker returns the ID of the broker whose loop the fetcher is
+// subscribed to, or -1 between two subscriptions. Safe from any
+// goroutine.
+func (f *Fetcher) Broker() int32 {
+	if l := f.loop.Load(); l != nil {
+		return l.broker.ID()
+	}
+	return -1
+}
+
+// NewStub returns a fetcher of no hub, for the tests of its owners: it
+// runs no goroutine and fetches nothing, its Slabs holds slabs (not
+// closed), and Close returns at once.
+func NewStub(slabs ...Slab) *Fetcher {
+	f := &Fetcher{slabs: make(chan Slab, max(len(slabs), 1)), errs: make(chan *sarama.ConsumerError),
+		dying: make(chan struct{}), done: make(chan struct{}), preferred: -1}
+	for _, s := range slabs {
+		f.slabs <- s
+	}
+	close(f.errs)
+	close(f.done)
+	return f
+}

@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 // interruptPoll's timing, on a loop without a broker: a long poll is cut
 // only once it waited pollCutDelay, and not at all when the loop's next
@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
 // pollLoop returns a broker loop without a broker, with a long poll in
@@ -16,7 +18,7 @@ import (
 func pollLoop(t *testing.T) (*brokerLoop, *atomic.Bool) {
 	t.Helper()
 	cut := new(atomic.Bool)
-	l := &brokerLoop{hub: &fetchHub{stop: make(chan struct{})}}
+	l := &brokerLoop{hub: &Hub{stop: make(chan struct{})}}
 	l.startPoll(func() { cut.Store(true) })
 	return l, cut
 }
@@ -32,7 +34,7 @@ func TestInterruptPollWaitsForAYoungPoll(t *testing.T) {
 	if cut.Load() || l.poll.Load() == nil {
 		t.Fatalf("a long poll %s old was cut at once; want it cut once it waited %s", time.Since(l.poll.Load().since), pollCutDelay)
 	}
-	waitFor(t, 10*time.Second, "the long poll to be cut", func() bool { return cut.Load() })
+	fetchtest.WaitFor(t, 10*time.Second, "the long poll to be cut", func() bool { return cut.Load() })
 	if l.poll.Load() != nil {
 		t.Fatal("the cut poll is still the loop's poll")
 	}

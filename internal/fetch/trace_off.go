@@ -1,10 +1,10 @@
 //go:build !fetchtrace
 
-package kafkaconsumer
+package fetch
 
 import "github.com/twmb/franz-go/pkg/kgo"
 
-// The broker loops' trace hook, off: see fetch_trace.go (build tag
+// The broker loops' trace hook, off: see trace.go (build tag
 // fetchtrace). Every call compiles to nothing.
 
 // traceStart returns the time a wait of a broker loop starts (none when

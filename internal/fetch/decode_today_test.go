@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 // internal/fetch's decoder against what the engine does today (sarama's
 // decode of the whole response, then parse): the same messages from the
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
@@ -185,13 +184,13 @@ func saramaLegacyMessages(tp TopicPartition, block *sarama.FetchResponseBlock, o
 }
 
 // newDecode returns what internal/fetch makes of body.
-func newDecode(tb testing.TB, version int16, body []byte, offset int64, readCommitted bool) fetch.Records {
+func newDecode(tb testing.TB, version int16, body []byte, offset int64, readCommitted bool) Records {
 	tb.Helper()
-	resp, err := fetch.ReadResponse(version, body)
+	resp, err := ReadResponse(version, body)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := fetch.Decode(&resp.Partitions[0], offset, readCommitted)
+	r, err := Decode(&resp.Partitions[0], offset, readCommitted)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -287,7 +286,7 @@ func TestDecodeAsToday(t *testing.T) {
 			if got.Next != next {
 				t.Errorf("next offset %d, today's %d", got.Next, next)
 			}
-			if size >= 0 && got.Bytes+int64(len(got.Messages))*messageOverhead != size {
+			if size >= 0 && got.Bytes+int64(len(got.Messages))*MessageOverhead != size {
 				t.Errorf("Bytes %d and %d messages, today's size %d", got.Bytes, len(got.Messages), size)
 			}
 		})
@@ -322,7 +321,7 @@ func describeMessage(m *sarama.ConsumerMessage) string {
 // cluster's first broker, up to 12 (Kafka 1.1: 7).
 func brokerFetchVersion(t *testing.T) int16 {
 	t.Helper()
-	c, err := fetchtest.Dial(kafkaPeers[0])
+	c, err := fetchtest.Dial(fetchtest.KafkaPeers(t)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,8 +358,10 @@ func rawFetchOf(t *testing.T, client sarama.Client, version int16, topic string,
 // and aborted transactions read committed and uncommitted. Each Fetch
 // response is fetched raw once, then decoded both ways.
 func TestDecodeAsTodayBroker(t *testing.T) {
-	parallelClusterTest(t)
-	client := newTestClient(t)
+	peers := fetchtest.KafkaPeers(t)
+	t.Parallel()
+	client := fetchtest.Client(t, peers)
+	kafka := fetchtest.KafkaVersion(t)
 	version := brokerFetchVersion(t)
 	rawFetch := func(t *testing.T, topic string, committed bool) []byte {
 		return rawFetchOf(t, client, version, topic, committed)
@@ -374,8 +375,8 @@ func TestDecodeAsTodayBroker(t *testing.T) {
 		today, size, next := todaysMessages(t, resp, from, isolation)
 		got := newDecode(t, version, body, from, committed)
 		assertSameMessages(t, today, got.Messages)
-		if got.Next != next || got.Bytes+int64(len(got.Messages))*messageOverhead != size {
-			t.Errorf("from %d: next %d, size %d; today's %d, %d", from, got.Next, got.Bytes+int64(len(got.Messages))*messageOverhead, next, size)
+		if got.Next != next || got.Bytes+int64(len(got.Messages))*MessageOverhead != size {
+			t.Errorf("from %d: next %d, size %d; today's %d, %d", from, got.Next, got.Bytes+int64(len(got.Messages))*MessageOverhead, next, size)
 		}
 		return len(got.Messages)
 	}
@@ -384,8 +385,8 @@ func TestDecodeAsTodayBroker(t *testing.T) {
 			if codec == sarama.CompressionZSTD && version < 10 {
 				t.Skip("zstd needs Kafka 2.1 (Fetch v10)")
 			}
-			topic := newTopic(t, 1)
-			produceCompressed(t, topic, 1, 50, codec)
+			topic := fetchtest.Topic(t, client, 1, nil)
+			fetchtest.ProduceCompressed(t, peers, kafka, topic, 1, 50, codec)
 			body := rawFetch(t, topic, false)
 			for _, from := range []int64{0, 15} {
 				if n := compare(t, body, from, false); n != 50-int(from) {
@@ -395,8 +396,8 @@ func TestDecodeAsTodayBroker(t *testing.T) {
 		})
 	}
 	t.Run("transactions", func(t *testing.T) {
-		topic := newTopic(t, 1)
-		committed, aborted := produceTransactions(t, topic, 1)
+		topic := fetchtest.Topic(t, client, 1, nil)
+		committed, aborted := fetchtest.ProduceTransactions(t, peers, kafka, "txn-"+topic, topic, 1)
 		if n := compare(t, rawFetch(t, topic, true), 0, true); n != len(committed) {
 			t.Errorf("read committed: %d messages, want %d", n, len(committed))
 		}

@@ -1,7 +1,7 @@
-package kafkaconsumer
+package fetch
 
 // loopWait is a kind of wait of a broker loop, for its trace hook
-// (fetch_trace.go, build tag fetchtrace).
+// (trace.go, build tag fetchtrace).
 type loopWait int
 
 const (

@@ -1,7 +1,8 @@
-package kafkaconsumer
+package fetch
 
 import (
 	"errors"
+	"log/slog"
 	"reflect"
 	"runtime"
 	"slices"
@@ -11,8 +12,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // recordBatch returns a record batch of n records from offset first, a
@@ -28,27 +29,27 @@ func recordBatch(first int64, n int) fetchtest.Batch {
 // partitionOf returns t/3's part of a response: its records those of
 // entries (record batches or legacy messages), hwm its high-water mark and
 // last stable offset.
-func partitionOf(hwm int64, entries ...interface{ AppendTo([]byte) []byte }) *fetch.Partition {
+func partitionOf(hwm int64, entries ...interface{ AppendTo([]byte) []byte }) *Partition {
 	var records []byte
 	for _, e := range entries {
 		records = e.AppendTo(records)
 	}
-	return &fetch.Partition{Topic: "t", Partition: 3, HighWatermark: hwm, LastStableOffset: hwm, LogStartOffset: -1, PreferredReadReplica: -1, Records: records}
+	return &Partition{Topic: "t", Partition: 3, HighWatermark: hwm, LastStableOffset: hwm, LogStartOffset: -1, PreferredReadReplica: -1, Records: records}
 }
 
 // responseOf returns a response of parts.
-func responseOf(parts ...*fetch.Partition) *fetch.Response {
-	resp := &fetch.Response{}
+func responseOf(parts ...*Partition) *Response {
+	resp := &Response{}
 	for _, p := range parts {
 		resp.Partitions = append(resp.Partitions, *p)
 	}
 	return resp
 }
 
-func testFetcher(offset int64) *partitionFetcher {
+func testFetcher(offset int64) *Fetcher {
 	conf := sarama.NewConfig()
-	hub := &fetchHub{conf: conf, budget: &fetchBudget{}}
-	return &partitionFetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
+	hub := &Hub{conf: conf, budget: &Budget{}}
+	return &Fetcher{hub: hub, tp: TopicPartition{"t", 3}, offset: offset, fetchSize: conf.Consumer.Fetch.Default, preferred: -1}
 }
 
 func offsets(msgs []*sarama.ConsumerMessage) []int64 {
@@ -59,29 +60,21 @@ func offsets(msgs []*sarama.ConsumerMessage) []int64 {
 	return out
 }
 
-// TestFetchVersion: partition fetchers serve Kafka 0.11 and later, in
-// both isolation levels, and every SASL mechanism but GSSAPI.
-func TestFetchVersion(t *testing.T) {
+// TestVersion: fetchers serve Kafka 0.11 and later, in both isolation
+// levels.
+func TestVersion(t *testing.T) {
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V0_10_2_0
-	if _, ok := fetchVersion(conf); ok {
+	if _, ok := Version(conf); ok {
 		t.Error("partition fetcher for Kafka 0.10")
 	}
 	conf.Version = sarama.V2_8_0_0
-	if v, ok := fetchVersion(conf); !ok || v != 12 {
+	if v, ok := Version(conf); !ok || v != 12 {
 		t.Errorf("Kafka 2.8: version %d, %v; want 12", v, ok)
 	}
 	conf.Consumer.IsolationLevel = sarama.ReadCommitted
-	if _, ok := fetchVersion(conf); !ok {
+	if _, ok := Version(conf); !ok {
 		t.Error("no partition fetcher for read committed")
-	}
-	conf.Net.SASL.Enable, conf.Net.SASL.Mechanism = true, sarama.SASLTypeSCRAMSHA512
-	if _, ok := fetchVersion(conf); !ok {
-		t.Error("no partition fetcher with SASL/SCRAM")
-	}
-	conf.Net.SASL.Mechanism = sarama.SASLTypeGSSAPI
-	if _, ok := fetchVersion(conf); ok {
-		t.Error("partition fetcher with SASL/GSSAPI, which its transport has not")
 	}
 }
 
@@ -93,7 +86,7 @@ func TestFetchVersion(t *testing.T) {
 func TestBrokerLoopDropAll(t *testing.T) {
 	t.Parallel()
 	l := &brokerLoop{}
-	var fetchers []*partitionFetcher
+	var fetchers []*Fetcher
 	for i := range 4 {
 		f := testFetcher(int64(i))
 		f.failed = make(chan error, 1)
@@ -132,8 +125,8 @@ func TestBrokerLoopThrottled(t *testing.T) {
 	f := testFetcher(0)
 	f.failed = make(chan error, 1)
 	f.loop.Store(l)
-	l.subs = []*partitionFetcher{f}
-	if wait := l.handle(l.subs, &fetch.Response{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
+	l.subs = []*Fetcher{f}
+	if wait := l.handle(l.subs, &Response{ThrottleTime: 250 * time.Millisecond}); wait != 250*time.Millisecond {
 		t.Errorf("handle = %s, want the throttle time, 250ms", wait)
 	}
 	select {
@@ -175,12 +168,12 @@ func TestBrokerLoopLeaderMoved(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := testFetcher(10)
 			f.hub.client = leaderClient{leader: tc.leader}
-			f.slabs = make(chan slab, 1)
+			f.slabs = make(chan Slab, 1)
 			f.failed = make(chan error, 1)
-			l := &brokerLoop{hub: f.hub, broker: former, subs: []*partitionFetcher{f}}
+			l := &brokerLoop{hub: f.hub, broker: former, subs: []*Fetcher{f}}
 			f.loop.Store(l)
 			l.handle(l.subs, responseOf(partitionOf(11, recordBatch(10, 1))))
-			if got := offsets((<-f.slabs).msgs); !slices.Equal(got, []int64{10}) {
+			if got := offsets((<-f.slabs).Msgs); !slices.Equal(got, []int64{10}) {
 				t.Errorf("delivered offsets %v, want [10]", got)
 			}
 			select {
@@ -233,7 +226,7 @@ func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 			answered := func(res any) bool { // whether the broker gave response res
 				return slices.ContainsFunc(broker.History(), func(rr sarama.RequestResponse) bool { return rr.Response == res })
 			}
-			waitFor(t, 10*time.Second, "the first fetch", func() bool { return answered(failed) })
+			fetchtest.WaitFor(t, 10*time.Second, "the first fetch", func() bool { return answered(failed) })
 			// The leader moved on to epoch 6, which the metadata names
 			// now; then the broker serves the fetcher.
 			md6 := epochMetadata(broker, 6)
@@ -242,7 +235,7 @@ func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 				"MetadataRequest":    sarama.NewMockWrapper(md6),
 				"FetchRequest":       sarama.NewMockWrapper(failed),
 			})
-			waitFor(t, 10*time.Second, "a refresh of the metadata", func() bool { return answered(md6) })
+			fetchtest.WaitFor(t, 10*time.Second, "a refresh of the metadata", func() bool { return answered(md6) })
 			served := &sarama.FetchResponse{Version: 10}
 			served.AddRecordBatchWithTimestamp("t", 3, nil, sarama.StringEncoder("ten"), 10, -1, false, time.Unix(100, 0))
 			served.AddRecordBatchWithTimestamp("t", 3, nil, sarama.StringEncoder("eleven"), 11, -1, false, time.Unix(100, 0))
@@ -254,7 +247,7 @@ func TestPartitionFetcherLeaderEpochErrors(t *testing.T) {
 			})
 			select {
 			case s := <-f.slabs:
-				if got := offsets(s.msgs); !slices.Equal(got, []int64{10, 11}) || string(s.msgs[1].Value) != "eleven" {
+				if got := offsets(s.Msgs); !slices.Equal(got, []int64{10, 11}) || string(s.Msgs[1].Value) != "eleven" {
 					t.Errorf("delivered offsets %v, want [10 11]", got)
 				}
 			case err := <-f.errs:
@@ -300,14 +293,14 @@ func TestPartitionFetcherInterceptors(t *testing.T) {
 	first, second := &countingInterceptor{panicAt: 11}, &countingInterceptor{panicAt: -1}
 	f := testFetcher(10)
 	f.hub.conf.Consumer.Interceptors = []sarama.ConsumerInterceptor{first, second}
-	f.hub.log = newLogger(nil, "g", "me")
-	f.slabs = make(chan slab, 1)
+	f.hub.log = slog.New(slog.DiscardHandler)
+	f.slabs = make(chan Slab, 1)
 	f.failed = make(chan error, 1)
-	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*partitionFetcher{f}}
+	l := &brokerLoop{hub: f.hub, broker: sarama.NewBroker("127.0.0.1:9001"), subs: []*Fetcher{f}}
 	f.hub.client = leaderClient{leader: l.broker}
 	f.retries.Store(5)
 	l.handle(l.subs, responseOf(partitionOf(13, recordBatch(10, 3))))
-	msgs := (<-f.slabs).msgs
+	msgs := (<-f.slabs).Msgs
 	if n := f.retries.Load(); n != 0 {
 		t.Errorf("after a response the backoff counts %d failures, want 0", n)
 	}
@@ -392,7 +385,7 @@ func TestPartitionFetcherPreferredReplica(t *testing.T) {
 	refreshes := 0
 	f.hub.client = replicaClient{leaderClient{leader: leader}, map[int32]*sarama.Broker{2: replica}, &refreshes}
 	f.failed = make(chan error, 1)
-	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*partitionFetcher{f}}
+	l := &brokerLoop{hub: f.hub, broker: leader, subs: []*Fetcher{f}}
 	f.loop.Store(l)
 	p := partitionOf(20)
 	p.PreferredReadReplica = 2
@@ -430,7 +423,7 @@ func TestPartitionFetcherPreferredReplica(t *testing.T) {
 // always asks Fetch.MaxBytes and reserves nothing.
 func TestFetchBudget(t *testing.T) {
 	t.Parallel()
-	b := &fetchBudget{limit: 1000}
+	b := &Budget{limit: 1000}
 	b.join()
 	b.join() // two loops: a share of 500 each
 	first, second, idle := &brokerLoop{}, &brokerLoop{}, &brokerLoop{}
@@ -485,7 +478,7 @@ func TestFetchBudget(t *testing.T) {
 	if first.held.Load() != 300 || second.held.Load() != 0 {
 		t.Errorf("held %d and %d; want 300 and 0", first.held.Load(), second.held.Load())
 	}
-	unbounded := &fetchBudget{}
+	unbounded := &Budget{}
 	got, ok = unbounded.reserve(first, 600)
 	if got != 600 || !ok || unbounded.buffered.Load() != 0 {
 		t.Errorf("no limit: %d, %v, buffered %d; want 600, true, 0", got, ok, unbounded.buffered.Load())
@@ -497,7 +490,7 @@ func TestFetchBudget(t *testing.T) {
 // quarter of its share), or when it holds nothing; not for every scrap.
 func TestFetchBudgetWakesForAUsefulRequest(t *testing.T) {
 	t.Parallel()
-	b := &fetchBudget{limit: 1000}
+	b := &Budget{limit: 1000}
 	b.join()
 	b.join() // a share of 500 each
 	waiter := &brokerLoop{wake: make(chan struct{}, 1)}
@@ -549,7 +542,7 @@ func TestFetchBudgetConcurrent(t *testing.T) {
 		fetchMax = 4000 // Consumer.Fetch.MaxBytes
 		rounds   = 20000
 	)
-	b := &fetchBudget{limit: limit}
+	b := &Budget{limit: limit}
 	for range loops {
 		b.join()
 	}
@@ -650,9 +643,9 @@ func TestPartitionFetcherOutOfRangeConfirmed(t *testing.T) {
 				case !ok && !tc.outOfRange:
 					t.Fatalf("the fetcher ended (out of range %v) though the leader has offset 10", f.outOfRange)
 				case ok && tc.outOfRange:
-					t.Fatalf("delivered %v though the leader's log starts at 12", offsets(s.msgs))
-				case ok && !slices.Equal(offsets(s.msgs), []int64{10}):
-					t.Errorf("delivered offsets %v, want [10]", offsets(s.msgs))
+					t.Fatalf("delivered %v though the leader's log starts at 12", offsets(s.Msgs))
+				case ok && !slices.Equal(offsets(s.Msgs), []int64{10}):
+					t.Errorf("delivered offsets %v, want [10]", offsets(s.Msgs))
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("neither records nor the fetcher's end within 10 s")
@@ -673,7 +666,7 @@ func TestPartitionFetcherOutOfRangeConfirmed(t *testing.T) {
 // v10, which carries the leader epoch), with a retry
 // backoff of 10 ms. The fetcher, its hub and the client stop at the end
 // of the test.
-func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *partitionFetcher {
+func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *Fetcher {
 	t.Helper()
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V2_1_0_0
@@ -684,10 +677,17 @@ func startMockFetcher(t *testing.T, broker *sarama.MockBroker) *partitionFetcher
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	version, _ := fetchVersion(conf)
-	hub := newFetchHub(client, conf, version, &fetchBudget{}, nil)
-	t.Cleanup(hub.close)
-	f := startPartitionFetcher(hub, TopicPartition{"t", 3}, 10)
+	version, _ := Version(conf)
+	hub := testHub(client, conf, version, &Budget{}, nil)
+	t.Cleanup(hub.Close)
+	f := hub.Start("t", 3, 10)
 	t.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+// testHub returns a hub of client whose loops dial the brokers directly,
+// with budget and log.
+func testHub(client sarama.Client, conf *sarama.Config, version int16, budget *Budget, log *slog.Logger) *Hub {
+	return NewHub(Config{Client: client, Sarama: conf, Version: version, Budget: budget, Log: log,
+		Transport: func(addr string) ([]kgo.Opt, error) { return []kgo.Opt{kgo.SeedBrokers(addr)}, nil }})
 }

@@ -1,11 +1,13 @@
-package kafkaconsumer
+package fetch
 
 import (
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -14,22 +16,23 @@ import (
 // session (KIP-227, Fetch v7+): once the session holds them, its requests
 // list none, where each request listed every partition again.
 func TestFetchSessionIdle(t *testing.T) {
-	parallelClusterTest(t)
+	peers := fetchtest.KafkaPeers(t)
+	t.Parallel()
 	const partitions = 200
-	topic := newTopic(t, partitions)
+	topic := fetchtest.Topic(t, fetchtest.Client(t, peers), partitions, nil)
 	conf := sarama.NewConfig()
-	conf.Version = testKafkaVersion()
+	conf.Version = fetchtest.KafkaVersion(t)
 	conf.Consumer.MaxWaitTime = 100 * time.Millisecond
-	version, _ := fetchVersion(conf)
+	version, _ := Version(conf)
 	if version < 7 {
 		t.Skip("fetch sessions need Fetch v7 (Kafka 1.1)")
 	}
-	client, err := sarama.NewClient(kafkaPeers, conf)
+	client, err := sarama.NewClient(peers, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Close() }()
-	hub := newFetchHub(client, conf, version, &fetchBudget{}, newLogger(nil, "g", "me"))
+	hub := testHub(client, conf, version, &Budget{}, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var listed []int // partitions listed by each request, in order
 	hub.requested = func(req *kmsg.FetchRequest) {
@@ -41,10 +44,10 @@ func TestFetchSessionIdle(t *testing.T) {
 		listed = append(listed, n)
 		mu.Unlock()
 	}
-	defer hub.close()
-	var fetchers []*partitionFetcher
+	defer hub.Close()
+	var fetchers []*Fetcher
 	for p := range int32(partitions) {
-		f := startPartitionFetcher(hub, TopicPartition{topic, p}, 0)
+		f := hub.Start(topic, p, 0)
 		defer func() { _ = f.Close() }()
 		fetchers = append(fetchers, f)
 	}
@@ -64,7 +67,7 @@ func TestFetchSessionIdle(t *testing.T) {
 		n := len(listed)
 		return n >= 3 && listed[n-1] == 0 && listed[n-2] == 0 && listed[n-3] == 0
 	}
-	if !poll(30*time.Second, lastEmpty) {
+	if !fetchtest.Poll(30*time.Second, lastEmpty) {
 		mu.Lock()
 		defer mu.Unlock()
 		t.Fatalf("%d requests in 30 s, the last listing %v partitions: no idle request is empty", len(listed), listed[max(len(listed)-5, 0):])

@@ -1,6 +1,6 @@
 //go:build unix
 
-package kafkaconsumer
+package fetch
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch"
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
@@ -64,11 +63,11 @@ func BenchmarkDecode(b *testing.B) {
 		for b.Loop() {
 			buf := make([]byte, len(body))
 			copy(buf, body)
-			resp, err := fetch.ReadResponse(12, buf)
+			resp, err := ReadResponse(12, buf)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if r, err := fetch.Decode(&resp.Partitions[0], 0, false); err != nil || len(r.Messages) != n {
+			if r, err := Decode(&resp.Partitions[0], 0, false); err != nil || len(r.Messages) != n {
 				b.Fatalf("%d messages, %v", len(r.Messages), err)
 			}
 		}

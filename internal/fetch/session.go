@@ -1,4 +1,4 @@
-package kafkaconsumer
+package fetch
 
 // A broker loop's incremental fetch session (KIP-227, Fetch v7+): the
 // broker keeps the partitions of the loop's requests and their fetch

@@ -1,6 +1,6 @@
-package kafkaconsumer
+package fetch
 
-// A broker loop's own connection (fetch_loop.go), and how a long poll on
+// A broker loop's own connection (loop.go), and how a long poll on
 // it is cut short.
 
 import (
@@ -18,8 +18,8 @@ import (
 // connection returns the broker of the loop's own transport to its
 // broker: a kgo client used as a transport only, seeded with the broker's
 // address and nothing else, every connection dialed through the
-// consumer's dialer (transportOpts: Net.Proxy, TLS, SASL, and Close cuts
-// them), Fetch capped at the hub's version. kgo sends Fetch requests on a
+// consumer's dialer (Config.Transport: Net.Proxy, TLS, SASL, and the
+// consumer's Close cuts them), Fetch capped at the hub's version. kgo sends Fetch requests on a
 // connection of their own, and cancelling a request's context closes that
 // connection under it (interruptPoll); the next request dials another. A
 // loop does not fetch on the sarama client's connection to the broker:
@@ -30,7 +30,7 @@ import (
 func (l *brokerLoop) connection() (*kgo.Broker, error) {
 	if l.transport == nil {
 		conf := l.hub.conf
-		opts, err := transportOpts(conf, l.hub.dialer, l.broker.Addr())
+		opts, err := l.hub.transport(l.broker.Addr())
 		if err != nil {
 			return nil, err
 		}
@@ -54,7 +54,7 @@ func (l *brokerLoop) connection() (*kgo.Broker, error) {
 // fetchVersions returns the request versions of a loop's transport: at
 // most those of conf.Version's Kafka release, as sarama sends them (kgo's
 // stable ones for a release it does not know), and Fetch at most version
-// (fetchVersion: v13 on names topics by ID, which fetch.FromKmsg does not
+// (Version: v13 on names topics by ID, which FromKmsg does not
 // map).
 func fetchVersions(conf *sarama.Config, version int16) *kversion.Versions {
 	vs := kversion.FromString(conf.Version.String())
