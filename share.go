@@ -212,9 +212,10 @@ func (sc *shareConsumer) Errors() <-chan error { return sc.errors }
 // ErrShareAckRefused).
 func (sc *shareConsumer) Ack(msg *sarama.ConsumerMessage) { sc.acknowledge(msg, ackAccept) }
 
-// Processing implements Consumer: package process does not run on a
-// share group yet; the zero Processing does nothing.
-func (sc *shareConsumer) Processing() Processing { return Processing{} }
+// Processing implements Consumer: a share group has no revocation and
+// nothing to give back, so only the metrics and DeadLetterFailed of the
+// Processing it returns do something (see Processing).
+func (sc *shareConsumer) Processing() Processing { return Processing{sc: sc} }
 
 // Stats implements Consumer: a PartitionStats per assigned partition,
 // Claimed true, with what was handed out and acknowledged (Ack, Release,

@@ -273,11 +273,18 @@ func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Op
 	if err := opts.validate(); err != nil {
 		return err
 	}
-	if _, ok := kafkaconsumer.ShareOf(c); ok {
-		return fmt.Errorf("%w: c is a share group's consumer (GroupProtocolShare), which Run does not run yet; read its Messages and Ack, Release or Reject each (kafkaconsumer.ShareOf)", ErrInvalidOptions)
-	}
 	p := c.Processing()
-	s := newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
+	var s *scheduler
+	if share, ok := kafkaconsumer.ShareOf(c); ok {
+		if err := opts.validateShare(); err != nil {
+			return err
+		}
+		ss := shareSource{c: c, share: share, p: p}
+		s = newScheduler(ctx, ss, handler, opts)
+		s.sh = ss
+	} else {
+		s = newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
+	}
 	s.start()
 	if p.Batches() {
 		batches := c.Batches()
