@@ -67,8 +67,8 @@ func TestRunShareRefusesOrdering(t *testing.T) {
 // shareDeliveries records, per value, the delivery counts its handler
 // saw, and the values handled successfully.
 type shareDeliveries struct {
-	mu       sync.Mutex
-	counts   map[string][]int
+	mu        sync.Mutex
+	counts    map[string][]int
 	succeeded map[string]int
 }
 
