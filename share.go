@@ -171,7 +171,10 @@ func (sc *shareConsumer) Shutdown(ctx context.Context) error {
 // handed out once while its acquisition lock holds. Ack (ACCEPT),
 // Share.Release or Share.Reject each; a record not acknowledged within
 // the group's share.record.lock.duration.ms goes back to the broker. The
-// channel is closed at the end of Close.
+// channel is unbuffered, whatever ChannelBufferSize: a record is handed
+// out when the reader takes it, never after its lock expired, which a
+// record waiting in a buffer could be. The channel is closed at the end
+// of Close.
 func (sc *shareConsumer) Messages() <-chan *sarama.ConsumerMessage { return sc.messages }
 
 // Batches implements Consumer: a share consumer hands out single
