@@ -26,16 +26,14 @@ type fakeShareSource struct {
 	renewed  int
 }
 
-func (f *fakeShareSource) Reject(*sarama.ConsumerMessage) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejected++
-}
+func (f *fakeShareSource) Reject(*sarama.ConsumerMessage) { f.note(&f.rejected) }
+func (f *fakeShareSource) Renew(*sarama.ConsumerMessage)  { f.note(&f.renewed) }
 
-func (f *fakeShareSource) Renew(*sarama.ConsumerMessage) {
+// note counts one more in n, a field of f.
+func (f *fakeShareSource) note(n *int) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.renewed++
+	*n++
+	f.mu.Unlock()
 }
 
 func (f *fakeShareSource) DeliveryCount(*sarama.ConsumerMessage) int { return f.delivery }
