@@ -28,9 +28,9 @@ func shareGroupTest(t *testing.T) []string {
 	return brokers
 }
 
-// joinShare joins group, a share group, on topic; the test's cleanup
-// closes the consumer.
-func joinShare(t *testing.T, brokers []string, group, topic string) kafkaconsumer.Consumer {
+// joinShare joins group, a share group, on topic, reporting to metrics
+// when not nil; the test's cleanup closes the consumer.
+func joinShare(t *testing.T, brokers []string, group, topic string, metrics kafkaconsumer.Metrics) kafkaconsumer.Consumer {
 	t.Helper()
 	config := kafkaconsumer.NewConfig()
 	config.Version = kafkaVersion()
@@ -38,6 +38,7 @@ func joinShare(t *testing.T, brokers []string, group, topic string) kafkaconsume
 	config.GroupProtocol = kafkaconsumer.GroupProtocolShare
 	config.Consumer.Return.Errors = true
 	config.Brokers = brokers
+	config.Metrics = metrics
 	c, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), "", config)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestRunShareRefusesOrdering(t *testing.T) {
 	brokers := shareGroupTest(t)
 	topic := uniqueName("share-run")
 	createTopic(t, brokers, topic, 1)
-	c := joinShare(t, brokers, uniqueName("share-run"), topic)
+	c := joinShare(t, brokers, uniqueName("share-run"), topic, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, o := range []Ordering{ByPartition, ByKey} {
@@ -87,12 +88,33 @@ func (d *shareDeliveries) successes() int {
 	return len(d.succeeded)
 }
 
+// shareMetrics counts the calls of Retried and DeadLettered.
+type shareMetrics struct {
+	kafkaconsumer.BaseMetrics
+	mu            sync.Mutex
+	retried, dead int
+}
+
+func (m *shareMetrics) Retried(string, kafkaconsumer.TopicPartition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retried++
+}
+
+func (m *shareMetrics) DeadLettered(string, kafkaconsumer.TopicPartition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dead++
+}
+
 // TestRunShareRetryDeadLetter: three members of a share group each Run
 // Unordered with 3 attempts and a dead-letter topic on 300 records of 2
 // partitions. The records that fail once are handled again (by any
 // member) with the delivery count 2 and succeed; the 10 that always fail
 // are handled with the delivery counts 1, 2 and 3, then produced to the
 // dead-letter topic with 3 attempts; every other record succeeds: 0 lost.
+// Metrics.Retried counts the 30 RELEASEs of failures, DeadLettered the 10
+// dead letters.
 func TestRunShareRetryDeadLetter(t *testing.T) {
 	brokers := shareGroupTest(t)
 	topic, dlq, group := uniqueName("share-run.retry"), uniqueName("share-run.retry.dead"), uniqueName("share-run-retry")
@@ -103,10 +125,11 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 	poison := func(i int) bool { return i%30 == 7 } // 10 records
 	flaky := func(i int) bool { return i%30 == 11 } // 10 records
 
+	metrics := &shareMetrics{}
 	seen := &shareDeliveries{counts: make(map[string][]int), succeeded: make(map[string]int)}
 	var stops []func() error
 	for range 3 {
-		c := joinShare(t, brokers, group, topic)
+		c := joinShare(t, brokers, group, topic, metrics)
 		share, _ := kafkaconsumer.ShareOf(c)
 		go func() {
 			for range c.Errors() { // drained until Close; none expected, none checked
@@ -163,6 +186,11 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 	}
 	if len(dead) != 10 {
 		t.Errorf("%d distinct dead letters (%d in all), want the 10 poison records", len(dead), len(letters))
+	}
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	if metrics.retried != 30 || metrics.dead != 10 {
+		t.Errorf("Metrics: %d retried, %d dead lettered; want 30 and 10", metrics.retried, metrics.dead)
 	}
 	t.Logf("%d records on 3 members: %d handled, %d dead letters, 0 lost", n, len(seen.succeeded), len(letters))
 }
