@@ -84,6 +84,19 @@ func (s Share) DeliveryCount(msg *sarama.ConsumerMessage) int {
 	return s.sc.deliveryCount(msg)
 }
 
+// DeliveryCountLimit returns the group's share.delivery.count.limit: the
+// deliveries after which the broker archives a record instead of
+// delivering it again (a DescribeConfigs of the group, answered with the
+// broker's group.share.delivery.count.limit, 5 by default, when the group
+// does not set it). It blocks until a broker answered, ctx is done, or
+// Net's timeouts passed; it needs DESCRIBE_CONFIGS on the group.
+func (s Share) DeliveryCountLimit(ctx context.Context) (int, error) {
+	if s.sc == nil {
+		return 0, errors.New("kafkaconsumer: DeliveryCountLimit of a zero Share")
+	}
+	return s.sc.deliveryCountLimit(ctx)
+}
+
 // shareConsumer is a member of a share group: the Consumer of
 // GroupProtocolShare.
 type shareConsumer struct {

@@ -54,8 +54,10 @@
 // failure with attempts left RELEASEs it at once: the broker delivers it
 // again, to any member, with its delivery count one higher, so that the
 // attempts are counted by the broker (kafkaconsumer.Share.DeliveryCount)
-// across members, up to min(Retry.Attempts, ShareDeliveryCountLimit);
-// Retry's backoff is not waited. The last failure produces the dead
+// across members, up to the smaller of Retry.Attempts and the group's
+// share.delivery.count.limit (read at Run's start,
+// kafkaconsumer.Share.DeliveryCountLimit, else
+// DefaultShareDeliveryCountLimit); Retry's backoff is not waited. The last failure produces the dead
 // letter, then ACCEPTs the record, or, without a dead-letter topic,
 // REJECTs it (the broker archives it) instead of failing Run with
 // ErrGaveUp. A failed dead letter is reported as elsewhere
@@ -308,7 +310,7 @@ func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Op
 		}
 		ss := shareSource{c: c, share: share, p: p}
 		s = newScheduler(ctx, ss, handler, opts)
-		s.sh = ss
+		s.useShare(ss, shareDeliveryLimit(ctx, share))
 	} else {
 		s = newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
 	}

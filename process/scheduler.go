@@ -99,6 +99,8 @@ type scheduler struct {
 	opts    Options
 	dl      *deadLetterer // nil without a dead-letter topic
 	sh      shareActions  // a share group's consumer (share.go), else nil
+	// shareLimit is the share group's delivery count limit (useShare).
+	shareLimit int
 
 	ctx    context.Context    // Run's, the parent of every run's context
 	cancel context.CancelFunc // cancels ctx: called by stop

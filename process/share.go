@@ -6,20 +6,34 @@ package process
 // without a dead-letter topic is REJECTed, and nothing is revoked.
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
 )
 
-// ShareDeliveryCountLimit is the delivery count limit of a share group
-// that Run assumes: the broker's default group.share.delivery.count.limit.
-// Run calls the handler at most min(Retry.Attempts, ShareDeliveryCountLimit)
-// times per record (counted by the broker's delivery count), so that the
-// broker does not archive a record before Run dead letters it. A group
-// whose share.delivery.count.limit is lower archives its records after
-// that many failed deliveries instead.
-const ShareDeliveryCountLimit = 5
+// DefaultShareDeliveryCountLimit is the delivery count limit of a share
+// group that Run assumes when it cannot read the group's
+// (kafkaconsumer.Share.DeliveryCountLimit, within shareLimitTimeout):
+// the broker's default group.share.delivery.count.limit.
+const DefaultShareDeliveryCountLimit = 5
+
+// shareLimitTimeout bounds Run's read of the group's delivery count
+// limit.
+const shareLimitTimeout = 10 * time.Second
+
+// shareDeliveryLimit returns the group's delivery count limit, or
+// DefaultShareDeliveryCountLimit when it cannot be read.
+func shareDeliveryLimit(ctx context.Context, share kafkaconsumer.Share) int {
+	ctx, cancel := context.WithTimeout(ctx, shareLimitTimeout)
+	defer cancel()
+	if n, err := share.DeliveryCountLimit(ctx); err == nil {
+		return n
+	}
+	return DefaultShareDeliveryCountLimit
+}
 
 // shareSource is the source of a share group's consumer: GiveBack is a
 // RELEASE, and no message is ever revoked.
@@ -64,10 +78,17 @@ func (o *Options) validateShare() error {
 	return nil
 }
 
+// useShare makes s run a share group's records: sh acts on them, and the
+// group's delivery count limit is limit.
+func (s *scheduler) useShare(sh shareActions, limit int) {
+	s.sh, s.shareLimit = sh, limit
+}
+
 // shareAttempts returns the most handler calls per record on a share
-// group: Retry's, at most ShareDeliveryCountLimit.
+// group: Retry's, at most the group's delivery count limit, so that the
+// broker does not archive a record before Run dead letters it.
 func (s *scheduler) shareAttempts() int {
-	return min(s.opts.Retry.attempts(), ShareDeliveryCountLimit)
+	return min(s.opts.Retry.attempts(), s.shareLimit)
 }
 
 // addShare sets the attempts of it, a share group's record, from its
@@ -109,7 +130,7 @@ func (s *scheduler) finishShare(l *lane, it *item, err error) {
 		s.complete(l, true)
 	case s.stopping || s.ctx.Err() != nil:
 		s.complete(l, false)
-	case it.deadLetter && it.delivery >= ShareDeliveryCountLimit:
+	case it.deadLetter && it.delivery >= s.shareLimit:
 		s.sh.Renew(it.msg)
 		s.wait(l, it, s.backoff(it.produces-1))
 	case it.deadLetter:

@@ -15,6 +15,9 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // shareGroupTest skips, saying why, unless the cluster runs KRaft with
@@ -57,6 +60,10 @@ func TestRunShareRefusesOrdering(t *testing.T) {
 	c := joinShare(t, brokers, uniqueName("share-run"), topic, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	share, _ := kafkaconsumer.ShareOf(c)
+	if n, err := share.DeliveryCountLimit(ctx); n != DefaultShareDeliveryCountLimit || err != nil {
+		t.Errorf("DeliveryCountLimit of a group that does not set it = %d, %v; want the broker's default, %d", n, err, DefaultShareDeliveryCountLimit)
+	}
 	for _, o := range []Ordering{ByPartition, ByKey} {
 		err := Run(ctx, c, func(context.Context, *sarama.ConsumerMessage) error { return nil }, Options{Concurrency: 1, Ordering: o})
 		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "GroupProtocolShare") || !strings.Contains(err.Error(), o.String()) {
@@ -193,4 +200,77 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 		t.Errorf("Metrics: %d retried, %d dead lettered; want 30 and 10", metrics.retried, metrics.dead)
 	}
 	t.Logf("%d records on 3 members: %d handled, %d dead letters, 0 lost", n, len(seen.succeeded), len(letters))
+}
+
+// setGroupConfig sets the group config name of group to value
+// (IncrementalAlterConfigs of the group).
+func setGroupConfig(t *testing.T, brokers []string, group, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name, cfg.Op, cfg.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
+	res.Configs = append(res.Configs, cfg)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) == 1 {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("set %s of group %s to %s: %v", name, group, value, err)
+	}
+}
+
+// TestRunShareGroupDeliveryLimit: on a share group whose
+// share.delivery.count.limit is 2, Run with 3 attempts handles a record
+// that always fails twice (delivery counts 1 and 2), then dead letters
+// it: a third RELEASE would have had the broker archive it.
+func TestRunShareGroupDeliveryLimit(t *testing.T) {
+	brokers := shareGroupTest(t)
+	topic, dlq, group := uniqueName("share-run.limit"), uniqueName("share-run.limit.dead"), uniqueName("share-run-limit")
+	createTopic(t, brokers, topic, 1)
+	createTopic(t, brokers, dlq, 1)
+	setGroupConfig(t, brokers, group, "share.delivery.count.limit", "2")
+	produceKeyed(t, brokers, topic, 0, 1, 1, 1)
+	c := joinShare(t, brokers, group, topic, nil)
+	share, _ := kafkaconsumer.ShareOf(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n, err := share.DeliveryCountLimit(ctx); n != 2 || err != nil {
+		t.Errorf("DeliveryCountLimit = %d, %v; want 2", n, err)
+	}
+	var mu sync.Mutex
+	var counts []int
+	stop := runInBackground(t, c, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		counts = append(counts, share.DeliveryCount(msg))
+		return errors.New("cannot parse")
+	}, Options{Concurrency: 2, Ordering: Unordered, Retry: Retry{Attempts: 3},
+		DeadLetter: DeadLetter{Topic: dlq, Brokers: brokers, Config: saramaConfig()}})
+	waitFor(t, 30*time.Second, "the record handled at delivery 2", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(counts) >= 2
+	})
+	waitFor(t, 30*time.Second, "its dead letter", func() bool { return len(deadLetters(t, brokers, dlq)) == 1 })
+	if err := stop(); err != nil {
+		t.Errorf("Run: %s", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(counts) != 2 || counts[0] != 1 || counts[1] != 2 {
+		t.Errorf("handled with delivery counts %v, want [1 2]", counts)
+	}
+	if h := headersOf(deadLetters(t, brokers, dlq)[0]); h[HeaderAttempts] != "2" {
+		t.Errorf("dead letter headers %v, want 2 attempts", h)
+	}
 }

@@ -46,7 +46,7 @@ func (f *fakeShareSource) counts() (rejected, renewed int) {
 
 // TestShareOutcomes: on a share group, a record's handler that succeeds
 // ACCEPTs it; one that fails with attempts left (by the broker's delivery
-// count, within ShareDeliveryCountLimit) RELEASEs it; the last failure
+// count, within DefaultShareDeliveryCountLimit) RELEASEs it; the last failure
 // dead letters then ACCEPTs it, or REJECTs it without a dead-letter
 // topic; a record delivered past its last attempt goes there without a
 // handler call; a failed dead letter RELEASEs it, but at the delivery
@@ -67,7 +67,7 @@ func TestShareOutcomes(t *testing.T) {
 		{name: "failure with attempts left releases", attempts: 3, delivery: 2, want: want{calls: 1, released: 1, retried: 1}},
 		{name: "last failure rejects without a dead-letter topic", attempts: 3, delivery: 3, want: want{calls: 1, rejected: 1}},
 		{name: "last failure dead letters and accepts", attempts: 3, delivery: 3, dl: true, want: want{calls: 1, acked: 1, dead: 1, produced: 1}},
-		{name: "the delivery count limit bounds the attempts", attempts: 10, delivery: ShareDeliveryCountLimit, dl: true, want: want{calls: 1, acked: 1, dead: 1, produced: 1}},
+		{name: "the delivery count limit bounds the attempts", attempts: 10, delivery: DefaultShareDeliveryCountLimit, dl: true, want: want{calls: 1, acked: 1, dead: 1, produced: 1}},
 		{name: "past its last attempt: dead lettered unhandled", attempts: 2, delivery: 3, dl: true, want: want{acked: 1, dead: 1, produced: 1}},
 		{name: "past its last attempt: rejected unhandled", attempts: 2, delivery: 3, want: want{rejected: 1}},
 		{name: "failed dead letter releases", attempts: 2, delivery: 2, dl: true, dlFailing: true, want: want{calls: 1, released: 1}},
@@ -88,7 +88,7 @@ func TestShareOutcomes(t *testing.T) {
 				}
 				return errors.New("cannot parse")
 			}, opts)
-			s.sh = src
+			s.useShare(src, DefaultShareDeliveryCountLimit)
 			s.start()
 			msg := &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: 9}
 			s.add(msg)
@@ -114,17 +114,17 @@ func TestShareOutcomes(t *testing.T) {
 }
 
 // TestShareDeadLetterAtLimit: a dead letter that fails on the record's
-// delivery at ShareDeliveryCountLimit, where a RELEASE would have the
+// delivery at DefaultShareDeliveryCountLimit, where a RELEASE would have the
 // broker archive the record, renews its lock and produces again; the
 // record is ACCEPTed once the produce succeeded.
 func TestShareDeadLetterAtLimit(t *testing.T) {
 	t.Parallel()
-	src := &fakeShareSource{fakeSource: newFakeSource(), delivery: ShareDeliveryCountLimit}
+	src := &fakeShareSource{fakeSource: newFakeSource(), delivery: DefaultShareDeliveryCountLimit}
 	producer := &fakeProducer{failing: true}
 	s := newScheduler(context.Background(), src, func(context.Context, *sarama.ConsumerMessage) error { return errors.New("cannot parse") },
 		Options{Concurrency: 1, Ordering: Unordered, Retry: Retry{Attempts: 5, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
 			DeadLetter: DeadLetter{Topic: "dlq", Producer: producer}})
-	s.sh = src
+	s.useShare(src, DefaultShareDeliveryCountLimit)
 	s.start()
 	msg := &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: 9}
 	s.add(msg)
