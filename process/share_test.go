@@ -15,9 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // shareGroupTest skips, saying why, unless the cluster runs KRaft with
@@ -202,33 +200,6 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 	t.Logf("%d records on 3 members: %d handled, %d dead letters, 0 lost", n, len(seen.succeeded), len(letters))
 }
 
-// setGroupConfig sets the group config name of group to value
-// (IncrementalAlterConfigs of the group).
-func setGroupConfig(t *testing.T, brokers []string, group, name, value string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Op, cfg.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
-	res.Configs = append(res.Configs, cfg)
-	req.Resources = append(req.Resources, res)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil && len(resp.Resources) == 1 {
-		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("set %s of group %s to %s: %v", name, group, value, err)
-	}
-}
-
 // TestRunShareGroupDeliveryLimit: on a share group whose
 // share.delivery.count.limit is 2, Run with 3 attempts handles a record
 // that always fails twice (delivery counts 1 and 2), then dead letters
@@ -238,7 +209,9 @@ func TestRunShareGroupDeliveryLimit(t *testing.T) {
 	topic, dlq, group := uniqueName("share-run.limit"), uniqueName("share-run.limit.dead"), uniqueName("share-run-limit")
 	createTopic(t, brokers, topic, 1)
 	createTopic(t, brokers, dlq, 1)
-	setGroupConfig(t, brokers, group, "share.delivery.count.limit", "2")
+	if err := testcluster.SetGroupConfig(brokers, group, "share.delivery.count.limit", "2"); err != nil {
+		t.Fatal(err)
+	}
 	produceKeyed(t, brokers, topic, 0, 1, 1, 1)
 	c := joinShare(t, brokers, group, topic, nil)
 	share, _ := kafkaconsumer.ShareOf(c)
