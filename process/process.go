@@ -55,7 +55,7 @@
 // again, to any member, with its delivery count one higher, so that the
 // attempts are counted by the broker (kafkaconsumer.Share.DeliveryCount)
 // across members, up to the smaller of Retry.Attempts and the group's
-// share.delivery.count.limit (read at Run's start,
+// share.delivery.count.limit (read at Run's start, within 10 s,
 // kafkaconsumer.Share.DeliveryCountLimit, else
 // DefaultShareDeliveryCountLimit); Retry's backoff is not waited. The last failure produces the dead
 // letter, then ACCEPTs the record, or, without a dead-letter topic,
