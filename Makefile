@@ -146,7 +146,7 @@ KRAFT_TOOL_TESTS ?= TestDescribeConsumerProtocol|TestMigrateConsumerProtocol
 # The tests of package process on share groups (KIP-932), which skip
 # before Kafka 4.2 (the root package's, TestIntegrationShareGroup*, are in
 # KRAFT_TESTS).
-KRAFT_PROCESS_TESTS ?= TestRunRefusesShareGroup
+KRAFT_PROCESS_TESTS ?= TestRunShare
 
 test-kraft: fmt-check vet
 	@trap '$(MAKE) --no-print-directory cluster-down' EXIT; \

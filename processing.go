@@ -17,9 +17,12 @@ import (
 // concurrent use, never block on the network, and may be called after the
 // consumer closed. The zero Processing belongs to no consumer: Revoked
 // returns nil (a channel never closed), Batches false, and the other
-// methods do nothing.
+// methods do nothing. A share group's consumer (GroupProtocolShare) has
+// no revocation and nothing to give back (see Share.Release): its
+// Processing is the zero one but for the metrics and DeadLetterFailed.
 type Processing struct {
 	cm *consumerManager
+	sc *shareConsumer // set for a share group's consumer only
 }
 
 // closedSignal is a closed channel: what Revoked returns for a message of
@@ -103,19 +106,17 @@ func (p Processing) GiveBack(msg *sarama.ConsumerMessage) {
 // Retried tells Config.Metrics (Metrics.Retried) that the processing of
 // msg failed and will be tried again.
 func (p Processing) Retried(msg *sarama.ConsumerMessage) {
-	if p.cm == nil || msg == nil {
-		return
+	if m, group, ok := p.metrics(); ok && msg != nil {
+		m.Retried(group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
 	}
-	p.cm.config.metrics().Retried(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
 }
 
 // DeadLettered tells Config.Metrics (Metrics.DeadLettered) that msg was
 // produced to a dead-letter topic after its last attempt failed.
 func (p Processing) DeadLettered(msg *sarama.ConsumerMessage) {
-	if p.cm == nil || msg == nil {
-		return
+	if m, group, ok := p.metrics(); ok && msg != nil {
+		m.DeadLettered(group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
 	}
-	p.cm.config.metrics().DeadLettered(p.cm.group, TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
 }
 
 // DeadLetterFailed reports that the produce of msg's dead letter failed
@@ -124,12 +125,18 @@ func (p Processing) DeadLettered(msg *sarama.ConsumerMessage) {
 // Config.Metrics is told (Metrics.DeadLetterFailed). Package process
 // calls it once per message whose produce fails; it produces again.
 func (p Processing) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
-	if p.cm == nil || msg == nil {
+	m, group, ok := p.metrics()
+	if !ok || msg == nil {
 		return
 	}
 	tp := TopicPartition{Topic: msg.Topic, Partition: msg.Partition}
-	p.cm.config.metrics().DeadLetterFailed(p.cm.group, tp)
+	m.DeadLetterFailed(group, tp)
 	err = &sarama.ConsumerError{Topic: msg.Topic, Partition: msg.Partition, Err: err}
+	if p.sc != nil {
+		p.sc.logf(slog.LevelWarn, "%s.", err)
+		p.sc.sendError(err)
+		return
+	}
 	p.cm.logf(slog.LevelWarn, "%s.", err)
 	p.cm.sendError(err)
 }
@@ -137,8 +144,19 @@ func (p Processing) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
 // InFlight tells Config.Metrics (Metrics.InFlight) that the number of
 // handlers running changed by delta since the last call.
 func (p Processing) InFlight(delta int) {
-	if p.cm == nil || delta == 0 {
-		return
+	if m, group, ok := p.metrics(); ok && delta != 0 {
+		m.InFlight(group, delta)
 	}
-	p.cm.config.metrics().InFlight(p.cm.group, delta)
+}
+
+// metrics returns the consumer's Metrics and group; false for the zero
+// Processing.
+func (p Processing) metrics() (Metrics, string, bool) {
+	switch {
+	case p.cm != nil:
+		return p.cm.config.metrics(), p.cm.group, true
+	case p.sc != nil:
+		return p.sc.config.metrics(), p.sc.group, true
+	}
+	return nil, "", false
 }

@@ -84,6 +84,19 @@ func (s Share) DeliveryCount(msg *sarama.ConsumerMessage) int {
 	return s.sc.deliveryCount(msg)
 }
 
+// DeliveryCountLimit returns the group's share.delivery.count.limit: the
+// deliveries after which the broker archives a record instead of
+// delivering it again (a DescribeConfigs of the group, answered with the
+// broker's group.share.delivery.count.limit, 5 by default, when the group
+// does not set it). It blocks until a broker answered, ctx is done, or
+// Net's timeouts passed; it needs DESCRIBE_CONFIGS on the group.
+func (s Share) DeliveryCountLimit(ctx context.Context) (int, error) {
+	if s.sc == nil {
+		return 0, errors.New("kafkaconsumer: DeliveryCountLimit of a zero Share")
+	}
+	return s.sc.deliveryCountLimit(ctx)
+}
+
 // shareConsumer is a member of a share group: the Consumer of
 // GroupProtocolShare.
 type shareConsumer struct {
@@ -171,7 +184,10 @@ func (sc *shareConsumer) Shutdown(ctx context.Context) error {
 // handed out once while its acquisition lock holds. Ack (ACCEPT),
 // Share.Release or Share.Reject each; a record not acknowledged within
 // the group's share.record.lock.duration.ms goes back to the broker. The
-// channel is closed at the end of Close.
+// channel is unbuffered, whatever ChannelBufferSize: a record is handed
+// out when the reader takes it, never after its lock expired, which a
+// record waiting in a buffer could be. The channel is closed at the end
+// of Close.
 func (sc *shareConsumer) Messages() <-chan *sarama.ConsumerMessage { return sc.messages }
 
 // Batches implements Consumer: a share consumer hands out single
@@ -212,9 +228,10 @@ func (sc *shareConsumer) Errors() <-chan error { return sc.errors }
 // ErrShareAckRefused).
 func (sc *shareConsumer) Ack(msg *sarama.ConsumerMessage) { sc.acknowledge(msg, ackAccept) }
 
-// Processing implements Consumer: package process does not run on a
-// share group yet; the zero Processing does nothing.
-func (sc *shareConsumer) Processing() Processing { return Processing{} }
+// Processing implements Consumer: a share group has no revocation and
+// nothing to give back, so only the metrics and DeadLetterFailed of the
+// Processing it returns do something (see Processing).
+func (sc *shareConsumer) Processing() Processing { return Processing{sc: sc} }
 
 // Stats implements Consumer: a PartitionStats per assigned partition,
 // Claimed true, with what was handed out and acknowledged (Ack, Release,

@@ -5,14 +5,12 @@ package kafkaconsumer
 // count.
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // receiveShare receives from c until a message comes, failing after
@@ -136,23 +134,11 @@ func TestIntegrationShareGroupAckRefused(t *testing.T) {
 }
 
 // setShareGroupConfig sets the group config name of group to value
-// (IncrementalAlterConfigs of the group).
+// (testcluster.SetGroupConfig).
 func setShareGroupConfig(t *testing.T, group, name, value string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaPeers...))
-	if err != nil {
+	if err := testcluster.SetGroupConfig(kafkaPeers, group, name, value); err != nil {
 		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := setGroupConfig(group, name, value)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil && len(resp.Resources) == 1 {
-		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("set %s of group %s to %s: %v", name, group, value, err)
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 )
 
 // TestIntegrationShareGroupCloseInFlight: a member holds records handed
-// out (one acked, one not), some unread in its channel and some not
-// handed out yet; Close waits MaxProcessingTime for the one not acked,
+// out (one acked, one not) and some not handed out yet (its Messages
+// channel is unbuffered); Close waits MaxProcessingTime for the one not acked,
 // no longer than that + 5 s, releases everything it did not see acked,
 // and leaves no goroutine; another member then receives every released
 // record at once (long before the 30 s lock would have expired), with a
@@ -29,7 +29,7 @@ func TestIntegrationShareGroupCloseInFlight(t *testing.T) {
 	const n = 10
 	produce(t, newTestClient(t), topic, "close", n)
 	config := shareTestConfig()
-	config.ChannelBufferSize = 2 // some records wait in the fetch loop, not handed out
+	config.ChannelBufferSize = 2 // the fetch size: some records wait in the fetch loop, not handed out
 	a, err := Join(group, TopicSubscription(topic), "", config)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,17 @@ func TestIntegrationShareGroupCloseInFlight(t *testing.T) {
 	acked := receiveShare(t, a, 30*time.Second)
 	a.Ack(acked)
 	pending := receiveShare(t, a, 30*time.Second) // never acked
-	waitFor(t, 10*time.Second, "the channel to fill", func() bool { return len(a.Messages()) == cap(a.Messages()) })
+	waitFor(t, 10*time.Second, "records acquired and not handed out", func() bool {
+		sc := a.(*shareConsumer)
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		for _, r := range sc.held {
+			if !r.handedOut {
+				return true
+			}
+		}
+		return false
+	})
 
 	began := time.Now()
 	if err := a.Close(); err != nil {

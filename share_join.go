@@ -50,7 +50,7 @@ func joinShare(ctx context.Context, args *joinArgs, hooks *testHooks) (Consumer,
 		stopCtx:  stopCtx, stop: stop,
 		cutWait:   make(chan struct{}),
 		refresh:   make(chan struct{}, 1),
-		messages:  make(chan *sarama.ConsumerMessage, cfg.ChannelBufferSize),
+		messages:  make(chan *sarama.ConsumerMessage), // unbuffered: see Messages
 		closedOut: make(chan *Batch),
 		errors:    make(chan error, cfg.ChannelBufferSize),
 		held:      make(map[recordKey]*heldRecord),

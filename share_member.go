@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -356,4 +357,34 @@ func setGroupConfig(group, name, value string) *kmsg.IncrementalAlterConfigsRequ
 	res.Configs = append(res.Configs, cfg)
 	req.Resources = append(req.Resources, res)
 	return req
+}
+
+// deliveryCountLimit returns the group's share.delivery.count.limit, from
+// a DescribeConfigs of the group resource (which gives the broker's
+// group.share.delivery.count.limit when the group does not set it).
+func (sc *shareConsumer) deliveryCountLimit(ctx context.Context) (int, error) {
+	const name = "share.delivery.count.limit"
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName, res.ConfigNames = kmsg.ConfigResourceTypeGroupConfig, sc.group, []string{name}
+	req.Resources = append(req.Resources, res)
+	kresp, err := sc.t.request(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("share group %s: describe its %s: %w", sc.group, name, err)
+	}
+	for _, r := range kresp.(*kmsg.DescribeConfigsResponse).Resources {
+		if e := kerr.ErrorForCode(r.ErrorCode); e != nil {
+			return 0, fmt.Errorf("share group %s: describe its %s: %w%s", sc.group, name, e, errorMessage(r.ErrorMessage))
+		}
+		for _, c := range r.Configs {
+			if c.Name != name || c.Value == nil {
+				continue
+			}
+			if n, err := strconv.Atoi(*c.Value); err == nil && n > 0 {
+				return n, nil
+			}
+			return 0, fmt.Errorf("share group %s: its %s is %q, not a positive number", sc.group, name, *c.Value)
+		}
+	}
+	return 0, fmt.Errorf("share group %s: the broker did not describe its %s", sc.group, name)
 }

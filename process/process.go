@@ -45,6 +45,34 @@
 // each one on its own. Handlers still take one message; to write many at
 // once, read Batches yourself.
 //
+// # Share groups
+//
+// On a share group's consumer (kafkaconsumer.GroupProtocolShare), the
+// broker keeps each record's state and hands records out in no order:
+// Run takes Ordering Unordered only, and refuses the others
+// (ErrInvalidOptions). A handler's success ACCEPTs the record (Ack). A
+// failure with attempts left RELEASEs it at once: the broker delivers it
+// again, to any member, with its delivery count one higher, so that the
+// attempts are counted by the broker (kafkaconsumer.Share.DeliveryCount)
+// across members, up to the smaller of Retry.Attempts and the group's
+// share.delivery.count.limit (read at Run's start, within 10 s,
+// kafkaconsumer.Share.DeliveryCountLimit, else
+// DefaultShareDeliveryCountLimit); Retry's backoff is not waited. The last failure produces the dead
+// letter, then ACCEPTs the record, or, without a dead-letter topic,
+// REJECTs it (the broker archives it) instead of failing Run with
+// ErrGaveUp. A failed dead letter is reported as elsewhere
+// (ErrDeadLetter) and the record RELEASEd; its next delivery goes to the
+// dead letter without the handler. At the delivery count limit, where a
+// RELEASE would have the broker archive it, Run renews its lock and
+// produces again after Retry's backoff instead. Nothing is revoked: a
+// record is this member's until its acquisition lock
+// (share.record.lock.duration.ms) expires. A handler that runs longer
+// than that sees its Ack refused (kafkaconsumer.ErrShareAckRefused on
+// Errors()) while the broker delivers the record again; a long handler
+// renews the lock itself (kafkaconsumer.ShareOf(c).Renew). What Run
+// holds when it returns is RELEASEd. The metrics mean the same as
+// elsewhere: Retried counts the RELEASEs of failures.
+//
 // # Memory
 //
 // Run holds every message it received until it is acked or given back:
@@ -114,7 +142,7 @@ type Options struct {
 	Retry Retry
 	// DeadLetter, when its Topic is set, is where messages go whose last
 	// attempt failed. Without it, such a message makes Run return
-	// ErrGaveUp.
+	// ErrGaveUp; on a share group, it is REJECTed.
 	DeadLetter DeadLetter
 }
 
@@ -253,11 +281,12 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 // first (a handler that then fails is not a failed attempt), stops
 // retries, and gives back the messages it did not handle
 // (kafkaconsumer.Processing.GiveBack), so that a partition's commit
-// stays before them and c's Close or Shutdown does not wait for them. Stop c after Run returned (or to make it return);
-// Run does not close it. It returns nil when ctx was done or c closed, an
-// error wrapping ErrInvalidOptions at once for bad arguments (a share
-// group's consumer, GroupProtocolShare, among them: not run yet), or the
-// error wrapping ErrGaveUp. Call Run once per consumer.
+// stays before them and c's Close or Shutdown does not wait for them (on
+// a share group: RELEASEs them). Stop c after Run returned (or to make it
+// return); Run does not close it. It returns nil when ctx was done or c
+// closed, an error wrapping ErrInvalidOptions at once for bad arguments
+// (an Ordering other than Unordered on a share group's consumer among
+// them), or the error wrapping ErrGaveUp. Call Run once per consumer.
 //
 // Through c.Processing, Run reports to c's Config.Metrics the retries,
 // the dead letters, the failed produces of dead letters and the handlers
@@ -273,11 +302,18 @@ func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Op
 	if err := opts.validate(); err != nil {
 		return err
 	}
-	if _, ok := kafkaconsumer.ShareOf(c); ok {
-		return fmt.Errorf("%w: c is a share group's consumer (GroupProtocolShare), which Run does not run yet; read its Messages and Ack, Release or Reject each (kafkaconsumer.ShareOf)", ErrInvalidOptions)
-	}
 	p := c.Processing()
-	s := newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
+	var s *scheduler
+	if share, ok := kafkaconsumer.ShareOf(c); ok {
+		if err := opts.validateShare(); err != nil {
+			return err
+		}
+		ss := shareSource{c: c, share: share, p: p}
+		s = newScheduler(ctx, ss, handler, opts)
+		s.useShare(ss, shareDeliveryLimit(ctx, share))
+	} else {
+		s = newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
+	}
 	s.start()
 	if p.Batches() {
 		batches := c.Batches()

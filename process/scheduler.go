@@ -62,6 +62,9 @@ type item struct {
 	// attempts counts the handler's calls; err is its last error.
 	attempts int
 	err      error
+	// delivery is a share group's record's delivery count (see
+	// addShare); 0 elsewhere.
+	delivery int
 	// deadLetter is set once the handler's attempts are over: the next
 	// run produces the dead letter; produced counts the failed produces.
 	deadLetter bool
@@ -95,6 +98,9 @@ type scheduler struct {
 	handler Handler
 	opts    Options
 	dl      *deadLetterer // nil without a dead-letter topic
+	sh      shareActions  // a share group's consumer (share.go), else nil
+	// shareLimit is the share group's delivery count limit (useShare).
+	shareLimit int
 
 	ctx    context.Context    // Run's, the parent of every run's context
 	cancel context.CancelFunc // cancels ctx: called by stop
@@ -169,13 +175,17 @@ func (s *scheduler) add(msgs ...*sarama.ConsumerMessage) {
 			s.src.GiveBack(msg)
 			continue
 		}
+		it := &item{msg: msg, run: run}
+		if s.sh != nil && !s.addShare(it) {
+			continue
+		}
 		key := s.keyOf(run.tp, msg)
 		l := s.lanes[key]
 		if l == nil {
 			l = &lane{key: key}
 			s.lanes[key] = l
 		}
-		l.items = append(l.items, &item{msg: msg, run: run})
+		l.items = append(l.items, it)
 		if !l.busy {
 			s.push(l)
 		}
@@ -325,6 +335,10 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 			s.src.DeadLetterFailed(it.msg, fmt.Errorf("%w: offset %d, to topic %s: %w", ErrDeadLetter, it.msg.Offset, s.dl.topic, err))
 		}
 	}
+	if s.sh != nil {
+		s.finishShare(l, it, err)
+		return s.take()
+	}
 	switch {
 	case err == nil:
 		if it.deadLetter && !run.over {
@@ -356,13 +370,19 @@ func (s *scheduler) finish(l *lane, it *item, err error) (*lane, *item) {
 // it.
 func (s *scheduler) complete(l *lane, ack bool) {
 	it := l.items[0]
-	l.items[0] = nil
-	l.items = l.items[1:]
 	if ack {
 		s.src.Ack(it.msg)
 	} else {
 		s.src.GiveBack(it.msg)
 	}
+	s.dropFirst(l)
+}
+
+// dropFirst takes the first item out of l, settled already, and settles
+// l.
+func (s *scheduler) dropFirst(l *lane) {
+	l.items[0] = nil
+	l.items = l.items[1:]
 	s.settle(l)
 }
 

@@ -1,0 +1,160 @@
+package process
+
+// Unit tests of Run's share group path (share.go) on an in-memory source:
+// what each outcome of a handler does to a record, by its delivery count.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// fakeShareSource is a fakeSource of a share group's consumer: GiveBack is
+// its RELEASE; it records the rejects and renews, and answers the
+// delivery count it was given.
+type fakeShareSource struct {
+	*fakeSource
+	delivery int // the delivery count of every message
+	mu       sync.Mutex
+	rejected int
+	renewed  int
+}
+
+func (f *fakeShareSource) Reject(*sarama.ConsumerMessage) { f.note(&f.rejected) }
+func (f *fakeShareSource) Renew(*sarama.ConsumerMessage)  { f.note(&f.renewed) }
+
+// note counts one more in n, a field of f.
+func (f *fakeShareSource) note(n *int) {
+	f.mu.Lock()
+	*n++
+	f.mu.Unlock()
+}
+
+func (f *fakeShareSource) DeliveryCount(*sarama.ConsumerMessage) int { return f.delivery }
+
+func (f *fakeShareSource) counts() (rejected, renewed int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rejected, f.renewed
+}
+
+// TestShareOutcomes: on a share group, a record's handler that succeeds
+// ACCEPTs it; one that fails with attempts left (by the broker's delivery
+// count, within DefaultShareDeliveryCountLimit) RELEASEs it; the last failure
+// dead letters then ACCEPTs it, or REJECTs it without a dead-letter
+// topic; a record delivered past its last attempt goes there without a
+// handler call; a failed dead letter RELEASEs it, but at the delivery
+// count limit renews it and produces again.
+func TestShareOutcomes(t *testing.T) {
+	t.Parallel()
+	type want struct{ calls, acked, released, rejected, retried, dead, produced int }
+	for _, tc := range []struct {
+		name      string
+		attempts  int
+		delivery  int
+		ok        bool // the handler succeeds
+		dl        bool
+		dlFailing bool
+		want      want
+	}{
+		{name: "success accepts", attempts: 3, delivery: 2, ok: true, want: want{calls: 1, acked: 1}},
+		{name: "failure with attempts left releases", attempts: 3, delivery: 2, want: want{calls: 1, released: 1, retried: 1}},
+		{name: "last failure rejects without a dead-letter topic", attempts: 3, delivery: 3, want: want{calls: 1, rejected: 1}},
+		{name: "last failure dead letters and accepts", attempts: 3, delivery: 3, dl: true, want: want{calls: 1, acked: 1, dead: 1, produced: 1}},
+		{name: "the delivery count limit bounds the attempts", attempts: 10, delivery: DefaultShareDeliveryCountLimit, dl: true, want: want{calls: 1, acked: 1, dead: 1, produced: 1}},
+		{name: "past its last attempt: dead lettered unhandled", attempts: 2, delivery: 3, dl: true, want: want{acked: 1, dead: 1, produced: 1}},
+		{name: "past its last attempt: rejected unhandled", attempts: 2, delivery: 3, want: want{rejected: 1}},
+		{name: "failed dead letter releases", attempts: 2, delivery: 2, dl: true, dlFailing: true, want: want{calls: 1, released: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			src := &fakeShareSource{fakeSource: newFakeSource(), delivery: tc.delivery}
+			producer := &fakeProducer{failing: tc.dlFailing}
+			opts := Options{Concurrency: 2, Ordering: Unordered, Retry: Retry{Attempts: tc.attempts, Backoff: time.Millisecond}}
+			if tc.dl {
+				opts.DeadLetter = DeadLetter{Topic: "dlq", Producer: producer}
+			}
+			var calls atomic.Int32
+			s := newScheduler(context.Background(), src, func(context.Context, *sarama.ConsumerMessage) error {
+				calls.Add(1)
+				if tc.ok {
+					return nil
+				}
+				return errors.New("cannot parse")
+			}, opts)
+			s.useShare(src, DefaultShareDeliveryCountLimit)
+			s.start()
+			msg := &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: 9}
+			s.add(msg)
+			waitFor(t, 10*time.Second, "the record settled", func() bool {
+				rejected, _ := src.counts()
+				return src.settled()+rejected == 1
+			})
+			if err := stopWithin(t, s, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			acked, released := src.outcome(msg)
+			rejected, _ := src.counts()
+			_, produced := producer.state()
+			got := want{calls: int(calls.Load()), acked: acked, released: released, rejected: rejected, retried: src.retried, dead: src.dead, produced: len(produced)}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			if tc.dlFailing && (len(src.failed) != 1 || !errors.Is(src.failed[0], ErrDeadLetter)) {
+				t.Errorf("failed dead letters reported: %v, want one ErrDeadLetter", src.failed)
+			}
+		})
+	}
+}
+
+// TestShareDeadLetterAtLimit: a dead letter that fails on the record's
+// delivery at DefaultShareDeliveryCountLimit, where a RELEASE would have the
+// broker archive the record, renews its lock and produces again; the
+// record is ACCEPTed once the produce succeeded.
+func TestShareDeadLetterAtLimit(t *testing.T) {
+	t.Parallel()
+	src := &fakeShareSource{fakeSource: newFakeSource(), delivery: DefaultShareDeliveryCountLimit}
+	producer := &fakeProducer{failing: true}
+	s := newScheduler(context.Background(), src, func(context.Context, *sarama.ConsumerMessage) error { return errors.New("cannot parse") },
+		Options{Concurrency: 1, Ordering: Unordered, Retry: Retry{Attempts: 5, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
+			DeadLetter: DeadLetter{Topic: "dlq", Producer: producer}})
+	s.useShare(src, DefaultShareDeliveryCountLimit)
+	s.start()
+	msg := &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: 9}
+	s.add(msg)
+	waitFor(t, 10*time.Second, "2 failed produces", func() bool { tries, _ := producer.state(); return tries >= 2 })
+	producer.setFailing(false)
+	waitFor(t, 10*time.Second, "the record accepted", func() bool { acked, _ := src.outcome(msg); return acked == 1 })
+	if err := stopWithin(t, s, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, released := src.outcome(msg); released != 0 {
+		t.Errorf("released %d times at the delivery count limit, want 0 (the broker would archive it)", released)
+	}
+	if _, renewed := src.counts(); renewed < 2 {
+		t.Errorf("renewed %d times for 2 failed produces, want at least 2", renewed)
+	}
+}
+
+// TestValidateShare: on a share group, Run refuses ByPartition and ByKey
+// with an error naming the ordering and GroupProtocolShare.
+func TestValidateShare(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Ordering{ByPartition, ByKey} {
+		opts := Options{Concurrency: 1, Ordering: o}
+		err := opts.validateShare()
+		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), o.String()) || !strings.Contains(err.Error(), "GroupProtocolShare") {
+			t.Errorf("validateShare of %s = %v, want ErrInvalidOptions naming %s and GroupProtocolShare", o, err, o)
+		}
+	}
+	opts := Options{Concurrency: 1, Ordering: Unordered}
+	if err := opts.validateShare(); err != nil {
+		t.Errorf("validateShare of Unordered = %v, want nil", err)
+	}
+}
