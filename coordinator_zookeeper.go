@@ -71,7 +71,8 @@ func (z zookeeperCoordinator) release(pm *partitionManager, deadline time.Time) 
 }
 
 // manageZookeeper is the manager loop of a ZooKeeper-coordinated group:
-//  1. watch the partitions of the subscription, and the group's instances;
+//  1. watch the partitions of the subscription, and the group's instances,
+//     once they settled (watchSettledInstances);
 //  2. register again if the registration is gone (the ZooKeeper session
 //     expired), after stopping every partition, whose claims went with it;
 //  3. distribute the partitions over the instances;
