@@ -71,7 +71,8 @@ func (z zookeeperCoordinator) release(pm *partitionManager, deadline time.Time) 
 }
 
 // manageZookeeper is the manager loop of a ZooKeeper-coordinated group:
-//  1. watch the partitions of the subscription, and the group's instances;
+//  1. watch the partitions of the subscription, and the group's instances,
+//     once they settled (watchSettledInstances);
 //  2. register again if the registration is gone (the ZooKeeper session
 //     expired), after stopping every partition, whose claims went with it;
 //  3. distribute the partitions over the instances;
@@ -107,9 +108,13 @@ func (cm *consumerManager) manageZookeeper(sw *coordinatorSwitch) (switched bool
 		}
 		if instancesChange == nil {
 			readDeparted = true
-			var kindsChanged bool
-			if instances, instancesChange, kindsChanged, ok = cm.watchInstances(); !ok {
+			var kindsChanged, settled bool
+			if instances, instancesChange, kindsChanged, settled, ok = cm.watchSettledInstances(sw); !ok {
 				return false
+			}
+			if !settled { // the coordinator switch changed: read it first
+				instancesChange = nil
+				continue
 			}
 			if kindsChanged {
 				partitionsChange = nil // the partitions to distribute depend on the kinds
@@ -262,6 +267,64 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 		if !sleepOrDie(&cm.t, attempt) {
 			return nil, nil, false, false
 		}
+	}
+}
+
+// The manager loop distributes once the group's membership has settled:
+// once its instances did not change for membershipQuiet, or, while they
+// keep changing, membershipSettleMax after the first read. Instances
+// that join or leave together (a scale-out, a scale-in, a rolling
+// deployment) register within a few hundred milliseconds of each other,
+// and each registration wakes every member: a member that distributed at
+// each wake-up would hand partitions to the members seen so far and take
+// them back at the next, every one of those moves a hand-off through
+// ZooKeeper. The quiet spell is what a single join or leave waits more.
+const (
+	membershipQuiet     = 200 * time.Millisecond
+	membershipSettleMax = 2 * time.Second
+)
+
+// watchSettledInstances is watchInstances, read again each time the
+// watch fires until the instances have not changed for membershipQuiet,
+// or until membershipSettleMax has passed since the first read; it
+// returns the last read, with kindsChanged true when any read changed
+// cm.originals. settled is false when the coordinator switch (sw, nil
+// for none) changed meanwhile, which the caller reads first; ok is false
+// when the manager is interrupted.
+func (cm *consumerManager) watchSettledInstances(sw *coordinatorSwitch) (instances kazoo.ConsumergroupInstanceList, changed <-chan zk.Event, kindsChanged, settled, ok bool) {
+	instances, changed, kindsChanged, ok = cm.watchInstances()
+	if !ok {
+		return nil, nil, false, false, false
+	}
+	began := time.Now()
+	quiet := time.NewTimer(membershipQuiet)
+	defer quiet.Stop()
+	limit := time.NewTimer(membershipSettleMax)
+	defer limit.Stop()
+	for changes := 0; ; changes++ {
+		select {
+		case <-cm.t.Dying():
+			return nil, nil, false, false, false
+		case ev := <-sw.watch():
+			cm.logf(slog.LevelInfo, "The group's coordinator switch changed (%s) while the group's instances settled.", describeEvent(ev))
+			sw.changed = nil
+			return instances, changed, kindsChanged, false, true
+		case <-quiet.C:
+			if changes > 0 {
+				cm.logf(slog.LevelInfo, "The group's instances settled after %d changes in %s.", changes, time.Since(began).Round(time.Millisecond))
+			}
+			return instances, changed, kindsChanged, true, true
+		case <-limit.C:
+			cm.logf(slog.LevelInfo, "The group's instances changed %d times in %s; distributing without waiting for them to settle.", changes, membershipSettleMax)
+			return instances, changed, kindsChanged, true, true
+		case <-changed:
+		}
+		var kinds bool
+		if instances, changed, kinds, ok = cm.watchInstances(); !ok {
+			return nil, nil, false, false, false
+		}
+		kindsChanged = kindsChanged || kinds
+		quiet.Reset(membershipQuiet)
 	}
 }
 

@@ -7,6 +7,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -159,6 +160,78 @@ func TestWatchInstancesRetriesUntilInterrupted(t *testing.T) {
 	cm.t.Kill(nil)
 	if _, _, _, ok := cm.watchInstances(); ok {
 		t.Fatal("watchInstances() = ok after the interrupt")
+	}
+}
+
+// joinOnRead registers another instance during each of the next n reads
+// of a new registration (Get), after the read of the instances set their
+// watch: so each read sees a change that fires the watch, as instances
+// that join one after the other do. With pace, each join first waits
+// for its tick.
+func joinOnRead(fake *fakeZK, n int, pace <-chan time.Time) {
+	joined := 0
+	var join func()
+	join = func() {
+		if pace != nil {
+			<-pace
+		}
+		joined++
+		fake.put(fmt.Sprintf("/consumers/g/ids/joiner-%d", joined), markRegistration([]byte(`{"version":1}`)), otherSession)
+		if joined < n {
+			fake.beforeNext("Get", join)
+		}
+	}
+	fake.beforeNext("Get", join)
+}
+
+// TestSettledInstancesAfterTheLastJoin: instances that join one after the
+// other make the manager read them again, and distribute once, over all
+// of them, a quiet spell after the last.
+func TestSettledInstancesAfterTheLastJoin(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	fake.put("/consumers/g/ids/joiner-0", markRegistration([]byte(`{"version":1}`)), otherSession)
+	joinOnRead(fake, 5, nil)
+	began := time.Now()
+	instances, _, _, settled, ok := cm.watchSettledInstances(nil)
+	took := time.Since(began)
+	if !ok || !settled || len(instances) != 6 {
+		t.Fatalf("watchSettledInstances() = %d instances, settled %t, ok %t; want the 6, settled", len(instances), settled, ok)
+	}
+	wantCalls(t, fake, "ChildrenW", 6, "a read of the instances for each join")
+	if took < membershipQuiet {
+		t.Fatalf("settled after %s, before the quiet spell of %s", took, membershipQuiet)
+	}
+}
+
+// TestSettledInstancesBoundedWhileJoinsGoOn: instances that keep joining
+// do not hold the distribution up for more than membershipSettleMax.
+func TestSettledInstancesBoundedWhileJoinsGoOn(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	fake.put("/consumers/g/ids/joiner-0", markRegistration([]byte(`{"version":1}`)), otherSession)
+	pace := time.NewTicker(membershipQuiet / 10) // a join every tenth of the quiet spell
+	defer pace.Stop()
+	joinOnRead(fake, 10000, pace.C)
+	began := time.Now()
+	done := runDone(func() bool {
+		_, _, _, settled, ok := cm.watchSettledInstances(nil)
+		return settled && ok
+	})
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("watchSettledInstances() gave up")
+		}
+	case <-time.After(membershipSettleMax + 10*time.Second):
+		t.Fatalf("watchSettledInstances() still waiting %s after it began, while instances kept joining", time.Since(began))
+	}
+	if took := time.Since(began); took < membershipSettleMax {
+		t.Fatalf("distributed after %s while instances kept joining, before membershipSettleMax (%s)", took, membershipSettleMax)
+	}
+	cm.t.Kill(nil)
+	if _, _, _, _, ok := cm.watchSettledInstances(nil); ok {
+		t.Fatal("watchSettledInstances() = ok after the interrupt")
 	}
 }
 

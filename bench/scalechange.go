@@ -60,7 +60,20 @@ type scaleChange struct {
 	Lost     int     `json:"members_lost"`
 	Load1    float64 `json:"load1"`
 	TimedOut bool    `json:"timed_out,omitempty"`
+	// Starts counts the partitions that members started during the
+	// change (kafkaconsumer: OnRebalance's Assigned; franz-go:
+	// OnPartitionsAssigned), intermediate hand-outs included: Moved is
+	// their least. Distributions and WakeUps count the ZooKeeper mode's
+	// distributions and wake-ups by the instances' watch, over every
+	// member.
+	Starts        int `json:"starts"`
+	Distributions int `json:"distributions,omitempty"`
+	WakeUps       int `json:"wake_ups,omitempty"`
 }
+
+// changeCounts are the counts of a scale-change child's members, all of
+// them, since it started: see scaleChange.
+var changeCounts struct{ starts, distributions, wakeUps atomic.Int64 }
 
 // scaleChangeResult is what a scale-change child reports.
 type scaleChangeResult struct {
@@ -114,8 +127,8 @@ func runScaleChanges(cl *cluster, o *options) ([]scaleChangeResult, error) {
 				return nil, fmt.Errorf("%s, %d partitions: %w", c, p, err)
 			}
 			for _, ch := range res.Changes {
-				log.Printf("scalechange %-22s %5d partitions %3d -> %3d: %6.1fs moved %5d members lost %3d load %.1f%s",
-					c, p, ch.From, ch.To, ch.Seconds, ch.Moved, ch.Lost, ch.Load1, map[bool]string{true: " TIMED OUT"}[ch.TimedOut])
+				log.Printf("scalechange %-22s %5d partitions %3d -> %3d: %6.1fs moved %5d started %5d distributions %4d wake-ups %4d members lost %3d load %.1f%s",
+					c, p, ch.From, ch.To, ch.Seconds, ch.Moved, ch.Starts, ch.Distributions, ch.WakeUps, ch.Lost, ch.Load1, map[bool]string{true: " TIMED OUT"}[ch.TimedOut])
 			}
 			log.Printf("scalechange %-22s %5d partitions: start %.1fs, rss %.1f MiB per member (peak %.0f MiB), double-owned %d, lost %d of %d%s",
 				c, p, res.Start, res.RSSPerMemberMB, res.PeakRSSMB, res.DoubleOwned, res.LostMessages, res.Produced, map[bool]string{true: " error: " + res.Error}[res.Error != ""])
@@ -129,21 +142,21 @@ func runScaleChanges(cl *cluster, o *options) ([]scaleChangeResult, error) {
 func writeScaleChanges(b *strings.Builder, cells []scaleChangeResult) {
 	b.WriteString("### Scale changes: members as goroutines of one process (each its own clients and session, settings at their defaults), all added or closed at once\n\n")
 	b.WriteString("Seconds from the change until every partition is owned by exactly one member, each member owns some, and every message produced more than 1 s before was received. " +
-		"Moved: partitions whose owner changed. Lost members: those that lost their membership without being closed. Load: the machine's 1-minute load average at the end of the change.\n\n")
-	b.WriteString("| contender | partitions | msgs/s | change | s | moved | lost members | load | RSS MiB per member | double-owned | lost msgs |\n")
-	b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		"Moved: partitions whose owner changed; started: the partitions members started, intermediate hand-outs included; distributions and wake-ups: the ZooKeeper mode's, over every member. Lost members: those that lost their membership without being closed. Load: the machine's 1-minute load average at the end of the change.\n\n")
+	b.WriteString("| contender | partitions | msgs/s | change | s | moved | started | distributions | wake-ups | lost members | load | RSS MiB per member | double-owned | lost msgs |\n")
+	b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, c := range cells {
 		for _, ch := range c.Changes {
 			timedOut := ""
 			if ch.TimedOut {
 				timedOut = " (timed out)"
 			}
-			fmt.Fprintf(b, "| %s | %d | %d | %d → %d | %.1f%s | %d | %d | %.1f | %.1f | %d | %d of %d |\n",
-				c.Contender, c.Partitions, c.Rate, ch.From, ch.To, ch.Seconds, timedOut, ch.Moved, ch.Lost, ch.Load1,
+			fmt.Fprintf(b, "| %s | %d | %d | %d → %d | %.1f%s | %d | %d | %d | %d | %d | %.1f | %.1f | %d | %d of %d |\n",
+				c.Contender, c.Partitions, c.Rate, ch.From, ch.To, ch.Seconds, timedOut, ch.Moved, ch.Starts, ch.Distributions, ch.WakeUps, ch.Lost, ch.Load1,
 				c.RSSPerMemberMB, c.DoubleOwned, c.LostMessages, c.Produced)
 		}
 		if c.Error != "" {
-			fmt.Fprintf(b, "| %s | %d | %d | error: %s | | | | | | | |\n", c.Contender, c.Partitions, c.Rate, c.Error)
+			fmt.Fprintf(b, "| %s | %d | %d | error: %s | | | | | | | | | | |\n", c.Contender, c.Partitions, c.Rate, c.Error)
 		}
 	}
 	b.WriteString("\n")
@@ -211,6 +224,7 @@ func scaleChanges(spec *childSpec) (res scaleChangeResult) {
 		time.Sleep(scaleQuiet) // the workload's pause, see scaleQuiet
 		from := len(members)
 		lost0 := lostOf(members)
+		starts0, distributions0, wakeUps0 := changeCounts.starts.Load(), changeCounts.distributions.Load(), changeCounts.wakeUps.Load()
 		t := time.Now()
 		if to > from {
 			err = start(to - from)
@@ -223,7 +237,10 @@ func scaleChanges(spec *childSpec) (res scaleChangeResult) {
 			return res
 		}
 		after, ok := waitChangeStable(spec, members, rec, &res)
-		ch := scaleChange{From: from, To: to, Seconds: time.Since(t).Seconds(), Lost: lostOf(members) - min(lost0, lostOf(members)), Load1: load1(), TimedOut: !ok}
+		ch := scaleChange{From: from, To: to, Seconds: time.Since(t).Seconds(), Lost: lostOf(members) - min(lost0, lostOf(members)), Load1: load1(), TimedOut: !ok,
+			Starts:        int(changeCounts.starts.Load() - starts0),
+			Distributions: int(changeCounts.distributions.Load() - distributions0),
+			WakeUps:       int(changeCounts.wakeUps.Load() - wakeUps0)}
 		for p, o := range after {
 			if owners[p] != o {
 				ch.Moved++
@@ -373,6 +390,7 @@ func startOursMember(spec *childSpec, id int32, rec *recorder) (*oursMember, err
 		cfg.GroupProtocol = kafkaconsumer.GroupProtocolConsumer
 	}
 	m := &oursMember{}
+	cfg.OnRebalance = func(r kafkaconsumer.Rebalance) { changeCounts.starts.Add(int64(len(r.Assigned))) }
 	cfg.Logger = slog.New(&lossCounter{id: id, losses: &m.losses})
 	c, err := kafkaconsumer.Join(spec.Group, kafkaconsumer.TopicSubscription(spec.Topics...), zookeeper, cfg)
 	if err != nil {
@@ -435,6 +453,12 @@ func (h *lossCounter) Handle(_ context.Context, r slog.Record) error {
 			h.losses.Add(1)
 		}
 	}
+	switch {
+	case strings.HasPrefix(r.Message, "Currently, "):
+		changeCounts.distributions.Add(1)
+	case strings.HasPrefix(r.Message, "Woke up because the list of running instances changed"):
+		changeCounts.wakeUps.Add(1)
+	}
 	log.Printf("member %d: %s", h.id, r.Message)
 	return nil
 }
@@ -459,6 +483,9 @@ func startFranzMember(spec *childSpec, id int32, rec *recorder) (*franzMember, e
 		return func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
+			if set {
+				changeCounts.starts.Add(int64(len(ps[spec.Topics[0]])))
+			}
 			for _, p := range ps[spec.Topics[0]] {
 				if set {
 					m.own[p] = true
