@@ -88,6 +88,12 @@ func (k *kafkaSession) request(req kmsg.Request) (kmsg.Response, error) {
 // ConsumerGroupDescribe (Kafka 4.0 and later; 3.7 to 3.9 with the early
 // access of the protocol enabled), asking one of them (ApiVersions).
 func (k *kafkaSession) supportsConsumerGroupDescribe() (bool, error) {
+	return k.supportsAPI(consumerGroupDescribeKey)
+}
+
+// supportsAPI tells whether the brokers serve the request of API key
+// key, asking one of them (ApiVersions).
+func (k *kafkaSession) supportsAPI(key int16) (bool, error) {
 	resp, err := k.request(kmsg.NewPtrApiVersionsRequest())
 	if err != nil {
 		return false, k.err("api versions", err)
@@ -96,12 +102,34 @@ func (k *kafkaSession) supportsConsumerGroupDescribe() (bool, error) {
 	if err := kerr.ErrorForCode(versions.ErrorCode); err != nil {
 		return false, k.err("api versions", err)
 	}
-	for _, key := range versions.ApiKeys {
-		if key.ApiKey == consumerGroupDescribeKey {
+	for _, v := range versions.ApiKeys {
+		if v.ApiKey == key {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// retrying calls try until it succeeds, or fails with an error Kafka
+// does not say to retry (COORDINATOR_NOT_AVAILABLE while a new cluster
+// creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS are retried),
+// or the session's deadline comes, with a capped backoff; franz-go does
+// not retry a failure to find a coordinator. what names the request in
+// the error.
+func (k *kafkaSession) retrying(what string, try func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
+			return k.err(what, err)
+		}
+		timer := time.NewTimer(backoff)
+		<-timer.C
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // consumerGroups describes the named groups with ConsumerGroupDescribe
@@ -120,23 +148,12 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 	if ok, err := k.supportsConsumerGroupDescribe(); err != nil || !ok {
 		return found, err
 	}
-	// Retry what Kafka says to retry (COORDINATOR_NOT_AVAILABLE while a
-	// new cluster creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS)
-	// until the deadline, with a capped backoff; franz-go does not retry
-	// a failure to find a coordinator.
-	backoff := 100 * time.Millisecond
-	for {
-		found, err := k.describeConsumerGroups(names)
-		if err == nil {
-			return found, nil
-		}
-		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
-			return nil, k.err("describe consumer group", err)
-		}
-		timer := time.NewTimer(backoff)
-		<-timer.C
-		backoff = min(2*backoff, time.Second)
-	}
+	err := k.retrying("describe consumer group", func() error {
+		var err error
+		found, err = k.describeConsumerGroups(names)
+		return err
+	})
+	return found, err
 }
 
 // describeConsumerGroups sends ConsumerGroupDescribe once, for
@@ -306,6 +323,9 @@ type listedGroup struct {
 	// protocol (its type, ListGroups v5 and later; an older broker keeps
 	// classic groups only).
 	consumerProtocol bool
+	// share is true for a share group (its type, ListGroups v5 and
+	// later).
+	share bool
 }
 
 // listGroups lists the groups that Kafka's group coordinators keep, by
@@ -325,6 +345,7 @@ func (k *kafkaSession) listGroups() (map[string]listedGroup, error) {
 		groups[g.Group] = listedGroup{
 			protocolType:     g.ProtocolType,
 			consumerProtocol: listed.Version >= 5 && g.GroupType == GroupProtocolConsumer,
+			share:            listed.Version >= 5 && g.GroupType == GroupProtocolShare,
 		}
 	}
 	return groups, nil
