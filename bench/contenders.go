@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,7 +68,7 @@ var allContenders = []string{wire, rawSarama, saramaGroup, franzGo, kafkaConsume
 var consumerProtocolContenders = []string{franzGo848, kafkaConsumerKafka848}
 
 // tableOrder is the order of the table rows.
-var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}
+var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848, franzGoShare, kafkaConsumerShare}
 
 // throughputOrder is the order of the throughput tables' rows: the wire
 // ceiling and the batch contender run there only.
@@ -91,6 +92,9 @@ type instance interface {
 // Only sarama-raw uses share: it has no group, so its instances split the
 // partitions statically.
 func startInstance(spec *childSpec, share int, h handler) (instance, error) {
+	if slices.Contains(shareContenders, spec.Contender) {
+		return startShare(spec, h)
+	}
 	if spec.Work > 0 {
 		return startProcessing(spec, h)
 	}
