@@ -163,31 +163,49 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 func (k *kafkaSession) describeConsumerGroups(names []string) (map[string]*kmsg.ConsumerGroupDescribeResponseGroup, error) {
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = names
+	return describeGroups(k, names, req, func(resp kmsg.Response) ([]kmsg.ConsumerGroupDescribeResponseGroup, bool) {
+		described, ok := resp.(*kmsg.ConsumerGroupDescribeResponse)
+		if !ok {
+			return nil, false
+		}
+		return described.Groups, true
+	}, func(g *kmsg.ConsumerGroupDescribeResponseGroup) (string, int16, *string) {
+		return g.Group, g.ErrorCode, g.ErrorMessage
+	}, func(err error) bool {
+		return errors.Is(err, kerr.GroupIDNotFound) || errors.Is(err, kerr.UnsupportedVersion)
+	})
+}
+
+// describeGroups sends req, a describe of the named groups
+// (ConsumerGroupDescribe, ShareGroupDescribe), once, and returns the
+// groups of its answer (groupsOf: false for none) answered without
+// error, by name; id names a group with its error code and message. A
+// group whose error skip accepts is left out; another error, or a group
+// missing from the answer, fails it all, naming the group.
+func describeGroups[G any](k *kafkaSession, names []string, req kmsg.Request, groupsOf func(kmsg.Response) ([]G, bool), id func(*G) (string, int16, *string), skip func(error) bool) (map[string]*G, error) {
 	resp, reqErr := k.request(req)
 	// The merged answer holds the groups of the brokers that answered;
 	// reqErr is the first error, of a request or of a group.
-	described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
+	groups, ok := groupsOf(resp)
 	var kafkaErr *kerr.Error
-	if described == nil || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
+	if !ok || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
 		if reqErr == nil {
 			reqErr = errors.New("no answer")
 		}
 		return nil, reqErr
 	}
-	found := make(map[string]*kmsg.ConsumerGroupDescribeResponseGroup, len(names))
+	found := make(map[string]*G, len(names))
 	answered := make(map[string]bool, len(names))
-	for i := range described.Groups {
-		g := &described.Groups[i]
-		answered[g.Group] = true
-		switch err := kerr.ErrorForCode(g.ErrorCode); {
+	for i := range groups {
+		g := &groups[i]
+		name, code, message := id(g)
+		answered[name] = true
+		switch err := kerr.ErrorForCode(code); {
 		case err == nil:
-			found[g.Group] = g
-		case errors.Is(err, kerr.GroupIDNotFound), errors.Is(err, kerr.UnsupportedVersion):
+			found[name] = g
+		case skip(err):
 		default:
-			if g.ErrorMessage != nil && *g.ErrorMessage != "" {
-				err = fmt.Errorf("%w: %s", err, *g.ErrorMessage)
-			}
-			return nil, fmt.Errorf("%s: %w", g.Group, err)
+			return nil, fmt.Errorf("%s: %w%s", name, err, kafkaMessage(message))
 		}
 	}
 	for _, name := range names {
@@ -214,18 +232,7 @@ func (k *kafkaSession) consumerGroup(group string) (*kmsg.ConsumerGroupDescribeR
 // describeConsumerGroup returns the group g of Kafka's consumer group
 // protocol. desc has the group's name, ZooKeeper and brokers set.
 func (k *kafkaSession) describeConsumerGroup(desc *GroupDescription, g *kmsg.ConsumerGroupDescribeResponseGroup) (*GroupDescription, error) {
-	desc.Coordinator = CoordinatorKafka
-	desc.GroupProtocol = GroupProtocolConsumer
-	desc.KafkaState = g.State
-	groupEpoch, assignmentEpoch := g.Epoch, g.AssignmentEpoch
-	desc.GroupEpoch, desc.AssignmentEpoch = &groupEpoch, &assignmentEpoch
-	desc.Assignor = g.AssignorName
-	if b, err := k.client.Coordinator(desc.Group); err == nil {
-		desc.CoordinatorBroker = b.Addr()
-	}
-	if desc.Instances == nil {
-		desc.Instances = []Instance{}
-	}
+	k.setBrokerAssigned(desc, GroupProtocolConsumer, g.State, g.Epoch, g.AssignmentEpoch, g.AssignorName)
 	members := slices.Clone(g.Members)
 	slices.SortFunc(members, func(a, b kmsg.ConsumerGroupDescribeResponseGroupMember) int {
 		return strings.Compare(a.MemberID, b.MemberID)
@@ -265,6 +272,24 @@ func (k *kafkaSession) describeConsumerGroup(desc *GroupDescription, g *kmsg.Con
 	desc.addTotals()
 	desc.State = kafkaGroupState(g.State, desc, offsets.subscribed)
 	return desc, nil
+}
+
+// setBrokerAssigned sets what desc says of a group that the broker
+// assigns (of the consumer group protocol, or a share group): its
+// protocol, Kafka's state of it, its epochs and assignor, and its
+// coordinator's address; and an empty list of instances for none.
+func (k *kafkaSession) setBrokerAssigned(desc *GroupDescription, protocol, state string, groupEpoch, assignmentEpoch int32, assignor string) {
+	desc.Coordinator = CoordinatorKafka
+	desc.GroupProtocol = protocol
+	desc.KafkaState = state
+	desc.GroupEpoch, desc.AssignmentEpoch = &groupEpoch, &assignmentEpoch
+	desc.Assignor = assignor
+	if b, err := k.client.Coordinator(desc.Group); err == nil {
+		desc.CoordinatorBroker = b.Addr()
+	}
+	if desc.Instances == nil {
+		desc.Instances = []Instance{}
+	}
 }
 
 // consumerMember is the instance of a member of a group of Kafka's

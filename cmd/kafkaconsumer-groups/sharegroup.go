@@ -67,37 +67,15 @@ func (k *kafkaSession) shareGroups(names []string) (map[string]*kmsg.ShareGroupD
 func (k *kafkaSession) describeShareGroups(names []string) (map[string]*kmsg.ShareGroupDescribeResponseGroup, error) {
 	req := kmsg.NewPtrShareGroupDescribeRequest()
 	req.GroupIDs = names
-	resp, reqErr := k.request(req)
-	described, _ := resp.(*kmsg.ShareGroupDescribeResponse)
-	var kafkaErr *kerr.Error
-	if described == nil || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
-		if reqErr == nil {
-			reqErr = errors.New("no answer")
+	return describeGroups(k, names, req, func(resp kmsg.Response) ([]kmsg.ShareGroupDescribeResponseGroup, bool) {
+		described, ok := resp.(*kmsg.ShareGroupDescribeResponse)
+		if !ok {
+			return nil, false
 		}
-		return nil, reqErr
-	}
-	found := make(map[string]*kmsg.ShareGroupDescribeResponseGroup, len(names))
-	answered := make(map[string]bool, len(names))
-	for i := range described.Groups {
-		g := &described.Groups[i]
-		answered[g.GroupID] = true
-		switch err := kerr.ErrorForCode(g.ErrorCode); {
-		case err == nil:
-			found[g.GroupID] = g
-		case errors.Is(err, kerr.GroupIDNotFound):
-		default:
-			return nil, fmt.Errorf("%s: %w%s", g.GroupID, err, kafkaMessage(g.ErrorMessage))
-		}
-	}
-	for _, name := range names {
-		if !answered[name] {
-			if reqErr == nil {
-				reqErr = errors.New("not in the answer")
-			}
-			return nil, fmt.Errorf("%s: %w", name, reqErr)
-		}
-	}
-	return found, nil
+		return described.Groups, true
+	}, func(g *kmsg.ShareGroupDescribeResponseGroup) (string, int16, *string) {
+		return g.GroupID, g.ErrorCode, g.ErrorMessage
+	}, func(err error) bool { return errors.Is(err, kerr.GroupIDNotFound) })
 }
 
 // shareGroup is shareGroups for one group: nil when it is not a share
@@ -113,18 +91,7 @@ func (k *kafkaSession) shareGroup(group string) (*kmsg.ShareGroupDescribeRespons
 // describeShareGroup returns the share group g. desc has the group's
 // name, ZooKeeper and brokers set.
 func (k *kafkaSession) describeShareGroup(desc *GroupDescription, g *kmsg.ShareGroupDescribeResponseGroup) (*GroupDescription, error) {
-	desc.Coordinator = CoordinatorKafka
-	desc.GroupProtocol = GroupProtocolShare
-	desc.KafkaState = g.GroupState
-	groupEpoch, assignmentEpoch := g.GroupEpoch, g.AssignmentEpoch
-	desc.GroupEpoch, desc.AssignmentEpoch = &groupEpoch, &assignmentEpoch
-	desc.Assignor = g.Assignor
-	if b, err := k.client.Coordinator(desc.Group); err == nil {
-		desc.CoordinatorBroker = b.Addr()
-	}
-	if desc.Instances == nil {
-		desc.Instances = []Instance{}
-	}
+	k.setBrokerAssigned(desc, GroupProtocolShare, g.GroupState, g.GroupEpoch, g.AssignmentEpoch, g.Assignor)
 	members := slices.Clone(g.Members)
 	slices.SortFunc(members, func(a, b kmsg.ShareGroupDescribeResponseGroupMember) int {
 		return strings.Compare(a.MemberID, b.MemberID)

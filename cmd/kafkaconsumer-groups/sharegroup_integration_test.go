@@ -140,22 +140,9 @@ func startShareMember(t *testing.T, brokers []string, group, topic string, holdF
 // (held unacknowledged) and one record in flight at most; in the
 // contract's fields and types (a violation fails at once).
 func checkShareDescribed(args []string, group string, partitions int, messages int64) error {
-	out, err := runRaw(args)
+	desc, err := describedStable(args, group, GroupProtocolShare, shareGroupContract)
 	if err != nil {
 		return err
-	}
-	var desc map[string]any
-	if err := decodeJSON(out, &desc); err != nil {
-		return err
-	}
-	if err := checkContract("the group", desc, mergeContracts(groupContract, kafkaGroupContract, shareGroupContract)); err != nil {
-		return err
-	}
-	if desc["group"] != group || desc["coordinator"] != "kafka" || desc["group_protocol"] != GroupProtocolShare {
-		return violation{fmt.Errorf("group %v, coordinator %v, protocol %v; want %s, kafka, share", desc["group"], desc["coordinator"], desc["group_protocol"], group)}
-	}
-	if desc["state"] != "Stable" || desc["kafka_state"] != "Stable" {
-		return fmt.Errorf("state %v (Kafka's %v), want Stable", desc["state"], desc["kafka_state"])
 	}
 	instances, err := objects("instances", desc["instances"])
 	if err != nil {
