@@ -363,6 +363,15 @@ func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pollFranz(cl, func(r *kgo.Record) {
+		cl.MarkCommitRecords(r)
+		h(r.Topic, r.Partition, r.Offset, r.Value)
+	}), nil
+}
+
+// pollFranz starts the poll loop of cl, which passes each record to
+// each, and returns the instance that stops it.
+func pollFranz(cl *kgo.Client, each func(*kgo.Record)) *franzInstance {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &franzInstance{cl: cl, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -375,13 +384,10 @@ func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 			fetches.EachError(func(topic string, p int32, err error) {
 				log.Printf("franz-go: %s/%d: %v", topic, p, err)
 			})
-			fetches.EachRecord(func(r *kgo.Record) {
-				cl.MarkCommitRecords(r)
-				h(r.Topic, r.Partition, r.Offset, r.Value)
-			})
+			fetches.EachRecord(each)
 		}
 	}()
-	return f, nil
+	return f
 }
 
 func (f *franzInstance) Close() error {

@@ -134,28 +134,13 @@ func startFranzShare(spec *childSpec, h handler) (instance, error) {
 		cl.Close()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &franzInstance{cl: cl, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		for {
-			fetches := cl.PollFetches(ctx)
-			if fetches.IsClientClosed() || ctx.Err() != nil {
-				return
-			}
-			fetches.EachError(func(topic string, p int32, err error) {
-				log.Printf("franz-go: %s/%d: %v", topic, p, err)
-			})
-			fetches.EachRecord(func(r *kgo.Record) {
-				if spec.Work > 0 {
-					time.Sleep(spec.Work) // the I/O call
-				}
-				r.Ack(kgo.AckAccept)
-				h(r.Topic, r.Partition, r.Offset, r.Value)
-			})
+	return pollFranz(cl, func(r *kgo.Record) {
+		if spec.Work > 0 {
+			time.Sleep(spec.Work) // the I/O call
 		}
-	}()
-	return f, nil
+		r.Ack(kgo.AckAccept)
+		h(r.Topic, r.Partition, r.Offset, r.Value)
+	}), nil
 }
 
 // setShareReset sets the share group's share.auto.offset.reset, with the
