@@ -113,6 +113,14 @@ func (f *shareFetcher) idle() {
 	}
 }
 
+// shareFetchRecords is the fewest records a ShareFetch asks for
+// (MaxRecords, and BatchSize, the broker's unit of acquisition):
+// ChannelBufferSize when larger. The loop fetches again only once it
+// handed out the last answer, so this sets how often it waits a round
+// trip for the broker; the records stay locked for the acquisition lock
+// (30 s by default) while they wait to be handed out.
+const shareFetchRecords = 1000
+
 // shareAckLinger is how long an acknowledgement waits, while the fetch
 // loop hands out, for others to go in the same ShareAcknowledge; once
 // the loop handed out everything, the acks go with its next ShareFetch.
@@ -270,7 +278,7 @@ func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRa
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = math.MaxInt32
 	}
-	req.MaxRecords = int32(max(conf.ChannelBufferSize, 1))
+	req.MaxRecords = int32(max(conf.ChannelBufferSize, shareFetchRecords))
 	req.BatchSize = req.MaxRecords
 	sc.mu.Lock()
 	want := make(map[tidp]struct{}, len(f.want))

@@ -177,3 +177,23 @@ func TestSharePauseRefused(t *testing.T) {
 		t.Error("Batches of a share consumer is open")
 	}
 }
+
+// TestShareFetchRecords: a ShareFetch asks for shareFetchRecords records
+// at least (ChannelBufferSize when larger), in batches of as many. The
+// fetch loop fetches again only once it handed out every record of the
+// last answer, so the records a request asks for set how often it stops
+// to wait for the broker.
+func TestShareFetchRecords(t *testing.T) {
+	t.Parallel()
+	for _, buffer := range []int{256, 4096} {
+		sc := newUnitShareConsumer()
+		sc.config.ChannelBufferSize = buffer
+		f := newShareFetcher(sc, 0)
+		f.want = map[tidp]struct{}{{[16]byte{1}, 0}: {}}
+		req, _ := f.fetchRequest()
+		want := int32(max(buffer, shareFetchRecords))
+		if req.MaxRecords != want || req.BatchSize != want {
+			t.Errorf("ChannelBufferSize %d: MaxRecords %d, BatchSize %d; want %d", buffer, req.MaxRecords, req.BatchSize, want)
+		}
+	}
+}

@@ -30,7 +30,9 @@ type cluster struct {
 	// consumerHeartbeat are then their group.consumer.session.timeout.ms
 	// and group.consumer.heartbeat.interval.ms, which the broker imposes
 	// on every member of such a group.
-	consumerProtocol                   bool
+	consumerProtocol bool
+	// shareGroups tells whether the brokers serve share groups (KIP-932).
+	shareGroups                        bool
 	consumerSession, consumerHeartbeat time.Duration
 	// describe says what the cluster is, for the results.
 	describe string
@@ -167,6 +169,7 @@ func openCluster(kind clusterKind, o *options) (*cluster, error) {
 			log.Printf("connect to broker %d: %v", bs[0].ID(), err)
 		}
 		c.consumerProtocol = servesConsumerProtocol(bs[0])
+		c.shareGroups = servesShareGroups(bs[0])
 	}
 	return c, nil
 }
@@ -260,14 +263,32 @@ func (c *cluster) ensureTopic(name string, partitions int32) error {
 func (c *cluster) offsets(topic string, partitions int32) (oldest, newest []int64, err error) {
 	oldest, newest = make([]int64, partitions), make([]int64, partitions)
 	for p := range partitions {
-		if oldest[p], err = c.client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+		if oldest[p], err = c.offset(topic, p, sarama.OffsetOldest); err != nil {
 			return nil, nil, err
 		}
-		if newest[p], err = c.client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+		if newest[p], err = c.offset(topic, p, sarama.OffsetNewest); err != nil {
 			return nil, nil, err
 		}
 	}
 	return oldest, newest, nil
+}
+
+// offset returns the partition's offset at (sarama.OffsetOldest or
+// OffsetNewest). A KRaft broker answers NOT_LEADER for a topic just
+// created for a moment after its metadata named it the leader: that is
+// retried, with the metadata refreshed, for up to 30 s.
+func (c *cluster) offset(topic string, partition int32, at int64) (int64, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		off, err := c.client.GetOffset(topic, partition, at)
+		if !errors.Is(err, sarama.ErrNotLeaderForPartition) && !errors.Is(err, sarama.ErrLeaderNotAvailable) || time.Now().After(deadline) {
+			return off, err
+		}
+		time.Sleep(250 * time.Millisecond)
+		if err := c.client.RefreshMetadata(topic); err != nil {
+			log.Printf("refresh metadata of %s: %v", topic, err)
+		}
+	}
 }
 
 // count returns the number of messages held by the topic.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,7 +68,7 @@ var allContenders = []string{wire, rawSarama, saramaGroup, franzGo, kafkaConsume
 var consumerProtocolContenders = []string{franzGo848, kafkaConsumerKafka848}
 
 // tableOrder is the order of the table rows.
-var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848}
+var tableOrder = []string{rawSarama, rawFanIn, saramaGroup, franzGo, kafkaConsumer, kafkaConsumerKafka, franzGo848, kafkaConsumerKafka848, franzGoShare, kafkaConsumerShare}
 
 // throughputOrder is the order of the throughput tables' rows: the wire
 // ceiling and the batch contender run there only.
@@ -91,6 +92,9 @@ type instance interface {
 // Only sarama-raw uses share: it has no group, so its instances split the
 // partitions statically.
 func startInstance(spec *childSpec, share int, h handler) (instance, error) {
+	if slices.Contains(shareContenders, spec.Contender) {
+		return startShare(spec, h)
+	}
 	if spec.Work > 0 {
 		return startProcessing(spec, h)
 	}
@@ -359,6 +363,15 @@ func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pollFranz(cl, func(r *kgo.Record) {
+		cl.MarkCommitRecords(r)
+		h(r.Topic, r.Partition, r.Offset, r.Value)
+	}), nil
+}
+
+// pollFranz starts the poll loop of cl, which passes each record to
+// each, and returns the instance that stops it.
+func pollFranz(cl *kgo.Client, each func(*kgo.Record)) *franzInstance {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &franzInstance{cl: cl, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -371,13 +384,10 @@ func startFranz(spec *childSpec, h handler, consumer bool) (instance, error) {
 			fetches.EachError(func(topic string, p int32, err error) {
 				log.Printf("franz-go: %s/%d: %v", topic, p, err)
 			})
-			fetches.EachRecord(func(r *kgo.Record) {
-				cl.MarkCommitRecords(r)
-				h(r.Topic, r.Partition, r.Offset, r.Value)
-			})
+			fetches.EachRecord(each)
 		}
 	}()
-	return f, nil
+	return f
 }
 
 func (f *franzInstance) Close() error {

@@ -179,6 +179,10 @@ func main() {
 			cl.close()
 			log.Fatalf("contender %s needs brokers that serve the consumer group protocol (Kafka 4.0 or later, KRaft): e.g. -cluster kraft-4.4.0", c)
 		}
+		if slices.Contains(shareContenders, c) && !cl.shareGroups {
+			cl.close()
+			log.Fatalf("contender %s needs brokers that serve share groups (Kafka 4.2 or later, KRaft): e.g. -cluster kraft-4.4.0", c)
+		}
 	}
 	res, err := runAll(cl, &o)
 	cl.close()
@@ -358,12 +362,14 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 	}
 	var n int64
 	targets := make([]int64, parts)
+	counts := make([]int64, parts)
 	for p := range parts {
 		if newest[p] == oldest[p] {
 			return nil, fmt.Errorf("partition %d of %s is empty", p, topic)
 		}
 		n += newest[p] - oldest[p]
 		targets[p] = newest[p] - 1
+		counts[p] = newest[p] - oldest[p]
 	}
 	workload := "throughput"
 	if instances > 1 {
@@ -389,6 +395,7 @@ func runThroughput(cl *cluster, o *options, instances int) (*drainTable, error) 
 			spec.Partitions = []int32{parts}
 			spec.Targets = [][]int64{targets}
 			spec.Messages = n
+			shareSpec(&spec, counts)
 			if o.profileDir != "" {
 				if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 					return nil, err

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -33,7 +34,7 @@ const (
 // processingOrder is the order of the processing table's rows;
 // processingPeers are the peers whose best msgs/s the ratios divide by.
 var (
-	processingOrder = []string{saramaGroup, franzGo, process16, process64, process256}
+	processingOrder = []string{saramaGroup, franzGo, process16, process64, process256, franzGoShare, kafkaConsumerShare}
 	processingPeers = []string{saramaGroup, franzGo}
 )
 
@@ -84,6 +85,9 @@ func runProcessing(cl *cluster, o *options) (*drainTable, error) {
 			spec.Messages = n
 			spec.Work = o.work
 			spec.Concurrency = processConcurrency[c]
+			if slices.Contains(shareContenders, c) {
+				spec.Instances = shareMembers
+			}
 			r, err := runDrain(spec)
 			if err != nil {
 				return nil, err

@@ -131,6 +131,7 @@ func drainRowOf(contender string, rs []childResult, n int64, size int) drainRow 
 }
 
 func (t *drainTable) setRatios() {
+	franzShare := t.row(franzGoShare)
 	if t.Workload == "processing" {
 		var best float64
 		for _, r := range t.Rows {
@@ -138,9 +139,14 @@ func (t *drainTable) setRatios() {
 				best = max(best, r.MsgsPerSec)
 			}
 		}
-		if best > 0 {
-			for i := range t.Rows {
-				t.Rows[i].RatioToPeer = t.Rows[i].MsgsPerSec / best
+		for i := range t.Rows {
+			r := &t.Rows[i]
+			switch {
+			case slices.Contains(shareContenders, r.Contender) && franzShare != nil:
+				// A share group's peer is franz-go's share consumer.
+				r.RatioToPeer = r.MsgsPerSec / franzShare.MsgsPerSec
+			case best > 0:
+				r.RatioToPeer = r.MsgsPerSec / best
 			}
 		}
 		return
@@ -148,6 +154,10 @@ func (t *drainTable) setRatios() {
 	raw, ceiling, franz := t.row(rawSarama), t.row(wire), t.row(franzGo)
 	for i := range t.Rows {
 		r := &t.Rows[i]
+		franz := franz
+		if slices.Contains(shareContenders, r.Contender) {
+			franz = franzShare // a share group's ratio is to franz-go's share consumer
+		}
 		switch {
 		case t.Workload == "startup":
 			if raw != nil {

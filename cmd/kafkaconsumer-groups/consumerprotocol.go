@@ -88,6 +88,12 @@ func (k *kafkaSession) request(req kmsg.Request) (kmsg.Response, error) {
 // ConsumerGroupDescribe (Kafka 4.0 and later; 3.7 to 3.9 with the early
 // access of the protocol enabled), asking one of them (ApiVersions).
 func (k *kafkaSession) supportsConsumerGroupDescribe() (bool, error) {
+	return k.supportsAPI(consumerGroupDescribeKey)
+}
+
+// supportsAPI tells whether the brokers serve the request of API key
+// key, asking one of them (ApiVersions).
+func (k *kafkaSession) supportsAPI(key int16) (bool, error) {
 	resp, err := k.request(kmsg.NewPtrApiVersionsRequest())
 	if err != nil {
 		return false, k.err("api versions", err)
@@ -96,12 +102,34 @@ func (k *kafkaSession) supportsConsumerGroupDescribe() (bool, error) {
 	if err := kerr.ErrorForCode(versions.ErrorCode); err != nil {
 		return false, k.err("api versions", err)
 	}
-	for _, key := range versions.ApiKeys {
-		if key.ApiKey == consumerGroupDescribeKey {
+	for _, v := range versions.ApiKeys {
+		if v.ApiKey == key {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// retrying calls try until it succeeds, or fails with an error Kafka
+// does not say to retry (COORDINATOR_NOT_AVAILABLE while a new cluster
+// creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS are retried),
+// or the session's deadline comes, with a capped backoff; franz-go does
+// not retry a failure to find a coordinator. what names the request in
+// the error.
+func (k *kafkaSession) retrying(what string, try func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
+			return k.err(what, err)
+		}
+		timer := time.NewTimer(backoff)
+		<-timer.C
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // consumerGroups describes the named groups with ConsumerGroupDescribe
@@ -120,23 +148,12 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 	if ok, err := k.supportsConsumerGroupDescribe(); err != nil || !ok {
 		return found, err
 	}
-	// Retry what Kafka says to retry (COORDINATOR_NOT_AVAILABLE while a
-	// new cluster creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS)
-	// until the deadline, with a capped backoff; franz-go does not retry
-	// a failure to find a coordinator.
-	backoff := 100 * time.Millisecond
-	for {
-		found, err := k.describeConsumerGroups(names)
-		if err == nil {
-			return found, nil
-		}
-		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
-			return nil, k.err("describe consumer group", err)
-		}
-		timer := time.NewTimer(backoff)
-		<-timer.C
-		backoff = min(2*backoff, time.Second)
-	}
+	err := k.retrying("describe consumer group", func() error {
+		var err error
+		found, err = k.describeConsumerGroups(names)
+		return err
+	})
+	return found, err
 }
 
 // describeConsumerGroups sends ConsumerGroupDescribe once, for
@@ -146,31 +163,49 @@ func (k *kafkaSession) consumerGroups(names []string) (map[string]*kmsg.Consumer
 func (k *kafkaSession) describeConsumerGroups(names []string) (map[string]*kmsg.ConsumerGroupDescribeResponseGroup, error) {
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = names
+	return describeGroups(k, names, req, func(resp kmsg.Response) ([]kmsg.ConsumerGroupDescribeResponseGroup, bool) {
+		described, ok := resp.(*kmsg.ConsumerGroupDescribeResponse)
+		if !ok {
+			return nil, false
+		}
+		return described.Groups, true
+	}, func(g *kmsg.ConsumerGroupDescribeResponseGroup) (string, int16, *string) {
+		return g.Group, g.ErrorCode, g.ErrorMessage
+	}, func(err error) bool {
+		return errors.Is(err, kerr.GroupIDNotFound) || errors.Is(err, kerr.UnsupportedVersion)
+	})
+}
+
+// describeGroups sends req, a describe of the named groups
+// (ConsumerGroupDescribe, ShareGroupDescribe), once, and returns the
+// groups of its answer (groupsOf: false for none) answered without
+// error, by name; id names a group with its error code and message. A
+// group whose error skip accepts is left out; another error, or a group
+// missing from the answer, fails it all, naming the group.
+func describeGroups[G any](k *kafkaSession, names []string, req kmsg.Request, groupsOf func(kmsg.Response) ([]G, bool), id func(*G) (string, int16, *string), skip func(error) bool) (map[string]*G, error) {
 	resp, reqErr := k.request(req)
 	// The merged answer holds the groups of the brokers that answered;
 	// reqErr is the first error, of a request or of a group.
-	described, _ := resp.(*kmsg.ConsumerGroupDescribeResponse)
+	groups, ok := groupsOf(resp)
 	var kafkaErr *kerr.Error
-	if described == nil || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
+	if !ok || reqErr != nil && !errors.As(reqErr, &kafkaErr) {
 		if reqErr == nil {
 			reqErr = errors.New("no answer")
 		}
 		return nil, reqErr
 	}
-	found := make(map[string]*kmsg.ConsumerGroupDescribeResponseGroup, len(names))
+	found := make(map[string]*G, len(names))
 	answered := make(map[string]bool, len(names))
-	for i := range described.Groups {
-		g := &described.Groups[i]
-		answered[g.Group] = true
-		switch err := kerr.ErrorForCode(g.ErrorCode); {
+	for i := range groups {
+		g := &groups[i]
+		name, code, message := id(g)
+		answered[name] = true
+		switch err := kerr.ErrorForCode(code); {
 		case err == nil:
-			found[g.Group] = g
-		case errors.Is(err, kerr.GroupIDNotFound), errors.Is(err, kerr.UnsupportedVersion):
+			found[name] = g
+		case skip(err):
 		default:
-			if g.ErrorMessage != nil && *g.ErrorMessage != "" {
-				err = fmt.Errorf("%w: %s", err, *g.ErrorMessage)
-			}
-			return nil, fmt.Errorf("%s: %w", g.Group, err)
+			return nil, fmt.Errorf("%s: %w%s", name, err, kafkaMessage(message))
 		}
 	}
 	for _, name := range names {
@@ -197,18 +232,7 @@ func (k *kafkaSession) consumerGroup(group string) (*kmsg.ConsumerGroupDescribeR
 // describeConsumerGroup returns the group g of Kafka's consumer group
 // protocol. desc has the group's name, ZooKeeper and brokers set.
 func (k *kafkaSession) describeConsumerGroup(desc *GroupDescription, g *kmsg.ConsumerGroupDescribeResponseGroup) (*GroupDescription, error) {
-	desc.Coordinator = CoordinatorKafka
-	desc.GroupProtocol = GroupProtocolConsumer
-	desc.KafkaState = g.State
-	groupEpoch, assignmentEpoch := g.Epoch, g.AssignmentEpoch
-	desc.GroupEpoch, desc.AssignmentEpoch = &groupEpoch, &assignmentEpoch
-	desc.Assignor = g.AssignorName
-	if b, err := k.client.Coordinator(desc.Group); err == nil {
-		desc.CoordinatorBroker = b.Addr()
-	}
-	if desc.Instances == nil {
-		desc.Instances = []Instance{}
-	}
+	k.setBrokerAssigned(desc, GroupProtocolConsumer, g.State, g.Epoch, g.AssignmentEpoch, g.AssignorName)
 	members := slices.Clone(g.Members)
 	slices.SortFunc(members, func(a, b kmsg.ConsumerGroupDescribeResponseGroupMember) int {
 		return strings.Compare(a.MemberID, b.MemberID)
@@ -248,6 +272,24 @@ func (k *kafkaSession) describeConsumerGroup(desc *GroupDescription, g *kmsg.Con
 	desc.addTotals()
 	desc.State = kafkaGroupState(g.State, desc, offsets.subscribed)
 	return desc, nil
+}
+
+// setBrokerAssigned sets what desc says of a group that the broker
+// assigns (of the consumer group protocol, or a share group): its
+// protocol, Kafka's state of it, its epochs and assignor, and its
+// coordinator's address; and an empty list of instances for none.
+func (k *kafkaSession) setBrokerAssigned(desc *GroupDescription, protocol, state string, groupEpoch, assignmentEpoch int32, assignor string) {
+	desc.Coordinator = CoordinatorKafka
+	desc.GroupProtocol = protocol
+	desc.KafkaState = state
+	desc.GroupEpoch, desc.AssignmentEpoch = &groupEpoch, &assignmentEpoch
+	desc.Assignor = assignor
+	if b, err := k.client.Coordinator(desc.Group); err == nil {
+		desc.CoordinatorBroker = b.Addr()
+	}
+	if desc.Instances == nil {
+		desc.Instances = []Instance{}
+	}
 }
 
 // consumerMember is the instance of a member of a group of Kafka's
@@ -306,6 +348,9 @@ type listedGroup struct {
 	// protocol (its type, ListGroups v5 and later; an older broker keeps
 	// classic groups only).
 	consumerProtocol bool
+	// share is true for a share group (its type, ListGroups v5 and
+	// later).
+	share bool
 }
 
 // listGroups lists the groups that Kafka's group coordinators keep, by
@@ -325,6 +370,7 @@ func (k *kafkaSession) listGroups() (map[string]listedGroup, error) {
 		groups[g.Group] = listedGroup{
 			protocolType:     g.ProtocolType,
 			consumerProtocol: listed.Version >= 5 && g.GroupType == GroupProtocolConsumer,
+			share:            listed.Version >= 5 && g.GroupType == GroupProtocolShare,
 		}
 	}
 	return groups, nil

@@ -176,22 +176,9 @@ func TestDescribeConsumerProtocolIntegration(t *testing.T) {
 // every message but the last of each partition committed; in the
 // contract's fields and types (a violation fails at once).
 func checkConsumerProtocolDescribed(args []string, group string, partitions int, messages int64) error {
-	out, err := runRaw(args)
+	desc, err := describedStable(args, group, GroupProtocolConsumer, consumerGroupContract)
 	if err != nil {
 		return err
-	}
-	var desc map[string]any
-	if err := decodeJSON(out, &desc); err != nil {
-		return err
-	}
-	if err := checkContract("the group", desc, mergeContracts(groupContract, kafkaGroupContract, consumerGroupContract)); err != nil {
-		return err
-	}
-	if desc["group"] != group || desc["coordinator"] != "kafka" || desc["group_protocol"] != GroupProtocolConsumer {
-		return violation{fmt.Errorf("group %v, coordinator %v, protocol %v; want %s, kafka, consumer", desc["group"], desc["coordinator"], desc["group_protocol"], group)}
-	}
-	if desc["state"] != "Stable" || desc["kafka_state"] != "Stable" {
-		return fmt.Errorf("state %v (Kafka's %v), want Stable", desc["state"], desc["kafka_state"])
 	}
 	groupEpoch, _ := desc["group_epoch"].(json.Number).Int64()
 	assignmentEpoch, _ := desc["assignment_epoch"].(json.Number).Int64()
@@ -293,4 +280,29 @@ func partitionNames(where string, v any) ([]string, error) {
 		names[i] = fmt.Sprintf("%v/%v", tp["topic"], tp["partition"])
 	}
 	return names, nil
+}
+
+// describedStable returns what `--group NAME --json` with args says of
+// group, once it is a Stable group of Kafka's, of protocol, with the
+// fields of the contract for groups of the protocol (protocolContract;
+// a violation fails at once).
+func describedStable(args []string, group, protocol string, protocolContract contract) (map[string]any, error) {
+	out, err := runRaw(args)
+	if err != nil {
+		return nil, err
+	}
+	var desc map[string]any
+	if err := decodeJSON(out, &desc); err != nil {
+		return nil, err
+	}
+	if err := checkContract("the group", desc, mergeContracts(groupContract, kafkaGroupContract, protocolContract)); err != nil {
+		return nil, err
+	}
+	if desc["group"] != group || desc["coordinator"] != "kafka" || desc["group_protocol"] != protocol {
+		return nil, violation{fmt.Errorf("group %v, coordinator %v, protocol %v; want %s, kafka, %s", desc["group"], desc["coordinator"], desc["group_protocol"], group, protocol)}
+	}
+	if desc["state"] != "Stable" || desc["kafka_state"] != "Stable" {
+		return nil, fmt.Errorf("state %v (Kafka's %v), want Stable", desc["state"], desc["kafka_state"])
+	}
+	return desc, nil
 }

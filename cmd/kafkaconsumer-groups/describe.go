@@ -92,17 +92,19 @@ type GroupDescription struct {
 	// says it (Empty, PreparingRebalance, CompletingRebalance, Stable,
 	// Dead), when Coordinator is CoordinatorKafka.
 	KafkaState string `json:"kafka_state,omitempty"`
-	// GroupProtocol is GroupProtocolClassic or GroupProtocolConsumer: the
-	// protocol of the group in Kafka, when Coordinator is
-	// CoordinatorKafka. A consumer-protocol group's KafkaState is one of
-	// Empty, Assigning, Reconciling, Stable (or Dead, NotReady).
+	// GroupProtocol is GroupProtocolClassic, GroupProtocolConsumer or
+	// GroupProtocolShare: the protocol of the group in Kafka, when
+	// Coordinator is CoordinatorKafka. A consumer-protocol group's
+	// KafkaState is one of Empty, Assigning, Reconciling, Stable (or
+	// Dead, NotReady); a share group's Empty, Stable (or Dead, Unknown).
 	GroupProtocol string `json:"group_protocol,omitempty"`
 	// GroupEpoch, AssignmentEpoch and Assignor are set for a group of
-	// Kafka's consumer group protocol: the epoch of the group (bumped by
-	// every change of its members or their subscriptions), the epoch of
-	// the target assignment the broker's assignor computed last (equal
-	// to GroupEpoch once it is computed), and the name of that assignor
-	// (uniform, range).
+	// Kafka's consumer group protocol and for a share group: the epoch of
+	// the group (bumped by every change of its members or their
+	// subscriptions), the epoch of the target assignment the broker's
+	// assignor computed last (equal to GroupEpoch once it is computed),
+	// and the name of that assignor (uniform, range; simple for a share
+	// group).
 	GroupEpoch      *int32 `json:"group_epoch,omitempty"`
 	AssignmentEpoch *int32 `json:"assignment_epoch,omitempty"`
 	Assignor        string `json:"assignor,omitempty"`
@@ -169,7 +171,8 @@ type Instance struct {
 	// in, if any.
 	Rack string `json:"rack,omitempty"`
 	// MemberEpoch is the member epoch of a member of a consumer-protocol
-	// group: the group epoch whose assignment it has reconciled with.
+	// group, or of a share group: the group epoch whose assignment it has
+	// reconciled with.
 	MemberEpoch *int32 `json:"member_epoch,omitempty"`
 	// MemberProtocol is how a member of a consumer-protocol group joined:
 	// GroupProtocolConsumer (heartbeats), or GroupProtocolClassic (a
@@ -264,6 +267,24 @@ type Partition struct {
 	LogEnd *int64 `json:"log_end"`
 	// Lag is LogEnd - Committed, when both are known.
 	Lag *int64 `json:"lag"`
+	// Owners are, in a share group, the members whose assignment holds
+	// the partition, sorted: a share group's members share partitions.
+	// Owner is the first of them.
+	Owners []string `json:"owners,omitempty"`
+	// ShareStartOffset is, in a share group, the share-partition start
+	// offset (DescribeShareGroupOffsets): every record before it is
+	// acknowledged or archived. Nil while the broker keeps no state of
+	// the partition for the group (no member fetched it yet).
+	ShareStartOffset *int64 `json:"share_start_offset,omitempty"`
+	// InFlightAtMost is, in a share group, LogEnd - ShareStartOffset: an
+	// upper bound of the records in flight (acquired by a member and not
+	// yet acknowledged), the broker reporting no count of them; records
+	// past the start offset may also be waiting for their first delivery,
+	// or acknowledged already. Nil when either offset is unknown. In a
+	// share group Committed is always nil, and Lag is the broker's
+	// share-partition lag (DescribeShareGroupOffsets v1, KIP-1226: the
+	// records not yet acknowledged), nil when it does not report it.
+	InFlightAtMost *int64 `json:"in_flight_at_most,omitempty"`
 	// Error says what went wrong reading this partition's offsets, if
 	// anything.
 	Error string `json:"error,omitempty"`
@@ -275,7 +296,7 @@ type GroupSummary struct {
 	// Coordinator is CoordinatorZooKeeper or CoordinatorKafka.
 	Coordinator string `json:"coordinator"`
 	// GroupProtocol is the protocol of a Kafka-coordinated group:
-	// GroupProtocolClassic or GroupProtocolConsumer.
+	// GroupProtocolClassic, GroupProtocolConsumer or GroupProtocolShare.
 	GroupProtocol string `json:"group_protocol,omitempty"`
 	// Instances is the number of registered instances, or of members of
 	// a Kafka-coordinated group.
@@ -736,14 +757,10 @@ func (s *zkSession) describeInKafka(group string, access kafkaAccess, switched b
 	}
 	defer k.close()
 	desc := &GroupDescription{Group: group, Zookeeper: s.zookeeper, Brokers: k.brokers}
-	cg, err := k.consumerGroup(group)
-	switch {
-	case err != nil:
-		// sarama reached these brokers: a failure here is not one of
-		// the ZooKeeper description's, but this client's.
-		return nil, err
-	case cg != nil:
-		return k.describeConsumerGroup(desc, cg)
+	// sarama reached these brokers: a failure here is not one of the
+	// ZooKeeper description's, but this client's.
+	if desc, err := k.describeBrokerAssigned(desc); err != nil || desc != nil {
+		return desc, err
 	}
 	if !switched {
 		g, err := k.group(group)

@@ -14,7 +14,7 @@ package main
 //	coordinator  string, "zookeeper" or "kafka"
 //	instances    integer: registered instances, or members of Kafka's group
 //	error        string, present only when the group's nodes are unreadable
-//	group_protocol  string, "classic" or "consumer", present when coordinator is "kafka"
+//	group_protocol  string, "classic", "consumer" or "share", present when coordinator is "kafka"
 //
 // --group NAME --json: one object:
 //
@@ -24,20 +24,23 @@ package main
 //	brokers                         array of strings
 //	kafka_state                     string, present when coordinator is "kafka"
 //	coordinator_broker              string, present then too unless its address could not be read
-//	group_protocol                  string, "classic" or "consumer", present when coordinator is "kafka"
-//	group_epoch, assignment_epoch   integer, present when group_protocol is "consumer"
+//	group_protocol                  string, "classic", "consumer" or "share", present when coordinator is "kafka"
+//	group_epoch, assignment_epoch   integer, present when group_protocol is "consumer" or "share"
 //	assignor                        string, present then too
 //	instances                       array of objects:
-//	    id, library                 string ("unknown" library: a consumer-protocol member)
+//	    id, library                 string ("unknown" library: a consumer-protocol or share-group member)
 //	    owned                       array of {topic string, partition integer}
-//	    member_epoch                integer, present when group_protocol is "consumer"
-//	    target_assignment           array of {topic string, partition integer}, present then too
+//	    member_epoch                integer, present when group_protocol is "consumer" or "share"
+//	    target_assignment           array of {topic string, partition integer}, present when group_protocol is "consumer"
 //	partitions                      array of objects:
 //	    topic                       string
 //	    partition                   integer
 //	    owner                       string, absent when nobody owns the partition
 //	    owner_registered            boolean
-//	    committed, log_end, lag     integer, or null when unknown
+//	    committed, log_end, lag     integer, or null when unknown (committed: always null in a share group)
+//	    owners                      array of strings, present when group_protocol is "share" and a member owns the partition
+//	    share_start_offset          integer, present when group_protocol is "share" and the broker keeps the partition's state
+//	    in_flight_at_most           integer, present then too when log_end is known
 //	total_committed, total_log_end, total_lag  integer
 //
 // migrate --to kafka --protocol consumer|classic --json: one object:
@@ -99,7 +102,17 @@ var (
 	// group_protocol is "consumer" (KIP-848).
 	consumerGroupContract = contract{"group_epoch": jsonInteger, "assignment_epoch": jsonInteger, "assignor": jsonString}
 
+	// shareGroupContract is added to those for a group whose
+	// group_protocol is "share" (KIP-932).
+	shareGroupContract = contract{"group_epoch": jsonInteger, "assignment_epoch": jsonInteger, "assignor": jsonString}
+
 	instanceContract = contract{"id": jsonString, "library": jsonString, "owned": jsonArray}
+	// shareInstanceContract is added to instanceContract for a member of
+	// a group whose group_protocol is "share".
+	shareInstanceContract = contract{"member_epoch": jsonInteger}
+	// sharePartitionContract is added to partitionContract for an owned
+	// partition of a share group whose state and log end are known.
+	sharePartitionContract = contract{"owners": jsonArray, "share_start_offset": jsonInteger, "in_flight_at_most": jsonInteger}
 	// consumerInstanceContract is added to instanceContract for a member
 	// of a group whose group_protocol is "consumer".
 	consumerInstanceContract = contract{"member_epoch": jsonInteger, "target_assignment": jsonArray}

@@ -172,20 +172,23 @@ func (desc *GroupDescription) addTotals() {
 // the library, except those named in known: the classic groups of
 // Kafka's consumer protocol type whose protocol is the library's
 // assignor, or one of whose members is of the library; and every group
-// of Kafka's consumer group protocol (KIP-848), whose members' clients
-// Kafka does not describe. An Empty group is not listed: nothing tells
+// of Kafka's consumer group protocol (KIP-848) and every share group
+// (KIP-932), whose members' clients Kafka does not describe. An Empty
+// group is not listed: nothing tells
 // it from another client's.
 func (k *kafkaSession) kafkaGroups(known map[string]bool) ([]GroupSummary, error) {
 	all, err := k.listGroups()
 	if err != nil {
 		return nil, err
 	}
-	var names, consumerNames []string
+	var names, consumerNames, shareNames []string
 	for name, g := range all {
 		switch {
 		case known[name]:
 		case g.consumerProtocol:
 			consumerNames = append(consumerNames, name)
+		case g.share:
+			shareNames = append(shareNames, name)
 		case g.protocolType == "consumer":
 			names = append(names, name)
 		}
@@ -198,6 +201,15 @@ func (k *kafkaSession) kafkaGroups(known map[string]bool) ([]GroupSummary, error
 	for name, g := range consumerGroups {
 		if len(g.Members) > 0 {
 			result = append(result, GroupSummary{Group: name, Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolConsumer, Instances: len(g.Members)})
+		}
+	}
+	shareGroups, err := k.shareGroups(shareNames)
+	if err != nil {
+		return nil, err
+	}
+	for name, g := range shareGroups {
+		if len(g.Members) > 0 {
+			result = append(result, GroupSummary{Group: name, Coordinator: CoordinatorKafka, GroupProtocol: GroupProtocolShare, Instances: len(g.Members)})
 		}
 	}
 	if len(names) == 0 {
@@ -236,11 +248,8 @@ func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) 
 	}
 	defer k.close()
 	desc := &GroupDescription{Group: group, Brokers: k.brokers}
-	if cg, err := k.consumerGroup(group); err != nil || cg != nil {
-		if err != nil {
-			return nil, err
-		}
-		return k.describeConsumerGroup(desc, cg)
+	if desc, err := k.describeBrokerAssigned(desc); err != nil || desc != nil {
+		return desc, err
 	}
 	g, err := k.group(group)
 	if err != nil {
@@ -250,6 +259,26 @@ func describeFromKafka(group string, access kafkaAccess, timeout time.Duration) 
 		return nil, fmt.Errorf("%w %q: Kafka's group coordinator does not know it, and no zookeeper was given (--zookeeper) for a ZooKeeper-coordinated group", ErrUnknownGroup, group)
 	}
 	return k.describeKafkaGroup(desc)
+}
+
+// describeBrokerAssigned returns the group desc names if it is a group
+// that the broker assigns: of Kafka's consumer group protocol, or a
+// share group; nil if it is neither. desc has the group's name,
+// ZooKeeper and brokers set.
+func (k *kafkaSession) describeBrokerAssigned(desc *GroupDescription) (*GroupDescription, error) {
+	if cg, err := k.consumerGroup(desc.Group); err != nil || cg != nil {
+		if err != nil {
+			return nil, err
+		}
+		return k.describeConsumerGroup(desc, cg)
+	}
+	if sg, err := k.shareGroup(desc.Group); err != nil || sg != nil {
+		if err != nil {
+			return nil, err
+		}
+		return k.describeShareGroup(desc, sg)
+	}
+	return nil, nil
 }
 
 // members returns the protocol of a Kafka-coordinated group and its

@@ -16,7 +16,10 @@
 // group of Kafka's consumer group protocol (KIP-848, Kafka 4.0 and later)
 // is described with ConsumerGroupDescribe: its members' epochs and
 // target assignments, the group epoch, assignment epoch and assignor
-// (consumerprotocol.go).
+// (consumerprotocol.go). A share group (KIP-932, Kafka 4.2 and later) is
+// described with ShareGroupDescribe: its members and their assignments,
+// and per partition its owners, the share-partition start offset, the
+// log end and the records in flight at most (sharegroup.go).
 //
 // Usage:
 //
@@ -77,7 +80,9 @@ instance owns which partition (from ZooKeeper), and per partition the committed
 offset, log-end offset and lag (from Kafka, brokers found through ZooKeeper).
 A group that Kafka's group coordinator keeps (CoordinatorKafka, or migrated) is
 read from Kafka: its members, assignments and state; a group of Kafka's consumer
-group protocol (KIP-848) also its epochs and target assignments.
+group protocol (KIP-848) also its epochs and target assignments; a share group
+(KIP-932) its members, and per partition the share-partition start offset and
+the records in flight at most.
 --bootstrap-server without --zookeeper reads Kafka alone, for such groups.
 
 Kafka flags, for secured brokers: --tls (implied by any --tls-* flag), --tls-ca,

@@ -21,6 +21,7 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 	ew := &errWriter{w: w}
 	kafka := desc.Coordinator == CoordinatorKafka
 	consumerProtocol := desc.GroupProtocol == GroupProtocolConsumer
+	share := desc.GroupProtocol == GroupProtocolShare
 	where := fmt.Sprintf("zookeeper %s, kafka %s", desc.Zookeeper, strings.Join(desc.Brokers, ","))
 	if kafka {
 		where = "coordinator kafka"
@@ -29,6 +30,9 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		}
 		if consumerProtocol {
 			where += ", consumer protocol"
+		}
+		if share {
+			where += ", share group"
 		}
 		if desc.KafkaState != "" {
 			where += ", state " + desc.KafkaState
@@ -58,8 +62,8 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		fmt.Fprintln(ew, "No member is in Kafka's group.")
 	case len(desc.Instances) == 0:
 		fmt.Fprintln(ew, "No instance is registered.")
-	case consumerProtocol:
-		renderConsumerMembers(ew, desc.Instances)
+	case consumerProtocol || share:
+		renderConsumerMembers(ew, desc.Instances, consumerProtocol)
 	default:
 		// A Kafka-coordinated group's members have no registration time;
 		// Kafka names their client and host instead.
@@ -112,9 +116,12 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 	}
 
 	fmt.Fprintln(ew)
-	if len(desc.Partitions) == 0 {
+	switch {
+	case len(desc.Partitions) == 0:
 		fmt.Fprintln(ew, "No partition: the group subscribes to no existing topic and has no committed offsets.")
-	} else {
+	case share:
+		renderSharePartitions(ew, desc)
+	default:
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG")
 		for _, p := range desc.Partitions {
@@ -136,13 +143,37 @@ func render(w io.Writer, desc *GroupDescription, asJSON bool) error {
 		}
 		fmt.Fprintf(tw, "TOTAL\t\t\t%d\t%d\t%d\n", desc.TotalCommitted, desc.TotalLogEnd, desc.TotalLag)
 		_ = tw.Flush()
-		for _, p := range desc.Partitions {
-			if p.Error != "" {
-				fmt.Fprintf(ew, "note: %s/%d: %s\n", p.Topic, p.Partition, p.Error)
-			}
+	}
+	for _, p := range desc.Partitions {
+		if p.Error != "" {
+			fmt.Fprintf(ew, "note: %s/%d: %s\n", p.Topic, p.Partition, p.Error)
 		}
 	}
 	return ew.err
+}
+
+// renderSharePartitions writes the partitions of a share group: their
+// owners, share-partition start offset, log end, the records in flight
+// at most (the log end minus the start offset) and the lag the broker
+// reports.
+func renderSharePartitions(w io.Writer, desc *GroupDescription) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOWNERS\tSTART-OFFSET\tLOG-END\tIN-FLIGHT<=\tLAG")
+	var inFlight int64
+	for _, p := range desc.Partitions {
+		owners := "-"
+		if len(p.Owners) > 0 {
+			owners = strings.Join(p.Owners, ",")
+		}
+		if p.InFlightAtMost != nil {
+			inFlight += *p.InFlightAtMost
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, owners,
+			formatOffset(p.ShareStartOffset), formatOffset(p.LogEnd), formatOffset(p.InFlightAtMost), formatOffset(p.Lag))
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t\t\t%d\t%d\t%d\n", desc.TotalLogEnd, inFlight, desc.TotalLag)
+	_ = tw.Flush()
+	fmt.Fprintln(w, "IN-FLIGHT<= is LOG-END - START-OFFSET, an upper bound of the records acquired and not yet acknowledged; LAG is the broker's share-partition lag, - when it does not report it.")
 }
 
 // renderGroups writes the list of groups to w, as JSON or a table.
@@ -182,12 +213,17 @@ func renderGroups(w io.Writer, groups []GroupSummary, asJSON bool) error {
 	return ew.err
 }
 
-// renderConsumerMembers writes the members of a consumer-protocol group:
-// their member epoch, subscription, client, and how many partitions they
-// own and are to own (their target assignment).
-func renderConsumerMembers(w io.Writer, instances []Instance) {
+// renderConsumerMembers writes the members of a consumer-protocol group
+// or of a share group: their member epoch, subscription, client, and how
+// many partitions they own and, with target, are to own (their target
+// assignment: a consumer-protocol group's).
+func renderConsumerMembers(w io.Writer, instances []Instance, target bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTANCE\tEPOCH\tSUBSCRIPTION\tCLIENT\tPARTITIONS\tTARGET")
+	if target {
+		fmt.Fprintln(tw, "INSTANCE\tEPOCH\tSUBSCRIPTION\tCLIENT\tPARTITIONS\tTARGET")
+	} else {
+		fmt.Fprintln(tw, "INSTANCE\tEPOCH\tSUBSCRIPTION\tCLIENT\tPARTITIONS")
+	}
 	for _, instance := range instances {
 		id := instance.ID
 		switch {
@@ -199,14 +235,18 @@ func renderConsumerMembers(w io.Writer, instances []Instance) {
 		if instance.MemberProtocol == GroupProtocolClassic {
 			id += " (classic)"
 		}
-		epoch, target := "-", "-"
+		epoch, targeted := "-", "-"
 		if instance.MemberEpoch != nil {
 			epoch = strconv.Itoa(int(*instance.MemberEpoch))
 		}
 		if instance.TargetAssignment != nil {
-			target = strconv.Itoa(len(*instance.TargetAssignment))
+			targeted = strconv.Itoa(len(*instance.TargetAssignment))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", id, epoch, formatSubscription(instance), formatClient(instance), len(instance.Owned), target)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d", id, epoch, formatSubscription(instance), formatClient(instance), len(instance.Owned))
+		if target {
+			fmt.Fprintf(tw, "\t%s", targeted)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }
