@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 	"gopkg.in/tomb.v1"
@@ -132,6 +133,7 @@ type shareConsumer struct {
 	stats    map[TopicPartition]*shareCounts // per assigned partition, for Stats
 	pending  map[[16]byte][]int32            // the broker's last assignment, by topic ID
 	epoch    int32                           // the member epoch
+	beat     time.Duration                   // the heartbeat interval the coordinator last named; 0 before its first answer
 }
 
 // shareCounts are a partition's counts for Stats.

@@ -59,12 +59,19 @@ func (sc *shareConsumer) manage() {
 	}
 }
 
-// interval returns the wait before the next heartbeat: the broker's
-// interval, or sarama's Consumer.Group.Heartbeat.Interval before the
-// first answer or after a failure (d 0).
+// interval returns the wait before the next heartbeat: d, the interval
+// of the answer just taken; after a failure (d 0), the interval the
+// coordinator last named, or sarama's Consumer.Group.Heartbeat.Interval
+// before its first answer.
 func (sc *shareConsumer) interval(d time.Duration) time.Duration {
 	if d > 0 {
 		return d
+	}
+	sc.mu.Lock()
+	beat := sc.beat
+	sc.mu.Unlock()
+	if beat > 0 {
+		return beat
 	}
 	return sc.config.Consumer.Group.Heartbeat.Interval
 }
@@ -144,6 +151,9 @@ func (sc *shareConsumer) subscribedNames() []string {
 func (sc *shareConsumer) takeHeartbeat(resp *kmsg.ShareGroupHeartbeatResponse) {
 	sc.mu.Lock()
 	sc.epoch = resp.MemberEpoch
+	if resp.HeartbeatIntervalMillis > 0 {
+		sc.beat = time.Duration(resp.HeartbeatIntervalMillis) * time.Millisecond
+	}
 	changed := resp.Assignment != nil
 	if changed {
 		sc.pending = make(map[[16]byte][]int32)

@@ -197,3 +197,24 @@ func TestShareFetchRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestShareHeartbeatAtTheBrokersInterval: once the coordinator answered
+// a heartbeat, the member heartbeats at the interval it named, also
+// before the next answer (after Join's first heartbeat) and after a
+// failure, not at sarama's Consumer.Group.Heartbeat.Interval: a new
+// member's assignment comes in the answer of a later heartbeat.
+func TestShareHeartbeatAtTheBrokersInterval(t *testing.T) {
+	t.Parallel()
+	sc := newUnitShareConsumer()
+	sc.config.Consumer.Group.Heartbeat.Interval = 3 * time.Second
+	if got := sc.interval(0); got != 3*time.Second {
+		t.Errorf("before any answer: next heartbeat in %s, want sarama's 3s", got)
+	}
+	resp := kmsg.NewPtrShareGroupHeartbeatResponse()
+	resp.MemberEpoch = 1
+	resp.HeartbeatIntervalMillis = 1000
+	sc.takeHeartbeat(resp)
+	if got := sc.interval(0); got != time.Second {
+		t.Errorf("after an answer naming 1s: next heartbeat in %s, want 1s", got)
+	}
+}
