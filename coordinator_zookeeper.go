@@ -279,6 +279,8 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 // each wake-up would hand partitions to the members seen so far and take
 // them back at the next, every one of those moves a hand-off through
 // ZooKeeper. The quiet spell is what a single join or leave waits more.
+// An instance that reads itself as the only member distributes at once:
+// a lone consumer starts without the wait.
 const (
 	membershipQuiet     = 200 * time.Millisecond
 	membershipSettleMax = 2 * time.Second
@@ -295,6 +297,9 @@ func (cm *consumerManager) watchSettledInstances(sw *coordinatorSwitch) (instanc
 	instances, changed, kindsChanged, ok = cm.watchInstances()
 	if !ok {
 		return nil, nil, false, false, false
+	}
+	if len(instances) == 1 && instances[0].ID == cm.instance.ID {
+		return instances, changed, kindsChanged, true, true // alone: nothing to settle
 	}
 	began := time.Now()
 	quiet := time.NewTimer(membershipQuiet)

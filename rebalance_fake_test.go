@@ -204,6 +204,37 @@ func TestSettledInstancesAfterTheLastJoin(t *testing.T) {
 	}
 }
 
+// TestSettledInstancesAloneAtOnce: an instance that reads itself as the
+// group's only member distributes at once, without the quiet spell: a
+// lone consumer starts, or keeps what is left of a scale-in, without
+// waiting. An instance that joins right after that read fires the watch,
+// which the next round settles.
+func TestSettledInstancesAloneAtOnce(t *testing.T) {
+	t.Parallel()
+	cm, fake := fakeSessionManager(t)
+	fake.put("/consumers/g/ids/me", markRegistration([]byte(`{"version":1}`)), fakeSession)
+	joined := runDone(func() bool { // once the instances were read, another joins
+		if !poll(10*time.Second, func() bool { return fake.count("ChildrenW") > 0 }) {
+			return false
+		}
+		fake.put("/consumers/g/ids/joiner-1", markRegistration([]byte(`{"version":1}`)), otherSession)
+		return true
+	})
+	instances, changed, _, settled, ok := cm.watchSettledInstances(nil)
+	if !<-joined {
+		t.Fatal("the instances were not read within 10s")
+	}
+	if !ok || !settled || len(instances) != 1 || instances[0].ID != "me" {
+		t.Fatalf("watchSettledInstances() = %d instances, settled %t, ok %t; want this instance alone, settled", len(instances), settled, ok)
+	}
+	wantCalls(t, fake, "ChildrenW", 1, "one read of the instances")
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not fire for the instance that joined during the read")
+	}
+}
+
 // TestSettledInstancesBoundedWhileJoinsGoOn: instances that keep joining
 // do not hold the distribution up for more than membershipSettleMax.
 func TestSettledInstancesBoundedWhileJoinsGoOn(t *testing.T) {
