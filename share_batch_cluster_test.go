@@ -202,20 +202,7 @@ func TestIntegrationShareGroupBatchCloseInFlight(t *testing.T) {
 		t.Errorf("a: Errors(): %s", err)
 	}
 
-	c, share := joinShareT(t, group, topic)
-	got := make(map[int64]int)
-	deadline := time.After(10 * time.Second)
-	for len(got) < n-1 {
-		select {
-		case msg := <-c.Messages():
-			got[msg.Offset] = share.DeliveryCount(msg)
-			c.Ack(msg)
-		case err := <-c.Errors():
-			t.Errorf("c: Errors(): %s", err)
-		case <-deadline:
-			t.Fatalf("the second member received %d records within 10 s, want the %d released ones: %v", len(got), n-1, got)
-		}
-	}
+	got := receiveReleased(t, group, topic, n-1)
 	if _, ok := got[b.Messages[0].Offset]; ok {
 		t.Errorf("the record acked before Close (offset %d) came again", b.Messages[0].Offset)
 	}

@@ -5,7 +5,6 @@ package kafkaconsumer
 // KRaft cluster of Kafka 4.2 or later, what a member hands out on Batches.
 
 import (
-	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -59,33 +58,6 @@ func TestShareBatchAssembly(t *testing.T) {
 	}
 	if s := sc.counts(TopicPartition{Topic: "t", Partition: 1}); s.handedOut != 4 || s.lastHandedOut != 3 {
 		t.Errorf("partition 1 counted %d handed out, the last %d; want 4, 3", s.handedOut, s.lastHandedOut)
-	}
-}
-
-// TestShareBatchLockExpiredNotHandedOut: a batch whose records' lock
-// expired while queued is not handed out; they are dropped and reported
-// once per partition, as single records are.
-func TestShareBatchLockExpiredNotHandedOut(t *testing.T) {
-	t.Parallel()
-	sc := newUnitShareConsumer()
-	sc.config.BatchSize = 10
-	sc.config.Consumer.Return.Errors = true
-	sc.batches = make(chan *Batch, 10)
-	f := newShareFetcher(sc, 0)
-	var msgs []*sarama.ConsumerMessage
-	for o := int64(0); o < 3; o++ {
-		msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o})
-	}
-	f.queueAcquired(tidp{[16]byte{1}, 0}, msgs, []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 2, DeliveryCount: 1}}, time.Now().Add(-time.Millisecond))
-	f.handOutBatch()
-	if len(f.queue) != 0 || len(sc.held) != 0 || len(sc.batches) != 0 {
-		t.Fatalf("after the lock expired: queue %d, held %d, batches handed out %d; want all 0", len(f.queue), len(sc.held), len(sc.batches))
-	}
-	if len(sc.errors) != 1 {
-		t.Fatalf("%d errors reported, want 1 for the partition", len(sc.errors))
-	}
-	if err := <-sc.errors; !errors.Is(err, ErrShareLockExpired) {
-		t.Errorf("Errors() = %v, want ErrShareLockExpired", err)
 	}
 }
 

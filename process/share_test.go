@@ -99,6 +99,22 @@ func (d *shareDeliveries) successes() int {
 	return len(d.succeeded)
 }
 
+// shareHandler returns a handler that records each delivery in seen and
+// fails ("cannot parse" the value) when fails says so of the record's
+// number i ("v<i>") at its delivery count.
+func shareHandler(share kafkaconsumer.Share, seen *shareDeliveries, fails func(i, delivery int) bool) Handler {
+	return func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		i, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "v"))
+		delivery := share.DeliveryCount(msg)
+		fail := fails(i, delivery)
+		seen.add(string(msg.Value), delivery, !fail)
+		if fail {
+			return errors.New("cannot parse " + string(msg.Value))
+		}
+		return nil
+	}
+}
+
 // shareMetrics counts the calls of Retried and DeadLettered.
 type shareMetrics struct {
 	kafkaconsumer.BaseMetrics
@@ -146,16 +162,9 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 			for range c.Errors() { // drained until Close; none expected, none checked
 			}
 		}()
-		stops = append(stops, runInBackground(t, c, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
-			i, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "v"))
-			delivery := share.DeliveryCount(msg)
-			fail := poison(i) || (flaky(i) && delivery == 1)
-			seen.add(string(msg.Value), delivery, !fail)
-			if fail {
-				return errors.New("cannot parse " + string(msg.Value))
-			}
-			return nil
-		}, Options{Concurrency: 8, Ordering: Unordered,
+		stops = append(stops, runInBackground(t, c, shareHandler(share, seen, func(i, delivery int) bool {
+			return poison(i) || (flaky(i) && delivery == 1)
+		}), Options{Concurrency: 8, Ordering: Unordered,
 			Retry:      Retry{Attempts: 3},
 			DeadLetter: DeadLetter{Topic: dlq, Brokers: brokers, Config: saramaConfig()}}))
 	}
@@ -272,16 +281,9 @@ func TestRunShareBatches(t *testing.T) {
 		}
 	}()
 	seen := &shareDeliveries{counts: make(map[string][]int), succeeded: make(map[string]int)}
-	stop := runInBackground(t, c, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
-		i, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "v"))
-		delivery := share.DeliveryCount(msg)
-		fail := flaky(i) && delivery == 1
-		seen.add(string(msg.Value), delivery, !fail)
-		if fail {
-			return errors.New("not yet")
-		}
-		return nil
-	}, Options{Concurrency: 8, Ordering: Unordered, Retry: Retry{Attempts: 3}})
+	stop := runInBackground(t, c, shareHandler(share, seen, func(i, delivery int) bool {
+		return flaky(i) && delivery == 1
+	}), Options{Concurrency: 8, Ordering: Unordered, Retry: Retry{Attempts: 3}})
 	waitFor(t, time.Minute, "every record handled successfully", func() bool { return seen.successes() == n })
 	if err := stop(); err != nil {
 		t.Errorf("Run: %s", err)
