@@ -176,8 +176,9 @@ type Config struct {
 	// OffsetNewest "latest"; an IncrementalAlterConfigs of the group,
 	// which needs ALTER_CONFIGS on it: a refusal is reported on Errors()
 	// and the group keeps its setting); Validate refuses InstanceID,
-	// DurableAcks, CommitLastProcessed, GroupRemoteAssignor and BatchSize
-	// (a share consumer hands out single messages).
+	// DurableAcks, CommitLastProcessed and GroupRemoteAssignor. BatchSize
+	// works (batches of one partition from one ShareFetch answer), but
+	// BatchLinger is not waited (see Consumer.Batches).
 	GroupProtocol GroupProtocol
 
 	// GroupRemoteAssignor is the broker-side assignor that computes the

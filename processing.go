@@ -37,9 +37,10 @@ var closedSignal = func() chan struct{} {
 func (cm *consumerManager) Processing() Processing { return Processing{cm: cm} }
 
 // Batches reports whether the consumer hands out batches (Config.BatchSize
-// is set): then its messages come on Batches, else on Messages.
+// is set), a share group's consumer too: then its messages come on
+// Batches, else on Messages.
 func (p Processing) Batches() bool {
-	return p.cm != nil && p.cm.config.BatchSize > 0
+	return (p.cm != nil && p.cm.config.BatchSize > 0) || (p.sc != nil && p.sc.config.BatchSize > 0)
 }
 
 // Revoked returns a channel that is closed when this instance begins to

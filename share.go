@@ -116,9 +116,11 @@ type shareConsumer struct {
 	cutOnce   sync.Once
 	refresh   chan struct{}                // cap 1: a fetcher asks the manager for metadata (a leader moved)
 	closeErr  error                        // what the shutdown did not complete; written before t0.Done
-	messages  chan *sarama.ConsumerMessage // closed by closeChannels, at the end of the shutdown, once every fetch loop ended
-	closedOut chan *Batch                  // what Batches returns: closed by joinShare, a share consumer hands out single messages
-	batchOnce sync.Once                    // Batches' log line
+	messages  chan *sarama.ConsumerMessage // unbuffered; closed by closeChannels, at the end of the shutdown, once every fetch loop ended
+	batches   chan *Batch                  // with BatchSize (else nil): unbuffered; closed by closeChannels, as messages
+	closedOut chan *Batch                  // what Batches returns without BatchSize: closed by setChannels
+	closedIn  chan *sarama.ConsumerMessage // what Messages returns with BatchSize: closed by setChannels
+	batchOnce sync.Once                    // the log line of Messages or Batches called on the wrong one
 
 	errors     chan error // closed by closeChannels, at the end of the shutdown
 	errorsSink errorSink  // orders sendError with that close
@@ -189,19 +191,42 @@ func (sc *shareConsumer) Shutdown(ctx context.Context) error {
 // channel is unbuffered, whatever ChannelBufferSize: a record is handed
 // out when the reader takes it, never after its lock expired, which a
 // record waiting in a buffer could be. The channel is closed at the end
-// of Close.
-func (sc *shareConsumer) Messages() <-chan *sarama.ConsumerMessage { return sc.messages }
+// of Close. With Config.BatchSize, the records come on Batches instead:
+// Messages returns a closed channel, and logs an error once.
+func (sc *shareConsumer) Messages() <-chan *sarama.ConsumerMessage {
+	if sc.batches != nil {
+		sc.batchOnce.Do(func() {
+			sc.logf(slog.LevelError, "Messages() called on a share group's consumer set to batches (Config.BatchSize %d): it returns a closed channel; read Batches().", sc.config.BatchSize)
+		})
+		return sc.closedIn
+	}
+	return sc.messages
+}
 
-// Batches implements Consumer: a share consumer hands out single
-// messages, so it returns a closed channel, and logs an error once.
+// Batches implements Consumer: with Config.BatchSize, the records
+// acquired by this member in batches, each of up to BatchSize records of
+// one partition in offset order, from one ShareFetch answer (BatchLinger
+// is not waited: no more records are fetched while some wait to be
+// handed out). A batch is handed out when the reader takes it, only while
+// the locks of all its records hold: the channel is unbuffered, whatever
+// ChannelBufferSize, and a record whose lock expired first is left out
+// (ErrShareLockExpired on Errors(), as for Messages). AckBatch ACCEPTs a
+// whole batch; Release, Reject and Renew (Share) take single records:
+// to release a batch, release each of b.Messages. The channel is closed
+// at the end of Close. Without BatchSize, it returns a closed channel,
+// and logs an error once.
 func (sc *shareConsumer) Batches() <-chan *Batch {
+	if sc.batches != nil {
+		return sc.batches
+	}
 	sc.batchOnce.Do(func() {
-		sc.logf(slog.LevelError, "Batches called on a share group's consumer (GroupProtocolShare), which hands out single messages on Messages.")
+		sc.logf(slog.LevelError, "Batches() called on a share group's consumer that hands out single messages (Config.BatchSize is 0): it returns a closed channel; read Messages(), or set BatchSize.")
 	})
 	return sc.closedOut
 }
 
-// AckBatch implements Consumer: Ack of each message of b.
+// AckBatch implements Consumer: it accepts every record of b (KIP-932's
+// ACCEPT), as Ack does each; it returns at once.
 func (sc *shareConsumer) AckBatch(b *Batch) {
 	if b == nil {
 		return
@@ -275,10 +300,13 @@ func (sc *shareConsumer) sendError(err error) {
 	sc.errorsSink.send(sc.errors, sc.config.Consumer.Return.Errors, sc.log, err)
 }
 
-// closeChannels closes Messages and Errors, once, at the end of the
+// closeChannels closes Messages (and Batches) and Errors, once, at the end of the
 // shutdown: sendError logs what comes later.
 func (sc *shareConsumer) closeChannels() {
 	close(sc.messages)
+	if sc.batches != nil {
+		close(sc.batches)
+	}
 	sc.errorsSink.close(sc.errors)
 }
 

@@ -61,26 +61,35 @@ func TestIntegrationShareGroupCloseInFlight(t *testing.T) {
 		t.Errorf("a: Errors(): %s", err)
 	}
 
-	b, shareB := joinShareT(t, group, topic)
-	got := make(map[int64]int)
-	deadline := time.After(10 * time.Second)
-	for len(got) < n-1 {
-		select {
-		case msg := <-b.Messages():
-			got[msg.Offset] = shareB.DeliveryCount(msg)
-			b.Ack(msg)
-		case err := <-b.Errors():
-			t.Errorf("b: Errors(): %s", err)
-		case <-deadline:
-			t.Fatalf("the second member received %d records within 10 s, want the %d released ones: %v", len(got), n-1, got)
-		}
-	}
+	got := receiveReleased(t, group, topic, n-1)
 	if _, ok := got[acked.Offset]; ok {
 		t.Errorf("the record acked before Close (offset %d) came again", acked.Offset)
 	}
 	if got[pending.Offset] != 2 {
 		t.Errorf("the record handed out and not acked came with delivery count %d, want 2", got[pending.Offset])
 	}
+}
+
+// receiveReleased joins a second member of group and receives and acks
+// want records within 10 s (released at once by a Close): it returns
+// their delivery counts by offset.
+func receiveReleased(t *testing.T, group, topic string, want int) map[int64]int {
+	t.Helper()
+	b, shareB := joinShareT(t, group, topic)
+	got := make(map[int64]int)
+	deadline := time.After(10 * time.Second)
+	for len(got) < want {
+		select {
+		case msg := <-b.Messages():
+			got[msg.Offset] = shareB.DeliveryCount(msg)
+			b.Ack(msg)
+		case err := <-b.Errors():
+			t.Errorf("second member: Errors(): %s", err)
+		case <-deadline:
+			t.Fatalf("the second member received %d records within 10 s, want the %d released ones: %v", len(got), want, got)
+		}
+	}
+	return got
 }
 
 // shareGroupTestSerial is shareGroupTest without t.Parallel, for the

@@ -25,8 +25,6 @@ func (c *Config) validateShare() error {
 		why = "CommitLastProcessed is set: a share group commits no offsets"
 	case c.GroupRemoteAssignor != "":
 		why = fmt.Sprintf("GroupRemoteAssignor is %q: the broker's share group assignor (group.share.assignors) assigns the partitions", c.GroupRemoteAssignor)
-	case c.BatchSize > 0:
-		why = fmt.Sprintf("BatchSize is %d: a share consumer hands out single messages on Messages", c.BatchSize)
 	default:
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -27,6 +28,11 @@ func TestShareConfigValidate(t *testing.T) {
 	if err := shareConfig().Validate(); err != nil {
 		t.Fatalf("Validate() of a share group = %s", err)
 	}
+	batches := shareConfig()
+	batches.BatchSize, batches.BatchLinger = 10, time.Second
+	if err := batches.Validate(); err != nil {
+		t.Errorf("Validate() of a share group with BatchSize and BatchLinger = %s, want nil", err)
+	}
 	if got := GroupProtocolShare.String(); got != "GroupProtocolShare" {
 		t.Errorf("GroupProtocolShare.String() = %q", got)
 	}
@@ -39,7 +45,6 @@ func TestShareConfigValidate(t *testing.T) {
 		{"InstanceID", func(c *Config) { c.InstanceID = "a" }, "InstanceID"},
 		{"DurableAcks", func(c *Config) { c.DurableAcks = true }, "DurableAcks"},
 		{"GroupRemoteAssignor", func(c *Config) { c.GroupRemoteAssignor = "uniform" }, "GroupRemoteAssignor"},
-		{"BatchSize", func(c *Config) { c.BatchSize = 10 }, "BatchSize"},
 		{"CommitLastProcessed", func(c *Config) { c.CommitLastProcessed = true }, "CommitLastProcessed"},
 	}
 	for _, tc := range cases {

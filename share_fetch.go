@@ -75,6 +75,8 @@ func (f *shareFetcher) run() {
 		switch {
 		case f.renewing():
 			f.acknowledge(false)
+		case len(f.queue) > 0 && f.sc.batches != nil:
+			f.handOutBatch()
 		case len(f.queue) > 0:
 			f.handOut()
 		case f.wants():
@@ -136,10 +138,21 @@ func (f *shareFetcher) handOut() {
 		return
 	}
 	f.markHandedOut(r, true) // before the send: the receiver may ack at once
-	select {
-	case f.sc.messages <- r.msg: // the reader keeps up: no timer
+	if offer(f, f.sc.messages, r.msg, left) {
 		f.handedOut(r)
 		return
+	}
+	f.markHandedOut(r, false)
+}
+
+// offer sends v on out (Messages or Batches) and reports true, or
+// returns false: after left (the lock of what v holds; the records whose
+// lock expired are dropped), when acks came or fell due (sent when due),
+// or when f is killed.
+func offer[T any](f *shareFetcher, out chan<- T, v T, left time.Duration) bool {
+	select {
+	case out <- v: // the reader keeps up: no timer
+		return true
 	default:
 	}
 	timer := time.NewTimer(left)
@@ -151,9 +164,8 @@ func (f *shareFetcher) handOut() {
 		ackDue = ackTimer.C
 	}
 	select {
-	case f.sc.messages <- r.msg:
-		f.handedOut(r)
-		return
+	case out <- v:
+		return true
 	case <-f.wake: // acks came: their linger starts
 	case <-ackDue:
 		f.acknowledge(false)
@@ -161,7 +173,7 @@ func (f *shareFetcher) handOut() {
 		f.dropExpired()
 	case <-f.t.Dying():
 	}
-	f.markHandedOut(r, false)
+	return false
 }
 
 // handedOut takes r, sent on Messages, off the queue.
@@ -278,7 +290,7 @@ func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRa
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = math.MaxInt32
 	}
-	req.MaxRecords = int32(max(conf.ChannelBufferSize, shareFetchRecords))
+	req.MaxRecords = int32(max(conf.ChannelBufferSize, sc.config.BatchSize, shareFetchRecords))
 	req.BatchSize = req.MaxRecords
 	sc.mu.Lock()
 	want := make(map[tidp]struct{}, len(f.want))

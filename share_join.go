@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -48,16 +47,14 @@ func joinShare(ctx context.Context, args *joinArgs, hooks *testHooks) (Consumer,
 		log:      newLogger(cfg.Logger, args.group, args.id),
 		memberID: newShareMemberID(),
 		stopCtx:  stopCtx, stop: stop,
-		cutWait:   make(chan struct{}),
-		refresh:   make(chan struct{}, 1),
-		messages:  make(chan *sarama.ConsumerMessage), // unbuffered: see Messages
-		closedOut: make(chan *Batch),
-		errors:    make(chan error, cfg.ChannelBufferSize),
-		held:      make(map[recordKey]*heldRecord),
-		fetchers:  make(map[int32]*shareFetcher),
-		stats:     make(map[TopicPartition]*shareCounts),
+		cutWait:  make(chan struct{}),
+		refresh:  make(chan struct{}, 1),
+		errors:   make(chan error, cfg.ChannelBufferSize),
+		held:     make(map[recordKey]*heldRecord),
+		fetchers: make(map[int32]*shareFetcher),
+		stats:    make(map[TopicPartition]*shareCounts),
 	}
-	close(sc.closedOut)
+	sc.setChannels()
 	if err := sc.connect(ctx); err != nil {
 		stop()
 		t.close()

@@ -136,11 +136,20 @@ func TestShareQueueAcquired(t *testing.T) {
 }
 
 // TestShareLockExpiredNotHandedOut: records whose lock expired while
-// queued are dropped, not handed out, and reported once per partition.
+// queued are dropped, not handed out, singly or in a batch (BatchSize),
+// and reported once per partition.
 func TestShareLockExpiredNotHandedOut(t *testing.T) {
+	t.Parallel()
+	t.Run("messages", func(t *testing.T) { testShareLockExpired(t, 0) })
+	t.Run("batches", func(t *testing.T) { testShareLockExpired(t, 10) })
+}
+
+func testShareLockExpired(t *testing.T, batchSize int) {
 	t.Parallel()
 	sc := newUnitShareConsumer()
 	sc.config.Consumer.Return.Errors = true
+	sc.config.BatchSize = batchSize
+	sc.batches = make(chan *Batch, 10)
 	f := newShareFetcher(sc, 0)
 	p := tidp{[16]byte{1}, 0}
 	var msgs []*sarama.ConsumerMessage
@@ -148,9 +157,13 @@ func TestShareLockExpiredNotHandedOut(t *testing.T) {
 		msgs = append(msgs, &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: o})
 	}
 	f.queueAcquired(p, msgs, []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 2, DeliveryCount: 1}}, time.Now().Add(-time.Millisecond))
-	f.handOut()
-	if len(f.queue) != 0 || len(sc.held) != 0 || len(sc.messages) != 0 {
-		t.Fatalf("after the lock expired: queue %d, held %d, handed out %d; want all 0", len(f.queue), len(sc.held), len(sc.messages))
+	if batchSize > 0 {
+		f.handOutBatch()
+	} else {
+		f.handOut()
+	}
+	if len(f.queue) != 0 || len(sc.held) != 0 || len(sc.messages) != 0 || len(sc.batches) != 0 {
+		t.Fatalf("after the lock expired: queue %d, held %d, handed out %d messages, %d batches; want all 0", len(f.queue), len(sc.held), len(sc.messages), len(sc.batches))
 	}
 	if len(sc.errors) != 1 {
 		t.Fatalf("%d errors reported, want 1 for the partition", len(sc.errors))

@@ -40,9 +40,10 @@
 //
 // # Batches
 //
-// A consumer set to batches (Config.BatchSize) works the same: Run reads
-// its Batches and handles each message of a batch as one message, acking
-// each one on its own. Handlers still take one message; to write many at
+// A consumer set to batches (Config.BatchSize), a share group's too,
+// works the same: Run reads its Batches and handles each message of a
+// batch as one message, acking (on a share group: accepting, releasing
+// or rejecting) each one on its own. Handlers still take one message; to write many at
 // once, read Batches yourself.
 //
 // # Share groups

@@ -33,13 +33,19 @@ func shareGroupTest(t *testing.T) []string {
 // when not nil; the test's cleanup closes the consumer.
 func joinShare(t *testing.T, brokers []string, group, topic string, metrics kafkaconsumer.Metrics) kafkaconsumer.Consumer {
 	t.Helper()
+	return joinShareWith(t, brokers, group, topic, func(config *kafkaconsumer.Config) { config.Metrics = metrics })
+}
+
+// joinShareWith is joinShare with the config changed by change.
+func joinShareWith(t *testing.T, brokers []string, group, topic string, change func(*kafkaconsumer.Config)) kafkaconsumer.Consumer {
+	t.Helper()
 	config := kafkaconsumer.NewConfig()
 	config.Version = kafkaVersion()
 	config.Coordinator = kafkaconsumer.CoordinatorKafka
 	config.GroupProtocol = kafkaconsumer.GroupProtocolShare
 	config.Consumer.Return.Errors = true
 	config.Brokers = brokers
-	config.Metrics = metrics
+	change(config)
 	c, err := kafkaconsumer.Join(group, kafkaconsumer.TopicSubscription(topic), "", config)
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +99,22 @@ func (d *shareDeliveries) successes() int {
 	return len(d.succeeded)
 }
 
+// shareHandler returns a handler that records each delivery in seen and
+// fails ("cannot parse" the value) when fails says so of the record's
+// number i ("v<i>") at its delivery count.
+func shareHandler(share kafkaconsumer.Share, seen *shareDeliveries, fails func(i, delivery int) bool) Handler {
+	return func(ctx context.Context, msg *sarama.ConsumerMessage) error {
+		i, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "v"))
+		delivery := share.DeliveryCount(msg)
+		fail := fails(i, delivery)
+		seen.add(string(msg.Value), delivery, !fail)
+		if fail {
+			return errors.New("cannot parse " + string(msg.Value))
+		}
+		return nil
+	}
+}
+
 // shareMetrics counts the calls of Retried and DeadLettered.
 type shareMetrics struct {
 	kafkaconsumer.BaseMetrics
@@ -140,16 +162,9 @@ func TestRunShareRetryDeadLetter(t *testing.T) {
 			for range c.Errors() { // drained until Close; none expected, none checked
 			}
 		}()
-		stops = append(stops, runInBackground(t, c, func(ctx context.Context, msg *sarama.ConsumerMessage) error {
-			i, _ := strconv.Atoi(strings.TrimPrefix(string(msg.Value), "v"))
-			delivery := share.DeliveryCount(msg)
-			fail := poison(i) || (flaky(i) && delivery == 1)
-			seen.add(string(msg.Value), delivery, !fail)
-			if fail {
-				return errors.New("cannot parse " + string(msg.Value))
-			}
-			return nil
-		}, Options{Concurrency: 8, Ordering: Unordered,
+		stops = append(stops, runInBackground(t, c, shareHandler(share, seen, func(i, delivery int) bool {
+			return poison(i) || (flaky(i) && delivery == 1)
+		}), Options{Concurrency: 8, Ordering: Unordered,
 			Retry:      Retry{Attempts: 3},
 			DeadLetter: DeadLetter{Topic: dlq, Brokers: brokers, Config: saramaConfig()}}))
 	}
@@ -245,5 +260,44 @@ func TestRunShareGroupDeliveryLimit(t *testing.T) {
 	}
 	if h := headersOf(deadLetters(t, brokers, dlq)[0]); h[HeaderAttempts] != "2" {
 		t.Errorf("dead letter headers %v, want 2 attempts", h)
+	}
+}
+
+// TestRunShareBatches: Run on a share group's consumer set to batches
+// (BatchSize 16) reads its Batches: every record of 200 on 2 partitions
+// is handled and succeeds, those that fail at their first delivery are
+// released and handled again with delivery count 2.
+func TestRunShareBatches(t *testing.T) {
+	brokers := shareGroupTest(t)
+	topic, group := uniqueName("share-run.batches"), uniqueName("share-run-batches")
+	createTopic(t, brokers, topic, 2)
+	const n = 200
+	produceKeyed(t, brokers, topic, 0, n, 20, 1)
+	flaky := func(i int) bool { return i%20 == 3 } // 10 records
+	c := joinShareWith(t, brokers, group, topic, func(config *kafkaconsumer.Config) { config.BatchSize = 16 })
+	share, _ := kafkaconsumer.ShareOf(c)
+	go func() {
+		for range c.Errors() { // drained until Close; none expected, none checked
+		}
+	}()
+	seen := &shareDeliveries{counts: make(map[string][]int), succeeded: make(map[string]int)}
+	stop := runInBackground(t, c, shareHandler(share, seen, func(i, delivery int) bool {
+		return flaky(i) && delivery == 1
+	}), Options{Concurrency: 8, Ordering: Unordered, Retry: Retry{Attempts: 3}})
+	waitFor(t, time.Minute, "every record handled successfully", func() bool { return seen.successes() == n })
+	if err := stop(); err != nil {
+		t.Errorf("Run: %s", err)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for i := range n {
+		v := "v" + strconv.Itoa(i)
+		counts := seen.counts[v]
+		if flaky(i) && (len(counts) != 2 || counts[1] != 2) {
+			t.Errorf("flaky %s handled with delivery counts %v, want [1 2]", v, counts)
+		}
+		if seen.succeeded[v] != 1 {
+			t.Errorf("%s succeeded %d times, want once", v, seen.succeeded[v])
+		}
 	}
 }
