@@ -58,13 +58,17 @@ type shareFetcher struct {
 	backoff   time.Duration     // after a failed request; 0 after a success
 	lock      time.Duration     // the acquisition lock of the last ShareFetch answer
 	stopped   chan struct{}     // closed when it stopped handing out, at the shutdown
+	// lockTimer and ackTimer are offer's, stopped between offers: one
+	// of each for the fetcher's life, not two allocated per record.
+	lockTimer, ackTimer *time.Timer
 }
 
 // newShareFetcher returns the fetch loop of broker, not started.
 func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
 	return &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
 		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
-		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{})}
+		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{}),
+		lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
 }
 
 // run is the fetcher's goroutine: fetch and hand out until killed, then
@@ -155,13 +159,13 @@ func offer[T any](f *shareFetcher, out chan<- T, v T, left time.Duration) bool {
 		return true
 	default:
 	}
-	timer := time.NewTimer(left)
-	defer timer.Stop()
+	f.lockTimer.Reset(left)
+	defer f.lockTimer.Stop()
 	var ackDue <-chan time.Time
 	if due := f.ackDue(); !due.IsZero() {
-		ackTimer := time.NewTimer(time.Until(due))
-		defer ackTimer.Stop()
-		ackDue = ackTimer.C
+		f.ackTimer.Reset(time.Until(due))
+		defer f.ackTimer.Stop()
+		ackDue = f.ackTimer.C
 	}
 	select {
 	case out <- v:
@@ -169,11 +173,19 @@ func offer[T any](f *shareFetcher, out chan<- T, v T, left time.Duration) bool {
 	case <-f.wake: // acks came: their linger starts
 	case <-ackDue:
 		f.acknowledge(false)
-	case <-timer.C:
+	case <-f.lockTimer.C:
 		f.dropExpired()
 	case <-f.t.Dying():
 	}
 	return false
+}
+
+// stoppedTimer returns a timer that is not running, for Reset: since Go
+// 1.23 a timer stopped or reset delivers no value of an earlier setting.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 // handedOut takes r, sent on Messages, off the queue.
