@@ -802,15 +802,39 @@ func (r *faultRun) assignedTo(partitions []int32, children []*child) bool {
 // them as a string.
 func (r *faultRun) waitSettled(timeout time.Duration) string {
 	r.t.Helper()
+	return r.waitAssignment(timeout, false)
+}
+
+// waitBalanced is waitSettled that also waits until each live instance
+// runs its even share of the partitions (the distribution's P/N or one
+// more): the group distributed over all of them, not a moment when the
+// first to start runs every partition and the others none yet. Only for
+// a group of live instances alone (no departed static member, no frozen
+// one).
+func (r *faultRun) waitBalanced(timeout time.Duration) string {
+	r.t.Helper()
+	return r.waitAssignment(timeout, true)
+}
+
+// waitAssignment waits until each partition is in exactly one live
+// instance's assignment, each live instance's even share when balanced,
+// and returns the assignment as waitSettled does.
+func (r *faultRun) waitAssignment(timeout time.Duration, balanced bool) string {
+	r.t.Helper()
 	partitions, err := r.client.Partitions(r.topic)
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	what := "each partition in exactly one live instance's assignment"
+	if balanced {
+		what += ", each instance's even share"
+	}
 	var assignment string
-	waitFor(r.t, timeout, "each partition in exactly one live instance's assignment", func() bool {
+	waitFor(r.t, timeout, what, func() bool {
 		owner := make(map[string]string)
 		var lines []string
-		for _, c := range r.live() {
+		live := r.live()
+		for _, c := range live {
 			var mine []string
 			for tp := range c.output().owned {
 				if _, ok := owner[tp]; ok {
@@ -818,6 +842,9 @@ func (r *faultRun) waitSettled(timeout time.Duration) string {
 				}
 				owner[tp] = c.name
 				mine = append(mine, tp)
+			}
+			if least := len(partitions) / max(len(live), 1); balanced && (len(mine) < least || len(mine) > least+1) {
+				return false
 			}
 			sort.Strings(mine)
 			lines = append(lines, c.name+": "+strings.Join(mine, " "))

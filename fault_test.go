@@ -137,7 +137,7 @@ func TestFaultZooKeeperFailure(t *testing.T) {
 	r.opts.session = 30 * time.Second
 	a, b := r.start(), r.start()
 	r.waitOwnedBy(60*time.Second, a, b)
-	before := r.waitSettled(30 * time.Second)
+	before := r.waitBalanced(30 * time.Second)
 	// The faults hit a group that consumes: its offsets are read, so the
 	// broker's group coordinator is loaded. (A broker that creates its
 	// offsets topic while a ZooKeeper node dies can leave the coordinator
@@ -187,7 +187,7 @@ func TestFaultZooKeeperFailure(t *testing.T) {
 	t.Logf("ZooKeeper ensemble was down for %s", time.Since(outage))
 	r.produce(200)
 	r.waitAllReceived(30 * time.Second)
-	if after := r.waitSettled(30 * time.Second); after != before {
+	if after := r.waitBalanced(30 * time.Second); after != before {
 		t.Errorf("the assignment changed across a ZooKeeper outage shorter than the session timeout: %s, then %s", before, after)
 	}
 	r.finish()

@@ -342,7 +342,7 @@ func TestIntegrationStaticKillRestartWithinGrace(t *testing.T) {
 	r.opts.instanceID = "b"
 	r.start()
 	r.produce(200)
-	r.waitSettled(30 * time.Second)
+	r.waitBalanced(30 * time.Second)
 	before, _, err := r.owners()
 	if err != nil {
 		t.Fatal(err)
