@@ -190,3 +190,38 @@ func TestIntegrationShareGroupRenew(t *testing.T) {
 	a.Ack(msg)
 	expectNothing(t, time.Now().Add(3*time.Second), a, b)
 }
+
+// TestIntegrationShareGroupReleasedToTheLimitIsArchived: a record
+// released as often as the group's share.delivery.count.limit allows is
+// archived: it never comes again, and the next record of its partition
+// does.
+func TestIntegrationShareGroupReleasedToTheLimitIsArchived(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 1)
+	group := uniqueName("share-limit")
+	setShareGroupConfig(t, group, "share.delivery.count.limit", "2")
+	client := newTestClient(t)
+	produce(t, client, topic, "limit", 1)
+	c, share := joinShareT(t, group, topic)
+	var archived *sarama.ConsumerMessage
+	for delivery := 1; delivery <= 2; delivery++ {
+		msg := receiveShare(t, c, 30*time.Second)
+		if archived != nil && msg.Offset != archived.Offset {
+			t.Fatalf("delivery %d: got offset %d, want the released record at %d again", delivery, msg.Offset, archived.Offset)
+		}
+		if n := share.DeliveryCount(msg); n != delivery {
+			t.Fatalf("delivery %d of %s: DeliveryCount = %d", delivery, msg.Value, n)
+		}
+		archived = msg
+		share.Release(msg)
+	}
+	produce(t, client, topic, "after", 1)
+	next := receiveShare(t, c, 30*time.Second)
+	if next.Offset == archived.Offset || string(next.Value) == string(archived.Value) {
+		t.Fatalf("a record released at the delivery count limit came again: %s at %d, delivery %d", next.Value, next.Offset, share.DeliveryCount(next))
+	}
+	if next.Offset != archived.Offset+1 {
+		t.Errorf("after the archived record at %d, got offset %d, want the next, %d", archived.Offset, next.Offset, archived.Offset+1)
+	}
+	c.Ack(next)
+}
