@@ -160,21 +160,26 @@ func startProcess(spec *childSpec, h handler) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	return runProcess(c, spec.Work, h, process.Options{Concurrency: spec.Concurrency, Ordering: process.ByKey}), nil
+}
+
+// runProcess runs process.Run on c with opts, each handler waiting work
+// (the I/O call) and then calling h, until the instance is closed.
+func runProcess(c kafkaconsumer.Consumer, work time.Duration, h handler, opts process.Options) *processInstance {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &processInstance{c: c, cancel: cancel, done: make(chan struct{})}
-	work := spec.Work
 	go func() {
 		defer close(p.done)
 		err := process.Run(ctx, c, func(_ context.Context, msg *sarama.ConsumerMessage) error {
 			time.Sleep(work) // the I/O call
 			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
 			return nil
-		}, process.Options{Concurrency: spec.Concurrency, Ordering: process.ByKey})
+		}, opts)
 		if err != nil {
 			log.Printf("process.Run: %v", err)
 		}
 	}()
-	return p, nil
+	return p
 }
 
 // Close stops Run (its handlers return, what they did not handle is given

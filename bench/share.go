@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"log"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/kafkaconsumer/kafkaconsumer"
+	"github.com/kafkaconsumer/kafkaconsumer/process"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,9 +25,8 @@ import (
 const (
 	// kafkaConsumerShare is kafkaconsumer on a share group
 	// (Config.GroupProtocol GroupProtocolShare), Ack (ACCEPT) per message;
-	// in the processing workload, shareHandlers goroutines per member run
-	// the handler and Ack each message (process.Run does not run on share
-	// groups yet).
+	// in the processing workload, process.Run (Unordered, Concurrency
+	// shareHandlers) on each member.
 	kafkaConsumerShare = "kafkaconsumer-share"
 	// franzGoShare is franz-go's share consumer (kgo.ShareGroup),
 	// Record.Ack(kgo.AckAccept) per record; in the processing workload
@@ -44,8 +43,8 @@ var shareContenders = []string{franzGoShare, kafkaConsumerShare}
 // in the child process of the drain.
 const shareMembers = 4
 
-// shareHandlers is the handler goroutines of each kafkaconsumer-share
-// member in the processing workload, process.Run's Concurrency 64.
+// shareHandlers is process.Run's Concurrency on each kafkaconsumer-share
+// member in the processing workload.
 const shareHandlers = 64
 
 // shareAPIKey is ShareGroupHeartbeat's API key: brokers that serve it
@@ -89,28 +88,16 @@ func startOursShare(spec *childSpec, h handler) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec.Work > 0 { // the processing workload
+		return runProcess(c, spec.Work, h, process.Options{Concurrency: shareHandlers, Ordering: process.Unordered}), nil
+	}
 	o := &oursInstance{c: c, done: make(chan struct{})}
-	handlers := 1
-	if spec.Work > 0 {
-		handlers = shareHandlers
-	}
-	var wg sync.WaitGroup
-	for range handlers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range c.Messages() {
-				if spec.Work > 0 {
-					time.Sleep(spec.Work) // the I/O call
-				}
-				c.Ack(msg)
-				h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
-			}
-		}()
-	}
 	go func() {
 		defer close(o.done)
-		wg.Wait()
+		for msg := range c.Messages() {
+			c.Ack(msg)
+			h(msg.Topic, msg.Partition, msg.Offset, msg.Value)
+		}
 	}()
 	return o, nil
 }
