@@ -279,11 +279,15 @@ func (cm *consumerManager) watchInstances() (instances kazoo.ConsumergroupInstan
 // each wake-up would hand partitions to the members seen so far and take
 // them back at the next, every one of those moves a hand-off through
 // ZooKeeper. The quiet spell is what a single join or leave waits more.
-// An instance that reads itself as the only member distributes at once:
-// a lone consumer starts without the wait.
+// A group read with fewer than membershipSettleFrom instances
+// distributes at once, as the original does: its intermediate
+// distributions move few partitions, and its starts, joins and leaves
+// would otherwise each wait the spell (a lone consumer's start among
+// them).
 const (
-	membershipQuiet     = 200 * time.Millisecond
-	membershipSettleMax = 2 * time.Second
+	membershipQuiet      = 200 * time.Millisecond
+	membershipSettleMax  = 2 * time.Second
+	membershipSettleFrom = 5
 )
 
 // watchSettledInstances is watchInstances, read again each time the
@@ -298,8 +302,8 @@ func (cm *consumerManager) watchSettledInstances(sw *coordinatorSwitch) (instanc
 	if !ok {
 		return nil, nil, false, false, false
 	}
-	if len(instances) == 1 && instances[0].ID == cm.instance.ID {
-		return instances, changed, kindsChanged, true, true // alone: nothing to settle
+	if len(instances) < membershipSettleFrom {
+		return instances, changed, kindsChanged, true, true // a small group: distribute at once
 	}
 	began := time.Now()
 	quiet := time.NewTimer(membershipQuiet)

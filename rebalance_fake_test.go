@@ -184,30 +184,40 @@ func joinOnRead(fake *fakeZK, n int, pace <-chan time.Time) {
 	fake.beforeNext("Get", join)
 }
 
+// putMembers registers n instances of another session in the fake's
+// group "g", named member-0 to member-(n-1).
+func putMembers(fake *fakeZK, n int) {
+	for i := range n {
+		fake.put(fmt.Sprintf("/consumers/g/ids/member-%d", i), markRegistration([]byte(`{"version":1}`)), otherSession)
+	}
+}
+
 // TestSettledInstancesAfterTheLastJoin: instances that join one after the
 // other make the manager read them again, and distribute once, over all
 // of them, a quiet spell after the last.
 func TestSettledInstancesAfterTheLastJoin(t *testing.T) {
 	t.Parallel()
 	cm, fake := fakeSessionManager(t)
-	fake.put("/consumers/g/ids/joiner-0", markRegistration([]byte(`{"version":1}`)), otherSession)
+	putMembers(fake, membershipSettleFrom)
 	joinOnRead(fake, 5, nil)
 	began := time.Now()
 	instances, _, _, settled, ok := cm.watchSettledInstances(nil)
 	took := time.Since(began)
-	if !ok || !settled || len(instances) != 6 {
-		t.Fatalf("watchSettledInstances() = %d instances, settled %t, ok %t; want the 6, settled", len(instances), settled, ok)
+	if want := membershipSettleFrom + 5; !ok || !settled || len(instances) != want {
+		t.Fatalf("watchSettledInstances() = %d instances, settled %t, ok %t; want the %d, settled", len(instances), settled, ok, want)
 	}
-	wantCalls(t, fake, "ChildrenW", 6, "a read of the instances for each join")
+	if n := fake.count("ChildrenW"); n < 2 {
+		t.Fatalf("%d reads of the instances, want them read again after the joins", n)
+	}
 	if took < membershipQuiet {
 		t.Fatalf("settled after %s, before the quiet spell of %s", took, membershipQuiet)
 	}
 }
 
-// TestSettledInstancesAloneAtOnce: an instance that reads itself as the
-// group's only member distributes at once, without the quiet spell: a
-// lone consumer starts, or keeps what is left of a scale-in, without
-// waiting. An instance that joins right after that read fires the watch,
+// TestSettledInstancesAloneAtOnce: an instance that reads a group
+// smaller than membershipSettleFrom, here itself alone, distributes at
+// once, without the quiet spell: a lone consumer starts, or keeps what
+// is left of a scale-in, without waiting. An instance that joins right after that read fires the watch,
 // which the next round settles.
 func TestSettledInstancesAloneAtOnce(t *testing.T) {
 	t.Parallel()
@@ -240,7 +250,7 @@ func TestSettledInstancesAloneAtOnce(t *testing.T) {
 func TestSettledInstancesBoundedWhileJoinsGoOn(t *testing.T) {
 	t.Parallel()
 	cm, fake := fakeSessionManager(t)
-	fake.put("/consumers/g/ids/joiner-0", markRegistration([]byte(`{"version":1}`)), otherSession)
+	putMembers(fake, membershipSettleFrom)
 	pace := time.NewTicker(membershipQuiet / 10) // a join every tenth of the quiet spell
 	defer pace.Stop()
 	joinOnRead(fake, 10000, pace.C)
