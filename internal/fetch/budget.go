@@ -65,10 +65,7 @@ func (b *Budget) leave() {
 
 // Share returns each running loop's share of the limit: the limit over
 // the loops running now. Safe from any goroutine.
-func (b *Budget) Share() int64 { return b.share() }
-
-// share returns each running loop's share of the limit.
-func (b *Budget) share() int64 {
+func (b *Budget) Share() int64 {
 	return b.limit / int64(max(b.loops.Load(), 1))
 }
 
@@ -104,7 +101,7 @@ func (b *Budget) wakeWaiters() {
 // available returns what loop l may reserve now: what is free of the
 // limit, within what its slabs leave of its share.
 func (b *Budget) available(l *brokerLoop) int64 {
-	return min(b.limit-b.buffered.Load(), b.share()-l.held.Load())
+	return min(b.limit-b.buffered.Load(), b.Share()-l.held.Load())
 }
 
 // reserve returns the MaxBytes of the next request of loop l, and
@@ -132,7 +129,7 @@ func (b *Budget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 	for {
 		buffered := b.buffered.Load()
 		held := l.held.Load()
-		share := b.share()
+		share := b.Share()
 		n := min(b.limit-buffered, share-held, most)
 		if n < max(b.least(l, limit), 1) {
 			if held > 0 {
@@ -152,7 +149,7 @@ func (b *Budget) reserve(l *brokerLoop, limit int32) (int32, bool) {
 // sending for while l holds slabs (reserve). Called by l's goroutine
 // only.
 func (b *Budget) least(l *brokerLoop, limit int32) int64 {
-	return min(b.share()/minRequestParts, int64(float64(limit)*l.expansion()))
+	return min(b.Share()/minRequestParts, int64(float64(limit)*l.expansion()))
 }
 
 // wait adds loop l to the loops that wait for the budget (on), or
