@@ -17,10 +17,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -110,12 +113,11 @@ func (k *kafkaSession) supportsAPI(key int16) (bool, error) {
 	return false, nil
 }
 
-// retrying calls try until it succeeds, or fails with an error Kafka
-// does not say to retry (COORDINATOR_NOT_AVAILABLE while a new cluster
-// creates its offsets topic, COORDINATOR_LOAD_IN_PROGRESS are retried),
-// or the session's deadline comes, with a capped backoff; franz-go does
-// not retry a failure to find a coordinator. what names the request in
-// the error.
+// retrying calls try until it succeeds, or fails with an error that
+// retriable does not retry, or the session's deadline comes, with a
+// capped backoff; franz-go does not retry a failure to find a
+// coordinator, nor a coordinator it cannot dial. what names the request
+// in the error.
 func (k *kafkaSession) retrying(what string, try func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
@@ -123,13 +125,36 @@ func (k *kafkaSession) retrying(what string, try func() error) error {
 		if err == nil {
 			return nil
 		}
-		if !kerr.IsRetriable(err) || time.Now().Add(backoff).After(k.deadline) {
+		if !retriable(err) || time.Now().Add(backoff).After(k.deadline) {
 			return k.err(what, err)
 		}
 		timer := time.NewTimer(backoff)
 		<-timer.C
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// retriable tells whether a request that failed with err may succeed
+// when asked again: errors Kafka says to retry (COORDINATOR_NOT_AVAILABLE
+// while a new cluster creates its offsets topic, NOT_COORDINATOR while
+// the group moves, COORDINATOR_LOAD_IN_PROGRESS), in franz-go's or
+// sarama's form, and a broker that cannot be reached or dropped the
+// connection: the group's coordinator down, restarting, or moving away
+// from a broker that died.
+func retriable(err error) bool {
+	var opErr *net.OpError
+	switch {
+	case kerr.IsRetriable(err),
+		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable),
+		errors.Is(err, sarama.ErrNotCoordinatorForConsumer),
+		errors.Is(err, sarama.ErrOffsetsLoadInProgress),
+		errors.Is(err, sarama.ErrOutOfBrokers),
+		errors.Is(err, sarama.ErrNotConnected),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &opErr):
+		return true
+	}
+	return false
 }
 
 // consumerGroups describes the named groups with ConsumerGroupDescribe

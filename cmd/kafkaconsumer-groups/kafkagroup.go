@@ -69,17 +69,34 @@ func (k *kafkaSession) describeKafkaGroup(desc *GroupDescription) (*GroupDescrip
 
 // group describes the group in Kafka.
 func (k *kafkaSession) group(group string) (*sarama.GroupDescription, error) {
-	groups, err := k.admin.DescribeConsumerGroups([]string{group})
-	if err != nil {
-		return nil, k.err("describe group "+group, err)
-	}
-	if len(groups) != 1 {
-		return nil, k.err("describe group "+group, fmt.Errorf("%d groups in the answer", len(groups)))
-	}
-	if !errors.Is(groups[0].Err, sarama.ErrNoError) {
-		return nil, k.err("describe group "+group, groups[0].Err)
-	}
-	return groups[0], nil
+	return k.describeGroup(k.client, k.admin, group)
+}
+
+// describeGroup describes the group in Kafka with admin, on client,
+// asking again until the session's deadline while the answer is one to
+// retry (retriable). A coordinator that cannot be reached is looked up
+// again before the next try: sarama keeps the one it found, and the
+// group moves away from a broker that died.
+func (k *kafkaSession) describeGroup(client sarama.Client, admin sarama.ClusterAdmin, group string) (*sarama.GroupDescription, error) {
+	var described *sarama.GroupDescription
+	err := k.retrying("describe group "+group, func() error {
+		groups, err := admin.DescribeConsumerGroups([]string{group})
+		if err == nil && len(groups) != 1 {
+			return fmt.Errorf("%d groups in the answer", len(groups))
+		}
+		if err == nil && !errors.Is(groups[0].Err, sarama.ErrNoError) {
+			err = groups[0].Err
+		}
+		if err != nil {
+			if retriable(err) {
+				_ = client.RefreshCoordinator(group) // its error comes again with the next try's
+			}
+			return err
+		}
+		described = groups[0]
+		return nil
+	})
+	return described, err
 }
 
 // coordinatesGroup tells whether Kafka's group coordinator keeps the

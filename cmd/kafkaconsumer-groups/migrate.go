@@ -90,7 +90,7 @@ func migrateGroup(zookeeper string, zkAccess zookeeperAccess, access kafkaAccess
 // openMigrate connects to the brokers that s.brokers finds: a sarama
 // admin, and a kafkaSession for the requests of Kafka's consumer group
 // protocol (consumerprotocol.go), whose deadline each step renews.
-func (s *zkSession) openMigrate(access kafkaAccess, timeout time.Duration) (sarama.ClusterAdmin, *kafkaSession, error) {
+func (s *zkSession) openMigrate(access kafkaAccess, timeout time.Duration) (*migrateAdmin, *kafkaSession, error) {
 	brokers, err := s.brokers(access)
 	if err != nil {
 		return nil, nil, err
@@ -117,8 +117,17 @@ func (k *kafkaSession) renew(timeout time.Duration) {
 	k.deadline = time.Now().Add(timeout)
 }
 
+// migrateAdmin is migrate's sarama admin, on a client of its own.
+type migrateAdmin struct {
+	client sarama.Client
+	admin  sarama.ClusterAdmin // on client; closing it closes client
+}
+
+// Close closes the admin and its client.
+func (a *migrateAdmin) Close() error { return a.admin.Close() }
+
 // newAdmin connects a cluster admin to brokers.
-func newAdmin(brokers []string, access kafkaAccess, timeout time.Duration) (sarama.ClusterAdmin, error) {
+func newAdmin(brokers []string, access kafkaAccess, timeout time.Duration) (*migrateAdmin, error) {
 	config := sarama.NewConfig()
 	config.ClientID = "kafkaconsumer-groups"
 	config.Version = sarama.V2_4_0_0
@@ -129,26 +138,23 @@ func newAdmin(brokers []string, access kafkaAccess, timeout time.Duration) (sara
 	config.Admin.Retry.Max = 1
 	config.Admin.Timeout = timeout
 	access.configure(config)
-	admin, err := sarama.NewClusterAdmin(brokers, config)
+	client, err := sarama.NewClient(brokers, config)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %s: connect: %w", strings.Join(brokers, ","), err)
 	}
-	return admin, nil
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("kafka %s: connect: %w", strings.Join(brokers, ","), err)
+	}
+	return &migrateAdmin{client: client, admin: admin}, nil
 }
 
-// kafkaGroup describes the group in Kafka.
-func kafkaGroup(admin sarama.ClusterAdmin, group string) (*sarama.GroupDescription, error) {
-	groups, err := admin.DescribeConsumerGroups([]string{group})
-	if err != nil {
-		return nil, fmt.Errorf("kafka: describe group %s: %w", group, err)
-	}
-	if len(groups) != 1 {
-		return nil, fmt.Errorf("kafka: describe group %s: %d groups in the answer", group, len(groups))
-	}
-	if !errors.Is(groups[0].Err, sarama.ErrNoError) {
-		return nil, fmt.Errorf("kafka: describe group %s: %w", group, groups[0].Err)
-	}
-	return groups[0], nil
+// group describes the group in Kafka, asking again within --timeout
+// while the coordinator cannot be reached (describeGroup).
+func (a *migrateAdmin) group(k *kafkaSession, m migration) (*sarama.GroupDescription, error) {
+	k.renew(m.timeout)
+	return k.describeGroup(a.client, a.admin, m.group)
 }
 
 // followsSwitch tells whether a ZooKeeper registration or a member's user
@@ -204,7 +210,7 @@ func (s *zkSession) writeSwitch(group, value string, version int32) error {
 // migrateToKafka checks that every registered instance follows the
 // switch and that Kafka's group is Empty, writes "kafka", and waits until
 // no instance is registered and Kafka's group is Stable.
-func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
+func (s *zkSession) migrateToKafka(admin *migrateAdmin, k *kafkaSession, m migration) error {
 	ids, err := s.children(path.Join("/consumers", m.group, "ids"))
 	if err != nil {
 		return err
@@ -237,7 +243,7 @@ func (s *zkSession) migrateToKafka(admin sarama.ClusterAdmin, k *kafkaSession, m
 		}
 		return s.awaitKafka(k, m, time.Now())
 	}
-	g, err := kafkaGroup(admin, m.group)
+	g, err := admin.group(k, m)
 	if err != nil {
 		return err
 	}
@@ -319,7 +325,7 @@ func (s *zkSession) awaitKafka(k *kafkaSession, m migration, began time.Time) er
 // m.wait. A member of the consumer protocol that joins after the check
 // is caught after the write and while it waits: the switch goes back to
 // kafka (undoForConsumerProtocol).
-func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSession, m migration) error {
+func (s *zkSession) migrateToZookeeper(admin *migrateAdmin, k *kafkaSession, m migration) error {
 	began := time.Now()
 	deadline := began.Add(m.wait)
 	value, version, err := s.readSwitch(m.group)
@@ -330,7 +336,7 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSessio
 		fmt.Fprintf(m.out, "Group %s is coordinated by ZooKeeper already.\n", m.group)
 		return nil
 	}
-	g, err := settledGroup(admin, m, began.Add(m.settle))
+	g, err := settledGroup(admin, k, m, began.Add(m.settle))
 	if err != nil {
 		return err
 	}
@@ -382,7 +388,7 @@ func (s *zkSession) migrateToZookeeper(admin sarama.ClusterAdmin, k *kafkaSessio
 	}
 	var last string
 	for {
-		g, err := kafkaGroup(admin, m.group)
+		g, err := admin.group(k, m)
 		if err != nil {
 			return err
 		}
@@ -445,11 +451,11 @@ func rebalancing(state string) bool {
 // again until deadline: only then are its members' metadata known, by
 // which migrate tells those that follow the switch. Past the deadline it
 // returns an error wrapping ErrUnsettled.
-func settledGroup(admin sarama.ClusterAdmin, m migration, deadline time.Time) (*sarama.GroupDescription, error) {
+func settledGroup(admin *migrateAdmin, k *kafkaSession, m migration, deadline time.Time) (*sarama.GroupDescription, error) {
 	began := time.Now()
 	waited := false
 	for {
-		g, err := kafkaGroup(admin, m.group)
+		g, err := admin.group(k, m)
 		if err != nil {
 			return nil, err
 		}
