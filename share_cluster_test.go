@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kafkaconsumer/kafkaconsumer/internal/testcluster"
 )
 
 // shareGroupTest is kafkaCoordinatorTest for GroupProtocolShare: it
@@ -119,10 +121,45 @@ func TestIntegrationShareGroupUnsupportedBroker(t *testing.T) {
 	topic := newTopic(t, 1)
 	began := time.Now()
 	c, err := Join(uniqueName("share-unsupported"), TopicSubscription(topic), "", shareTestConfig())
-	took := time.Since(began)
+	checkShareUnsupported(t, c, err, time.Since(began))
+}
+
+// TestIntegrationShareGroupFeatureOff: Join with GroupProtocolShare
+// against KRaft brokers of Kafka 4.2 or later whose share.version feature
+// is off fails at once with ErrInvalidConfig, saying what share groups
+// need.
+func TestIntegrationShareGroupFeatureOff(t *testing.T) {
+	skipUnlessShareGroups(t)
+	if testing.Short() {
+		t.Skip("starts a cluster of its own; skipped under -short")
+	}
+	kafkaVersion, _ := testcluster.VersionsFromEnv()
+	began := time.Now()
+	cluster, err := testcluster.Start(testcluster.Options{Mode: testcluster.ModeKRaft, KafkaVersion: kafkaVersion, QuickBrokers: true,
+		Features: map[string]int{"share.version": 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	t.Logf("KRaft cluster of Kafka %s without share.version started in %s", cluster.KafkaVersion(), time.Since(began).Round(100*time.Millisecond))
+	if err := cluster.CreateTopic("share-off", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	config := shareTestConfig()
+	config.Brokers = cluster.KafkaPeers()
+	began = time.Now()
+	c, err := Join(uniqueName("share-off"), TopicSubscription("share-off"), "", config)
+	checkShareUnsupported(t, c, err, time.Since(began))
+}
+
+// checkShareUnsupported checks Join's answer (c, err, after took) for
+// brokers without share groups: ErrInvalidConfig at once, saying what
+// share groups need.
+func checkShareUnsupported(t *testing.T, c Consumer, err error, took time.Duration) {
+	t.Helper()
 	if err == nil {
 		_ = c.Close()
-		t.Fatalf("Join with GroupProtocolShare against Kafka %s in ZooKeeper mode succeeded", testKafkaVersion())
+		t.Fatalf("Join with GroupProtocolShare against brokers without share groups (Kafka %s) succeeded", testKafkaVersion())
 	}
 	t.Logf("Join failed in %s: %s", took.Round(time.Millisecond), err)
 	if !errors.Is(err, ErrInvalidConfig) {

@@ -55,6 +55,11 @@ type Options struct {
 	// BrokerConfig adds to or overrides the brokers' server.properties
 	// (for example "auto.create.topics.enable": "true").
 	BrokerConfig map[string]string
+	// Features sets feature levels when ModeKRaft formats the storage
+	// (kafka-storage format --feature name=level), over the release's
+	// defaults: for example {"share.version": 0} for a Kafka 4.2 or
+	// later without share groups. Ignored in ModeZooKeeper.
+	Features map[string]int
 	// BrokerRacks, when set, gives broker n the broker.rack BrokerRacks[n]
 	// (one entry per broker).
 	BrokerRacks []string
@@ -169,14 +174,15 @@ type Cluster struct {
 	timeout      time.Duration
 	logf         func(format string, args ...any)
 
-	security     string   // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
-	tls          tlsFiles // in the secured modes and ZooKeeperSecurityTLS
-	saslPassword string   // of SASLUser, in the secured modes
-	zkSASL       bool     // Options.ZooKeeperSASL
-	quickBrokers bool     // Options.QuickBrokers
-	zkPassword   string   // of ZooKeeperSASLUser, with zkSASL
-	zkRequired   bool     // Options.ZooKeeperSASLRequired
-	zkSecurity   string   // ZooKeeperSecurityPlaintext or ZooKeeperSecurityTLS
+	security     string         // SecurityPlaintext, SecuritySASLSSL or SecurityMixed
+	tls          tlsFiles       // in the secured modes and ZooKeeperSecurityTLS
+	saslPassword string         // of SASLUser, in the secured modes
+	zkSASL       bool           // Options.ZooKeeperSASL
+	quickBrokers bool           // Options.QuickBrokers
+	features     map[string]int // Options.Features
+	zkPassword   string         // of ZooKeeperSASLUser, with zkSASL
+	zkRequired   bool           // Options.ZooKeeperSASLRequired
+	zkSecurity   string         // ZooKeeperSecurityPlaintext or ZooKeeperSecurityTLS
 	// zkHarnessTLS and zkClientTLS are the client TLS configurations of
 	// the harness's ZooKeeper sessions (ZooKeeperBrokerIdentity) and of
 	// ZooKeeperTLSConfig (ZooKeeperTLSIdentity); nil unless zkSecurity is
@@ -469,6 +475,7 @@ func start(opts Options, jars, zkJars, java string) (_ *Cluster, err error) {
 		security:     opts.Security,
 		zkSASL:       opts.ZooKeeperSASL || opts.ZooKeeperSASLRequired,
 		quickBrokers: opts.QuickBrokers,
+		features:     maps.Clone(opts.Features),
 		zkRequired:   opts.ZooKeeperSASLRequired,
 		zkSecurity:   opts.ZooKeeperSecurity,
 		mode:         opts.Mode,

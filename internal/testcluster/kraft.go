@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -142,6 +144,9 @@ func (c *Cluster) formatStorage(n *node) error {
 		"-Dlog4j.configuration=file:"+filepath.Join(n.dir, "log4j.properties"),
 		"-cp", filepath.Join(c.jars, "*"),
 		"kafka.tools.StorageTool", "format", "--cluster-id", c.clusterID, "--config", n.configFile(), "--ignore-formatted")
+	for _, name := range slices.Sorted(maps.Keys(c.features)) {
+		cmd.Args = append(cmd.Args, "--feature", fmt.Sprintf("%s=%d", name, c.features[name]))
+	}
 	if c.security != SecurityPlaintext {
 		// The SCRAM credentials go into the metadata log (KIP-900):
 		// there is no ZooKeeper for them.
