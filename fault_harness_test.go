@@ -70,6 +70,10 @@ const childEnv = "KAFKACONSUMER_TEST_CHILD"
 //
 //	K <partition> <offset>                acked
 //
+// KC_GROUP_PROTOCOL=share (with KC_COORDINATOR=kafka) makes it a member
+// of a share group (GroupProtocolShare; its J line names the member ID);
+// KC_HOLD makes it ack nothing, holding every record it received until
+// it is killed or its locks expire.
 // childKafkaSession is a child's session timeout with Kafka's group
 // coordinator unless KC_COORDINATOR=kafka and KC_SESSION say otherwise.
 const childKafkaSession = 6 * time.Second
@@ -110,8 +114,11 @@ func childMain() int {
 	zookeeper := os.Getenv("KC_ZK")
 	if os.Getenv("KC_COORDINATOR") == "kafka" {
 		config.Coordinator = CoordinatorKafka
-		if os.Getenv("KC_GROUP_PROTOCOL") == "consumer" {
+		switch os.Getenv("KC_GROUP_PROTOCOL") {
+		case "consumer":
 			config.GroupProtocol = GroupProtocolConsumer
+		case "share":
+			config.GroupProtocol = GroupProtocolShare
 		}
 		config.Brokers = strings.Split(os.Getenv("KC_BROKERS"), ",")
 		config.DiscoveryInterval = time.Second
@@ -151,7 +158,7 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "join:", err)
 		return 2
 	}
-	writeLine("J %s", consumer.(*consumerManager).instance.ID)
+	writeLine("J %s", childMemberID(consumer))
 
 	shutdown := envDuration("KC_SHUTDOWN", 0)
 	go func() {
@@ -173,6 +180,10 @@ func childMain() int {
 	}()
 
 	workers, _ := strconv.Atoi(os.Getenv("KC_WORKERS"))
+	hold := os.Getenv("KC_HOLD") != ""
+	if hold {
+		workers = 0
+	}
 	delay := envDuration("KC_DELAY", 0)
 	slow := envDuration("KC_SLOW", 0)
 	var wg sync.WaitGroup
@@ -210,14 +221,14 @@ func childMain() int {
 			for _, msg := range b.Messages {
 				handle(msg)
 			}
-			if workers == 0 {
+			if workers == 0 && !hold {
 				consumer.AckBatch(b)
 			}
 		}
 	} else {
 		for msg := range consumer.Messages() {
 			handle(msg)
-			if workers == 0 {
+			if workers == 0 && !hold {
 				consumer.Ack(msg)
 			}
 		}
@@ -230,6 +241,15 @@ func childMain() int {
 	}
 	writeLine("C")
 	return 0
+}
+
+// childMemberID returns the instance ID of a child's consumer, or its
+// member ID in a share group.
+func childMemberID(c Consumer) string {
+	if sc, ok := c.(*shareConsumer); ok {
+		return sc.memberID
+	}
+	return c.(*consumerManager).instance.ID
 }
 
 // handOutTimes is the Config.Observer of a child: it notes when each
@@ -317,6 +337,10 @@ type childOptions struct {
 	// consumerProtocol makes a Kafka-coordinated group use
 	// GroupProtocolConsumer (KC_GROUP_PROTOCOL=consumer).
 	consumerProtocol bool
+	// shareGroup makes a Kafka-coordinated group a share group
+	// (KC_GROUP_PROTOCOL=share); hold makes the child ack nothing
+	// (KC_HOLD).
+	shareGroup, hold bool
 	readTimeout      time.Duration // KC_READ_TIMEOUT: Net.ReadTimeout (0: sarama's)
 	// kafkaProxies, per broker address, the proxy the child dials
 	// instead (KC_KAFKA_PROXIES).
@@ -362,6 +386,12 @@ func startChild(t *testing.T, dir, name string, opts childOptions) *child {
 	}
 	if opts.consumerProtocol {
 		c.cmd.Env = append(c.cmd.Env, "KC_GROUP_PROTOCOL=consumer")
+	}
+	if opts.shareGroup {
+		c.cmd.Env = append(c.cmd.Env, "KC_GROUP_PROTOCOL=share")
+	}
+	if opts.hold {
+		c.cmd.Env = append(c.cmd.Env, "KC_HOLD=1")
 	}
 	stderr, err := os.Create(filepath.Join(dir, name+".stderr"))
 	if err != nil {

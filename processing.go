@@ -19,7 +19,8 @@ import (
 // returns nil (a channel never closed), Batches false, and the other
 // methods do nothing. A share group's consumer (GroupProtocolShare) has
 // no revocation and nothing to give back (see Share.Release): its
-// Processing is the zero one but for the metrics and DeadLetterFailed.
+// Processing is the zero one but for the metrics, DeadLetterFailed and
+// Report.
 type Processing struct {
 	cm *consumerManager
 	sc *shareConsumer // set for a share group's consumer only
@@ -140,6 +141,22 @@ func (p Processing) DeadLetterFailed(msg *sarama.ConsumerMessage, err error) {
 	}
 	p.cm.logf(slog.LevelWarn, "%s.", err)
 	p.cm.sendError(err)
+}
+
+// Report sends err, an error of the processing layer that concerns no
+// single message (package process: a share group's delivery count limit
+// it could not read), on Errors() as it is, and logs it (after Close, it
+// is logged only). The zero Processing drops it.
+func (p Processing) Report(err error) {
+	switch {
+	case err == nil:
+	case p.sc != nil:
+		p.sc.logf(slog.LevelWarn, "%s.", err)
+		p.sc.sendError(err)
+	case p.cm != nil:
+		p.cm.logf(slog.LevelWarn, "%s.", err)
+		p.cm.sendError(err)
+	}
 }
 
 // InFlight tells Config.Metrics (Metrics.InFlight) that the number of

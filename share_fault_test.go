@@ -9,6 +9,7 @@ package kafkaconsumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,75 @@ func TestIntegrationShareGroupCutForGood(t *testing.T) {
 		t.Errorf("Shutdown of the cut member took %s, want at most %s", took, bound)
 	}
 	t.Logf("A: Shutdown in %s (%v); %d ErrShareAckRefused on Errors()", took.Round(time.Millisecond), err, errsA.count(ErrShareAckRefused))
+}
+
+// TestIntegrationShareGroupMemberKilled: of three members, one, a child
+// process that acks nothing, is killed with SIGKILL while it holds the
+// records it received: the two others, in this process, receive each of
+// them once its lock expired or the broker saw the connections close,
+// with a delivery count of 2 or more, and ack every record produced,
+// before and after the kill: 0 lost, no ack refused.
+func TestIntegrationShareGroupMemberKilled(t *testing.T) {
+	shareGroupTest(t)
+	topic := newTopic(t, 2)
+	group := uniqueName("share-killed")
+	setShareGroupConfig(t, group, "share.record.lock.duration.ms", "15000")
+	client := newTestClient(t)
+	const n = 30
+	values := produce(t, client, topic, "killed-before", n)
+	a := startChild(t, t.TempDir(), "holder", childOptions{group: group, topics: []string{topic},
+		kafka: true, brokers: kafkaPeers, session: childKafkaSession, maxProcessing: 2 * time.Second,
+		shareGroup: true, hold: true})
+	waitFor(t, 30*time.Second, "the child to hold all the records", func() bool {
+		return len(a.output().received) == n
+	})
+	held := a.output().received
+	members := startShareMembers(t, group, topic, 2, shareTestConfig, func(_ int, c Consumer, msg *sarama.ConsumerMessage) {
+		c.Ack(msg)
+	})
+	a.kill(t)
+	killedAt := time.Now()
+	values = append(values, produce(t, client, topic, "killed-after", n)...)
+
+	waitFor(t, shareLockForFaults+45*time.Second, "the survivors to receive every record", func() bool {
+		return members.distinct() == len(values)
+	})
+	waitFor(t, 10*time.Second, "the survivors' acks to be sent", func() bool {
+		for _, c := range members.consumers {
+			for _, s := range c.Stats() {
+				if s.Pending > 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	members.stop() // its Close waits for the acks' answers
+	receipts, errs := members.snapshot()
+	delivery := make(map[string]int) // value: its highest delivery count
+	var last time.Time               // when the last of the killed member's records came
+	for _, r := range receipts {
+		delivery[r.value] = max(delivery[r.value], r.delivery)
+		if held[r.value] > 0 && r.at.After(last) {
+			last = r.at
+		}
+	}
+	for _, v := range values {
+		if _, ok := delivery[v]; !ok {
+			t.Errorf("%s lost", v)
+		}
+	}
+	for v := range held {
+		if d := delivery[v]; d < 2 {
+			t.Errorf("%s, held by the killed member, came with delivery count %d, want 2 or more", v, d)
+		}
+	}
+	for _, err := range errs {
+		if errors.Is(err, ErrShareAckRefused) {
+			t.Errorf("Errors(): %s", err)
+		} else {
+			t.Logf("Errors(): %s", err)
+		}
+	}
+	t.Logf("the killed member's %d records came to the others within %s of the kill", len(held), last.Sub(killedAt).Round(time.Millisecond))
 }

@@ -58,7 +58,8 @@
 // across members, up to the smaller of Retry.Attempts and the group's
 // share.delivery.count.limit (read at Run's start, within 10 s,
 // kafkaconsumer.Share.DeliveryCountLimit, else
-// DefaultShareDeliveryCountLimit); Retry's backoff is not waited. The last failure produces the dead
+// DefaultShareDeliveryCountLimit, said on Errors() with
+// ErrShareLimitUnknown); Retry's backoff is not waited. The last failure produces the dead
 // letter, then ACCEPTs the record, or, without a dead-letter topic,
 // REJECTs it (the broker archives it) instead of failing Run with
 // ErrGaveUp. A failed dead letter is reported as elsewhere
@@ -232,6 +233,16 @@ var (
 	// error names the offset and the dead-letter topic, and wraps the
 	// producer's error. Metrics.DeadLetterFailed counts them.
 	ErrDeadLetter = errors.New("process: dead letter not produced")
+	// ErrShareLimitUnknown is wrapped by the error that Run sends on the
+	// consumer's Errors(), once per Run, when it cannot read a share
+	// group's share.delivery.count.limit
+	// (kafkaconsumer.Share.DeliveryCountLimit: no DESCRIBE_CONFIGS on the
+	// group, or no answer within 10 s): Run then bounds each record's
+	// attempts by DefaultShareDeliveryCountLimit, which may be more than
+	// the group's limit (the broker archives a record at its limit,
+	// before Run dead letters it). The error names the group and the
+	// limit used, and wraps the cause.
+	ErrShareLimitUnknown = errors.New("process: share group's delivery count limit not read")
 )
 
 // validate checks o.
@@ -292,7 +303,8 @@ func (r Retry) attempts() int { return max(r.Attempts, 1) }
 // Through c.Processing, Run reports to c's Config.Metrics the retries,
 // the dead letters, the failed produces of dead letters and the handlers
 // in flight (see kafkaconsumer.Metrics), and sends a failed produce of a
-// dead letter on c's Errors() (ErrDeadLetter).
+// dead letter on c's Errors() (ErrDeadLetter), and, on a share group, a
+// delivery count limit it could not read (ErrShareLimitUnknown).
 func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Options) error {
 	if c == nil {
 		return fmt.Errorf("%w: nil consumer", ErrInvalidOptions)
@@ -311,7 +323,7 @@ func Run(ctx context.Context, c kafkaconsumer.Consumer, handler Handler, opts Op
 		}
 		ss := shareSource{c: c, share: share, p: p}
 		s = newScheduler(ctx, ss, handler, opts)
-		s.useShare(ss, shareDeliveryLimit(ctx, share))
+		s.useShare(ss, shareDeliveryLimit(ctx, share, p.Report))
 	} else {
 		s = newScheduler(ctx, consumerSource{c: c, p: p}, handler, opts)
 	}

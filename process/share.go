@@ -16,21 +16,35 @@ import (
 
 // DefaultShareDeliveryCountLimit is the delivery count limit of a share
 // group that Run assumes when it cannot read the group's
-// (kafkaconsumer.Share.DeliveryCountLimit, within shareLimitTimeout):
-// the broker's default group.share.delivery.count.limit.
+// (kafkaconsumer.Share.DeliveryCountLimit, within shareLimitTimeout),
+// which it reports (ErrShareLimitUnknown): the broker's default
+// group.share.delivery.count.limit.
 const DefaultShareDeliveryCountLimit = 5
 
 // shareLimitTimeout bounds Run's read of the group's delivery count
 // limit.
 const shareLimitTimeout = 10 * time.Second
 
+// limitReader reads a share group's delivery count limit:
+// kafkaconsumer.Share, or a unit test's fake.
+type limitReader interface {
+	DeliveryCountLimit(ctx context.Context) (int, error)
+}
+
 // shareDeliveryLimit returns the group's delivery count limit, or
-// DefaultShareDeliveryCountLimit when it cannot be read.
-func shareDeliveryLimit(ctx context.Context, share kafkaconsumer.Share) int {
-	ctx, cancel := context.WithTimeout(ctx, shareLimitTimeout)
+// DefaultShareDeliveryCountLimit when it cannot be read, which it
+// reports (ErrShareLimitUnknown, wrapping the cause, which names the
+// group) unless ctx is done: then Run returns at once.
+func shareDeliveryLimit(ctx context.Context, r limitReader, report func(error)) int {
+	readCtx, cancel := context.WithTimeout(ctx, shareLimitTimeout)
 	defer cancel()
-	if n, err := share.DeliveryCountLimit(ctx); err == nil {
+	n, err := r.DeliveryCountLimit(readCtx)
+	if err == nil {
 		return n
+	}
+	if ctx.Err() == nil {
+		report(fmt.Errorf("%w: %w; Run bounds each record's attempts by DefaultShareDeliveryCountLimit, %d, which may be more than the group's limit",
+			ErrShareLimitUnknown, err, DefaultShareDeliveryCountLimit))
 	}
 	return DefaultShareDeliveryCountLimit
 }

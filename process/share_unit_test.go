@@ -6,6 +6,7 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,5 +157,54 @@ func TestValidateShare(t *testing.T) {
 	opts := Options{Concurrency: 1, Ordering: Unordered}
 	if err := opts.validateShare(); err != nil {
 		t.Errorf("validateShare of Unordered = %v, want nil", err)
+	}
+}
+
+// fakeLimit answers DeliveryCountLimit as a share group's consumer would.
+type fakeLimit struct {
+	n   int
+	err error
+}
+
+func (f fakeLimit) DeliveryCountLimit(context.Context) (int, error) { return f.n, f.err }
+
+// TestShareDeliveryLimitFallback: when the group's delivery count limit
+// cannot be read (DescribeConfigs refused, no answer), Run bounds the
+// attempts by DefaultShareDeliveryCountLimit and reports it once, in an
+// error wrapping ErrShareLimitUnknown and the cause, that names the group
+// (through the cause) and the limit used; a limit read is reported
+// nowhere, and neither is a failed read once Run's ctx is done (Run
+// returns at once).
+func TestShareDeliveryLimitFallback(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("GROUP_AUTHORIZATION_FAILED")
+	cause := fmt.Errorf("share group jobs: describe its share.delivery.count.limit: %w", refused)
+	var reported []error
+	report := func(err error) { reported = append(reported, err) }
+
+	if n := shareDeliveryLimit(context.Background(), fakeLimit{err: cause}, report); n != DefaultShareDeliveryCountLimit {
+		t.Errorf("limit = %d after a failed read, want DefaultShareDeliveryCountLimit (%d)", n, DefaultShareDeliveryCountLimit)
+	}
+	if len(reported) != 1 {
+		t.Fatalf("a failed read reported %d errors, want 1: %v", len(reported), reported)
+	}
+	err := reported[0]
+	if !errors.Is(err, ErrShareLimitUnknown) || !errors.Is(err, refused) {
+		t.Errorf("reported %q, want it to wrap ErrShareLimitUnknown and the cause", err)
+	}
+	for _, text := range []string{"share group jobs", "share.delivery.count.limit", "DefaultShareDeliveryCountLimit", fmt.Sprint(DefaultShareDeliveryCountLimit)} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("reported %q, want it to say %q", err, text)
+		}
+	}
+
+	reported = nil
+	if n := shareDeliveryLimit(context.Background(), fakeLimit{n: 3}, report); n != 3 || len(reported) != 0 {
+		t.Errorf("a limit of 3 read: limit %d, reported %v; want 3 and nothing", n, reported)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if shareDeliveryLimit(ctx, fakeLimit{err: context.Canceled}, report); len(reported) != 0 {
+		t.Errorf("a read cut by Run's ctx reported %v, want nothing", reported)
 	}
 }
