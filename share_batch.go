@@ -60,8 +60,7 @@ func (f *shareFetcher) handOutBatch() {
 			deadline = r.deadline
 		}
 	}
-	left := time.Until(deadline)
-	if left <= 0 {
+	if !time.Now().Before(deadline) {
 		f.dropExpired()
 		return
 	}
@@ -71,7 +70,7 @@ func (f *shareFetcher) handOutBatch() {
 	}
 	b := &Batch{Topic: msgs[0].Topic, Partition: msgs[0].Partition, Messages: msgs}
 	f.markBatch(recs, true) // before the send: the receiver may ack at once
-	if !offer(f, f.sc.batches, b, left) {
+	if !offer(f, f.sc.batches, b, deadline) {
 		f.markBatch(recs, false)
 		return
 	}
