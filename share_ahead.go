@@ -9,7 +9,9 @@ package kafkaconsumer
 // or while it has nothing to hand out (wait). The loop holds no more
 // locks than it can hand out in time: it fetches ahead only while fewer
 // than a fetch's worth of records wait to be handed out and the oldest of
-// them has more than half its lock left.
+// them has more than half its lock left. A fetch asks for more records
+// while the reader empties the queue before the answer comes, fewer when
+// it does not (nextAsk).
 
 import (
 	"context"
@@ -30,14 +32,14 @@ type shareAnswer struct {
 
 // fetchAhead reports whether to send the next ShareFetch now: none is in
 // flight, there is a partition to fetch or forget (wants), and fewer
-// than a fetch's worth of records (maxRecords) wait to be handed out, the
-// oldest of them with more than half its acquisition lock left.
+// records than it asks for (ask) wait to be handed out, the oldest of
+// them with more than half its acquisition lock left.
 func (f *shareFetcher) fetchAhead() bool {
 	if f.fetching {
 		return false
 	}
 	if n := len(f.queue); n > 0 {
-		if n >= int(f.maxRecords()) || time.Until(f.queue[0].deadline) <= f.lock/2 {
+		if n >= int(f.ask) || time.Until(f.queue[0].deadline) <= f.lock/2 {
 			return false
 		}
 	}
@@ -50,7 +52,7 @@ func (f *shareFetcher) fetchAhead() bool {
 func (f *shareFetcher) startFetch() {
 	req, acks := f.fetchRequest()
 	a := &shareAnswer{req: req, acks: acks, sent: time.Now()}
-	f.fetching = true
+	f.fetching, f.queuedAt, f.starved = true, len(f.queue), false
 	go f.sendFetch(a)
 }
 
@@ -75,7 +77,9 @@ func (f *shareFetcher) sendFetch(a *shareAnswer) {
 // when f is killed too.
 func (f *shareFetcher) wait() {
 	var wake <-chan struct{}
-	if !f.fetching {
+	if f.fetching {
+		f.starved = true
+	} else {
 		f.acknowledge(false)
 		wake = f.wake
 	}
@@ -86,4 +90,24 @@ func (f *shareFetcher) wait() {
 		f.acknowledge(false)
 	case <-f.t.Dying():
 	}
+}
+
+// shareAskGrowth bounds the records a ShareFetch asks for: that many
+// times maxRecords at most.
+const shareAskGrowth = 8
+
+// nextAsk returns the records the next ShareFetch asks for, having asked
+// for ask: twice as many, up to shareAskGrowth times base, when the
+// reader emptied the queue while the fetch was out (starved: it waited
+// for the broker), half as many, down to base, when more than half of
+// the queued at the send (queuedAt) were still queued at the answer
+// (queuedNow: the reader is slower than the broker's round trip).
+func nextAsk(ask, base int32, starved bool, queuedAt, queuedNow int) int32 {
+	switch {
+	case starved:
+		return min(2*ask, shareAskGrowth*base)
+	case queuedNow > queuedAt/2:
+		return max(ask/2, base)
+	}
+	return ask
 }

@@ -17,21 +17,23 @@ import (
 	"github.com/kafkaconsumer/kafkaconsumer/internal/fetch/fetchtest"
 )
 
-// shareFake answers a fetcher's ShareFetch requests with per records of
-// partition 0 of topic {1} each, total at most, and takes its
+// shareFake answers a fetcher's ShareFetch requests with the records
+// they ask for (MaxRecords) of partition 0 of topic {1}, total at most,
+// and takes its
 // ShareAcknowledge; it records, at each ShareFetch, how many records
 // were sent and not yet read (unread: read by the test's reader) and
 // how many requests were in flight at once.
 type shareFake struct {
-	per, total int
-	lock       time.Duration // the acquisition lock it answers
-	done       chan struct{} // closed by the test: requests for more records answer at once, empty
+	total int
+	lock  time.Duration // the acquisition lock it answers
+	done  chan struct{} // closed by the test: requests for more records answer at once, empty
 
 	mu          sync.Mutex
 	sent, read  int
 	inFlight    int
 	maxInFlight int
-	unread      []int // at each ShareFetch after the first
+	unread      []int   // at each ShareFetch after the first
+	asked       []int32 // MaxRecords of the same requests
 	epochs      []int32
 }
 
@@ -62,8 +64,9 @@ func (k *shareFake) fetch(ctx context.Context, req *kmsg.ShareFetchRequest) *kms
 	k.epochs = append(k.epochs, req.ShareSessionEpoch)
 	if k.sent > 0 {
 		k.unread = append(k.unread, k.sent-k.read)
+		k.asked = append(k.asked, req.MaxRecords)
 	}
-	from, n := k.sent, min(k.per, k.total-k.sent)
+	from, n := k.sent, min(int(req.MaxRecords), k.total-k.sent)
 	k.sent += n
 	k.mu.Unlock()
 	resp := kmsg.NewPtrShareFetchResponse()
@@ -104,15 +107,13 @@ func newFakeShareFetcher(k *shareFake) *shareFetcher {
 // TestShareFetchAhead: while the fetch loop hands out an answer's
 // records, it sends the next ShareFetch before its queue is empty, never
 // more than one request of the session at once, and never while it
-// holds a fetch's worth of records or more not handed out; the session's
+// holds as many records not handed out as it asks for; the session's
 // epochs go up by one.
 func TestShareFetchAhead(t *testing.T) {
 	t.Parallel()
-	k := &shareFake{per: 1000, total: 10_000, lock: 30 * time.Second, done: make(chan struct{})}
+	k := &shareFake{total: 10_000, lock: 30 * time.Second, done: make(chan struct{})}
 	f := newFakeShareFetcher(k)
 	sc := f.sc
-	per := int(f.maxRecords())
-	k.per = per
 	go f.run()
 	seen := make(map[int64]bool)
 	deadline := time.After(30 * time.Second)
@@ -141,12 +142,12 @@ func TestShareFetchAhead(t *testing.T) {
 		t.Errorf("%d requests of the session in flight at once, want 1", k.maxInFlight)
 	}
 	ahead := 0
-	for _, u := range k.unread {
+	for i, u := range k.unread {
 		if u > 1 { // 1: the reader took the last record and did not count it yet
 			ahead++
 		}
-		if u > per {
-			t.Errorf("a ShareFetch sent with %d records not read, want at most %d (a fetch's worth)", u, per)
+		if u > int(k.asked[i]) {
+			t.Errorf("a ShareFetch sent with %d records not read, want at most the %d it asks for", u, k.asked[i])
 		}
 	}
 	if ahead == 0 {
@@ -205,6 +206,32 @@ func TestShareFetchAheadBound(t *testing.T) {
 		}
 		if got := f.fetchAhead(); got != c.want {
 			t.Errorf("%s: fetchAhead() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestShareNextAsk: a ShareFetch asks for twice as many records as the
+// last, up to shareAskGrowth times the base, when the reader emptied the
+// queue before the answer came, and half as many, down to the base, when
+// more than half of what was queued at the send still was at the answer.
+func TestShareNextAsk(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		ask               int32
+		starved           bool
+		queuedAt, queuedN int
+		want              int32
+	}{
+		{1000, true, 999, 0, 2000},
+		{4000, true, 3999, 0, 8000},
+		{8000, true, 7999, 0, 8000},
+		{8000, false, 7999, 4000, 4000},
+		{1000, false, 999, 800, 1000},
+		{4000, false, 3999, 1000, 4000},
+	}
+	for _, c := range cases {
+		if got := nextAsk(c.ask, 1000, c.starved, c.queuedAt, c.queuedN); got != c.want {
+			t.Errorf("nextAsk(%d, 1000, starved %v, %d queued at the send, %d at the answer) = %d, want %d", c.ask, c.starved, c.queuedAt, c.queuedN, got, c.want)
 		}
 	}
 }

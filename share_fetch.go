@@ -62,6 +62,9 @@ type shareFetcher struct {
 	lock      time.Duration     // the acquisition lock of the last ShareFetch answer
 	stopped   chan struct{}     // closed when it stopped handing out, at the shutdown
 	fetching  bool              // a ShareFetch is in flight: its answer comes on answers
+	ask       int32             // the records the next ShareFetch asks for (nextAsk)
+	queuedAt  int               // the records queued when the fetch in flight was sent
+	starved   bool              // the queue ran empty while the fetch in flight was out
 	answers   chan *shareAnswer // cap 1: the answer of the fetch in flight, sent by its goroutine (sendFetch)
 	// request sends a request to the broker; nil: through the group
 	// transport's client (a fake in unit tests).
@@ -77,10 +80,12 @@ type shareFetcher struct {
 
 // newShareFetcher returns the fetch loop of broker, not started.
 func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
-	return &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
+	f := &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
 		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
 		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{}),
 		answers: make(chan *shareAnswer, 1), lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
+	f.ask = f.maxRecords()
+	return f
 }
 
 // run is the fetcher's goroutine: fetch (ahead) and hand out until
@@ -127,10 +132,12 @@ func (f *shareFetcher) renewing() bool {
 
 // shareFetchRecords is the fewest records a ShareFetch asks for
 // (MaxRecords, and BatchSize, the broker's unit of acquisition):
-// ChannelBufferSize when larger. The loop fetches ahead once fewer than
-// that many records wait to be handed out (fetchAhead), so it holds
-// about two fetches' worth at most; the records stay locked for the
-// acquisition lock (30 s by default) while they wait to be handed out.
+// ChannelBufferSize when larger, and up to shareAskGrowth times as many
+// while the reader empties the queue before the next answer comes
+// (nextAsk). The loop fetches ahead once fewer records than it asks for
+// wait to be handed out (fetchAhead), so it holds about two fetches'
+// worth at most; the records stay locked for the acquisition lock (30 s
+// by default) while they wait to be handed out.
 const shareFetchRecords = 1000
 
 // shareAckLinger is how long an acknowledgement waits, while the fetch
@@ -288,6 +295,7 @@ func (f *shareFetcher) take(a *shareAnswer) {
 	f.backoff = 0
 	f.advance(req)
 	clear(f.expired)
+	queued := len(f.queue)
 	lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
 	f.lock = lock
 	for i := range resp.Topics {
@@ -296,10 +304,13 @@ func (f *shareFetcher) take(a *shareAnswer) {
 			f.takePartition(tidp{t.TopicID, t.Partitions[j].Partition}, &t.Partitions[j], acks, sent.Add(lock))
 		}
 	}
+	if len(f.queue) > queued { // an answer with records sizes the next
+		f.ask = nextAsk(f.ask, f.maxRecords(), f.starved, f.queuedAt, queued)
+	}
 }
 
-// maxRecords returns the records a ShareFetch asks for (see
-// shareFetchRecords).
+// maxRecords returns the records a ShareFetch asks for at first, and at
+// least (see shareFetchRecords).
 func (f *shareFetcher) maxRecords() int32 {
 	return int32(max(f.sc.config.ChannelBufferSize, f.sc.config.BatchSize, shareFetchRecords))
 }
@@ -326,7 +337,7 @@ func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRa
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = math.MaxInt32
 	}
-	req.MaxRecords = f.maxRecords()
+	req.MaxRecords = f.ask
 	req.BatchSize = req.MaxRecords
 	sc.mu.Lock()
 	want := make(map[tidp]struct{}, len(f.want))
