@@ -76,18 +76,12 @@ func (f *shareFetcher) handOutBatch() {
 		return
 	}
 	f.queue = f.queue[len(recs):]
-	f.sc.mu.Lock()
-	c := f.sc.counts(TopicPartition{Topic: b.Topic, Partition: b.Partition})
-	c.handedOut += uint64(len(msgs))
-	c.lastHandedOut = max(c.lastHandedOut, msgs[len(msgs)-1].Offset)
-	f.sc.mu.Unlock()
+	f.count(recs[len(recs)-1], len(recs))
 }
 
 // markBatch marks the records of recs handed out, or not.
 func (f *shareFetcher) markBatch(recs []*heldRecord, out bool) {
-	f.sc.mu.Lock()
-	defer f.sc.mu.Unlock()
 	for _, r := range recs {
-		r.handedOut = out
+		r.handedOut.Store(out)
 	}
 }

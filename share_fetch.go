@@ -47,9 +47,9 @@ type shareFetcher struct {
 	wake   chan struct{} // cap 1: acks pending, or the wanted partitions changed
 
 	// Guarded by sc.mu:
-	want   map[tidp]struct{}      // the partitions to fetch, set by the manager
-	acks   map[tidp][]ackRange    // the acknowledgements to send
-	renews map[recordKey][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	want   map[tidp]struct{}                    // the partitions to fetch, set by the manager
+	acks   map[tidp][]ackRange                  // the acknowledgements to send
+	renews map[*sarama.ConsumerMessage][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
 	// acksSince is when the first of the pending acks came.
 	acksSince time.Time
 
@@ -81,7 +81,7 @@ type shareFetcher struct {
 // newShareFetcher returns the fetch loop of broker, not started.
 func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
 	f := &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
-		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
+		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[*sarama.ConsumerMessage][16]byte),
 		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{}),
 		answers: make(chan *shareAnswer, 1), lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
 	f.ask = f.maxRecords()
@@ -217,7 +217,7 @@ func stoppedTimer() *time.Timer {
 // handedOut takes r, sent on Messages, off the queue.
 func (f *shareFetcher) handedOut(r *heldRecord) {
 	f.queue = f.queue[1:]
-	f.count(r)
+	f.count(r, 1)
 }
 
 // ackDue returns when the pending acks (or renews) are due: shareAckLinger
@@ -236,19 +236,15 @@ func (f *shareFetcher) ackDue() time.Time {
 
 // markHandedOut marks r handed out, or not.
 func (f *shareFetcher) markHandedOut(r *heldRecord, out bool) {
-	f.sc.mu.Lock()
-	r.handedOut = out
-	f.sc.mu.Unlock()
+	r.handedOut.Store(out)
 }
 
-// count counts r handed out, for Stats.
-func (f *shareFetcher) count(r *heldRecord) {
-	sc := f.sc
-	sc.mu.Lock()
-	c := sc.counts(TopicPartition{Topic: r.msg.Topic, Partition: r.msg.Partition})
-	c.handedOut++
-	c.lastHandedOut = max(c.lastHandedOut, r.msg.Offset)
-	sc.mu.Unlock()
+// count counts n records of r's partition handed out, up to r, for Stats.
+func (f *shareFetcher) count(r *heldRecord, n int) {
+	r.c.handedOut.Add(uint64(n))
+	for last := r.c.lastHandedOut.Load(); last < r.msg.Offset && !r.c.lastHandedOut.CompareAndSwap(last, r.msg.Offset); {
+		last = r.c.lastHandedOut.Load()
+	}
 }
 
 // dropExpired drops the queue's records whose lock expired, reporting
@@ -263,7 +259,7 @@ func (f *shareFetcher) dropExpired() {
 			kept = append(kept, r)
 			continue
 		}
-		delete(sc.held, recordKey{topic: r.msg.Topic, partition: r.msg.Partition, offset: r.msg.Offset})
+		delete(sc.held, r.msg)
 		dropped = append(dropped, r)
 	}
 	sc.mu.Unlock()
@@ -504,6 +500,10 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 	sc := f.sc
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	var c *shareCounts
+	if len(msgs) > 0 {
+		c = sc.counts(TopicPartition{Topic: msgs[0].Topic, Partition: p.partition})
+	}
 	i := 0
 	for _, a := range acquired {
 		next := a.FirstOffset // the first offset of the range not accounted for
@@ -516,8 +516,8 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 				f.addAck(p, ackRange{first: next, last: m.Offset - 1, typ: ackGap})
 			}
 			next = m.Offset + 1
-			r := &heldRecord{msg: m, f: f, topicID: p.id, delivery: a.DeliveryCount, deadline: deadline}
-			sc.held[recordKey{topic: m.Topic, partition: m.Partition, offset: m.Offset}] = r
+			r := &heldRecord{msg: m, f: f, c: c, topicID: p.id, delivery: a.DeliveryCount, deadline: deadline}
+			sc.held[m] = r
 			f.queue = append(f.queue, r)
 		}
 		if next <= a.LastOffset {
@@ -606,11 +606,11 @@ func (f *shareFetcher) requestContext(closing bool) (context.Context, context.Ca
 
 // renewedOf returns the records of renews whose partition is not in
 // refused.
-func renewedOf(renews []renewal, refused map[tidp]bool) []recordKey {
-	var out []recordKey
+func renewedOf(renews []renewal, refused map[tidp]bool) []*sarama.ConsumerMessage {
+	var out []*sarama.ConsumerMessage
 	for _, r := range renews {
-		if !refused[tidp{r.id, r.key.partition}] {
-			out = append(out, r.key)
+		if !refused[tidp{r.id, r.msg.Partition}] {
+			out = append(out, r.msg)
 		}
 	}
 	return out
@@ -671,10 +671,13 @@ func (f *shareFetcher) awaitAcks() {
 	sc := f.sc
 	timer := time.NewTimer(sc.config.MaxProcessingTime)
 	defer timer.Stop()
-	for sc.handedOutHeld(f) > 0 {
+	for {
+		f.acknowledge(false) // what is pending: the next ack wakes f
+		if sc.handedOutHeld(f) == 0 {
+			return
+		}
 		select {
 		case <-f.wake:
-			f.acknowledge(false)
 		case <-timer.C:
 			return
 		case <-sc.cutWait:

@@ -42,7 +42,7 @@ func newUnitShareConsumer() *shareConsumer {
 	config.Config = config.saramaConfig()
 	return &shareConsumer{config: config, group: "g", memberID: "m", log: newLogger(nil, "g", "m"),
 		messages: make(chan *sarama.ConsumerMessage, 10), errors: make(chan error, 10),
-		held: make(map[recordKey]*heldRecord), names: map[[16]byte]string{{1}: "t"},
+		held: make(map[*sarama.ConsumerMessage]*heldRecord), names: map[[16]byte]string{{1}: "t"},
 		stats: make(map[TopicPartition]*shareCounts), refresh: make(chan struct{}, 1)}
 }
 
@@ -127,7 +127,7 @@ func TestShareQueueAcquired(t *testing.T) {
 	if !reflect.DeepEqual(queued, []int64{11, 13, 14}) {
 		t.Errorf("queued %v, want 11, 13, 14 (10 and 20 not acquired)", queued)
 	}
-	if r := sc.held[recordKey{"t", 0, 14}]; r == nil || r.delivery != 3 {
+	if r := sc.held[msgs[3]]; r == nil || r.delivery != 3 {
 		t.Errorf("the record at 14 held as %+v, want delivery count 3", r)
 	}
 	if got, want := f.takeAcks()[p], []ackRange{{12, 12, ackGap}, {15, 19, ackGap}}; !reflect.DeepEqual(got, want) {
