@@ -7,14 +7,15 @@ package kafkaconsumer
 // epochs: no ShareAcknowledge goes meanwhile either), sent by a goroutine
 // of its own whose answer the loop takes between two hand-outs (offer)
 // or while it has nothing to hand out (wait). The loop holds no more
-// locks than it can hand out in time: it fetches ahead only while fewer
-// than a fetch's worth of records wait to be handed out and the oldest of
+// locks than it can hand out in time: it fetches ahead only while
+// fewer records than it asks for wait to be handed out and the oldest of
 // them has more than half its lock left. A fetch asks for more records
 // while the reader empties the queue before the answer comes, fewer when
-// it does not (nextAsk).
+// it does not (nextAsk), and for half of MaxBufferedBytes (maxBytes).
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -110,4 +111,36 @@ func nextAsk(ask, base int32, starved bool, queuedAt, queuedNow int) int32 {
 		return max(ask/2, base)
 	}
 	return ask
+}
+
+// shareFetchRecords is the fewest records a ShareFetch asks for
+// (MaxRecords, and BatchSize, the broker's unit of acquisition):
+// ChannelBufferSize when larger, and up to shareAskGrowth times as many
+// while the reader empties the queue before the next answer comes
+// (nextAsk). The loop fetches ahead once fewer records than it asks for
+// wait to be handed out (fetchAhead), so it holds about two fetches'
+// worth at most; the records stay locked for the acquisition lock (30 s
+// by default) while they wait to be handed out.
+const shareFetchRecords = 1000
+
+// maxRecords returns the records a ShareFetch asks for at first, and at
+// least (see shareFetchRecords).
+func (f *shareFetcher) maxRecords() int32 {
+	return int32(max(f.sc.config.ChannelBufferSize, f.sc.config.BatchSize, shareFetchRecords))
+}
+
+// maxBytes returns the bytes a ShareFetch asks for: Consumer.Fetch.Max
+// when set, else half of MaxBufferedBytes (two answers may wait to be
+// handed out), else no bound; Consumer.Fetch.Default, a partition's, at
+// least.
+func (f *shareFetcher) maxBytes() int32 {
+	conf := f.sc.config
+	n := int64(conf.Consumer.Fetch.Max)
+	if n <= 0 {
+		n = conf.MaxBufferedBytes / 2
+	}
+	if n <= 0 {
+		return math.MaxInt32
+	}
+	return int32(min(max(n, int64(conf.Consumer.Fetch.Default)), math.MaxInt32))
 }

@@ -130,16 +130,6 @@ func (f *shareFetcher) renewing() bool {
 	return len(f.renews) > 0 && f.epoch > 0
 }
 
-// shareFetchRecords is the fewest records a ShareFetch asks for
-// (MaxRecords, and BatchSize, the broker's unit of acquisition):
-// ChannelBufferSize when larger, and up to shareAskGrowth times as many
-// while the reader empties the queue before the next answer comes
-// (nextAsk). The loop fetches ahead once fewer records than it asks for
-// wait to be handed out (fetchAhead), so it holds about two fetches'
-// worth at most; the records stay locked for the acquisition lock (30 s
-// by default) while they wait to be handed out.
-const shareFetchRecords = 1000
-
 // shareAckLinger is how long an acknowledgement waits, while the fetch
 // loop hands out with no fetch in flight, for others to go in the same
 // ShareAcknowledge; acks that come while a fetch is in flight go with the
@@ -305,12 +295,6 @@ func (f *shareFetcher) take(a *shareAnswer) {
 	}
 }
 
-// maxRecords returns the records a ShareFetch asks for at first, and at
-// least (see shareFetchRecords).
-func (f *shareFetcher) maxRecords() int32 {
-	return int32(max(f.sc.config.ChannelBufferSize, f.sc.config.BatchSize, shareFetchRecords))
-}
-
 // send sends req to f's broker and returns its answer.
 func (f *shareFetcher) send(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
 	if f.request != nil {
@@ -329,10 +313,7 @@ func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRa
 	req.ShareSessionEpoch = f.epoch
 	req.MaxWaitMillis = int32(conf.Consumer.MaxWaitTime.Milliseconds())
 	req.MinBytes = conf.Consumer.Fetch.Min
-	req.MaxBytes = max(conf.Consumer.Fetch.Max, conf.Consumer.Fetch.Default)
-	if req.MaxBytes <= 0 {
-		req.MaxBytes = math.MaxInt32
-	}
+	req.MaxBytes = f.maxBytes()
 	req.MaxRecords = f.ask
 	req.BatchSize = req.MaxRecords
 	sc.mu.Lock()

@@ -5,6 +5,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -229,5 +230,35 @@ func TestShareHeartbeatAtTheBrokersInterval(t *testing.T) {
 	sc.takeHeartbeat(resp)
 	if got := sc.interval(0); got != time.Second {
 		t.Errorf("after an answer naming 1s: next heartbeat in %s, want 1s", got)
+	}
+}
+
+// TestShareFetchBytes: a ShareFetch asks for Consumer.Fetch.Max bytes
+// when set, else half of MaxBufferedBytes (two answers may wait to be
+// handed out: the loop fetches ahead), else no bound; Fetch.Default at
+// least. Sarama's 1 MiB default held an answer to a few thousand records
+// of 100 bytes, well below what the fetch asks for.
+func TestShareFetchBytes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fetchMax int32
+		buffered int64
+		want     int32
+	}{
+		{0, DefaultMaxBufferedBytes, DefaultMaxBufferedBytes / 2},
+		{2 << 20, DefaultMaxBufferedBytes, 2 << 20},
+		{0, 0, math.MaxInt32},
+		{0, 1 << 20, 1 << 20}, // Fetch.Default, 1 MiB
+	}
+	for _, c := range cases {
+		sc := newUnitShareConsumer()
+		sc.config.MaxBufferedBytes = c.buffered
+		sc.config.Config.Consumer.Fetch.Max = c.fetchMax
+		f := newShareFetcher(sc, 0)
+		f.want = map[tidp]struct{}{{[16]byte{1}, 0}: {}}
+		req, _ := f.fetchRequest()
+		if req.MaxBytes != c.want {
+			t.Errorf("Fetch.Max %d, MaxBufferedBytes %d: MaxBytes %d, want %d", c.fetchMax, c.buffered, req.MaxBytes, c.want)
+		}
 	}
 }
