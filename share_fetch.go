@@ -475,8 +475,9 @@ func (f *shareFetcher) takePartition(p tidp, rp *kmsg.ShareFetchResponseTopicPar
 }
 
 // queueAcquired holds and queues the messages of p in the acquired
-// ranges; the offsets of a range without a message are acknowledged as
-// gaps at once (the broker holds them acquired until then).
+// ranges, their records held from one slab; the offsets of a range
+// without a message are acknowledged as gaps at once (the broker holds
+// them acquired until then).
 func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acquired []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, deadline time.Time) {
 	sc := f.sc
 	sc.mu.Lock()
@@ -485,7 +486,8 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 	if len(msgs) > 0 {
 		c = sc.counts(TopicPartition{Topic: msgs[0].Topic, Partition: p.partition})
 	}
-	i := 0
+	slab := make([]heldRecord, len(msgs)) // at most one per message
+	i, used := 0, 0
 	for _, a := range acquired {
 		next := a.FirstOffset // the first offset of the range not accounted for
 		for ; i < len(msgs) && msgs[i].Offset <= a.LastOffset; i++ {
@@ -497,7 +499,9 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 				f.addAck(p, ackRange{first: next, last: m.Offset - 1, typ: ackGap})
 			}
 			next = m.Offset + 1
-			r := &heldRecord{msg: m, f: f, c: c, topicID: p.id, delivery: a.DeliveryCount, deadline: deadline}
+			r := &slab[used]
+			used++
+			r.msg, r.f, r.c, r.topicID, r.delivery, r.deadline = m, f, c, p.id, a.DeliveryCount, deadline
 			sc.held[m] = r
 			f.queue = append(f.queue, r)
 		}

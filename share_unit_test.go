@@ -262,3 +262,25 @@ func TestShareFetchBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestShareQueueAcquiredAllocs: queueing an answer's records allocates
+// per answer, not per record (the records held come from one slab).
+func TestShareQueueAcquiredAllocs(t *testing.T) {
+	sc := newUnitShareConsumer()
+	f := newShareFetcher(sc, 0)
+	p := tidp{[16]byte{1}, 0}
+	msgs := make([]*sarama.ConsumerMessage, 1000)
+	for i := range msgs {
+		msgs[i] = &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: int64(i)}
+	}
+	acquired := []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 999, DeliveryCount: 1}}
+	deadline := time.Now().Add(time.Minute)
+	allocs := testing.AllocsPerRun(10, func() {
+		clear(sc.held)
+		f.queue = f.queue[:0]
+		f.queueAcquired(p, msgs, acquired, deadline)
+	})
+	if allocs > 20 {
+		t.Errorf("queueing 1,000 acquired records: %.0f allocations, want at most 20", allocs)
+	}
+}
