@@ -86,10 +86,14 @@ func (sc *shareConsumer) acknowledge(msg *sarama.ConsumerMessage, typ int8) {
 	wake := len(f.acks) == 0 // else f was woken for the first of them
 	if typ == ackRenew {
 		f.renews[msg] = r.topicID
+		f.renewsPending.Store(true)
 		wake = true
 	} else {
 		delete(sc.held, msg)
-		delete(f.renews, msg)
+		if f.renewsPending.Load() {
+			delete(f.renews, msg)
+			f.renewsPending.Store(len(f.renews) > 0)
+		}
 		f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: typ})
 		r.c.acked++
 		r.c.lastAcked = max(r.c.lastAcked, msg.Offset)
@@ -134,6 +138,7 @@ func (f *shareFetcher) takeRenews(acks map[tidp][]ackRange) []renewal {
 		}
 	}
 	clear(f.renews)
+	f.renewsPending.Store(false)
 	for p, as := range acks {
 		acks[p] = ackRanges(as)
 	}
@@ -233,6 +238,7 @@ func (sc *shareConsumer) dropHeld(f *shareFetcher, cause error) {
 	}
 	lost := f.takeAcks()
 	clear(f.renews)
+	f.renewsPending.Store(false)
 	sc.mu.Unlock()
 	for p, ranges := range lost {
 		sc.reportRefused(p, ranges, cause)

@@ -89,7 +89,7 @@ func (f *shareFetcher) wait() {
 		f.take(a)
 	case <-wake:
 		f.acknowledge(false)
-	case <-f.t.Dying():
+	case <-f.dying:
 	}
 }
 

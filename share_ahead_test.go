@@ -235,3 +235,22 @@ func TestShareNextAsk(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkShareHandOutAck: the fetch loop hands out records of a fake
+// broker's answers on Messages and the reader Acks each, as the bench's
+// share contender does; the broker's side costs the fake's encoding.
+func BenchmarkShareHandOutAck(b *testing.B) {
+	k := &shareFake{total: b.N, lock: time.Minute, done: make(chan struct{})}
+	f := newFakeShareFetcher(k)
+	sc := f.sc
+	b.ReportAllocs()
+	b.ResetTimer()
+	go f.run()
+	for range b.N {
+		sc.Ack(<-sc.messages)
+	}
+	b.StopTimer()
+	close(k.done)
+	f.t.Kill(nil)
+	<-f.t.Dead()
+}

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -43,13 +44,17 @@ const shareFinalTimeout = 5 * time.Second
 type shareFetcher struct {
 	sc     *shareConsumer
 	broker int32
-	t      tomb.Tomb     // its goroutine (run); killed and waited for by the manager
-	wake   chan struct{} // cap 1: acks pending, or the wanted partitions changed
+	t      tomb.Tomb       // its goroutine (run); killed and waited for by the manager
+	dying  <-chan struct{} // t.Dying(), taken once: tomb.v1 locks on each call
+	wake   chan struct{}   // cap 1: acks pending, or the wanted partitions changed
 
 	// Guarded by sc.mu:
 	want   map[tidp]struct{}                    // the partitions to fetch, set by the manager
 	acks   map[tidp][]ackRange                  // the acknowledgements to send
 	renews map[*sarama.ConsumerMessage][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	// renewsPending is whether renews is not empty, stored under sc.mu
+	// and read without it by the loop.
+	renewsPending atomic.Bool
 	// acksSince is when the first of the pending acks came.
 	acksSince time.Time
 
@@ -85,6 +90,7 @@ func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
 		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{}),
 		answers: make(chan *shareAnswer, 1), lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
 	f.ask = f.maxRecords()
+	f.dying = f.t.Dying()
 	return f
 }
 
@@ -92,7 +98,7 @@ func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
 // killed, then the shutdown's steps (finish).
 func (f *shareFetcher) run() {
 	defer f.t.Done()
-	for f.t.Err() == tomb.ErrStillAlive {
+	for !f.killed() {
 		switch {
 		case !f.fetching && f.renewing():
 			f.acknowledge(false)
@@ -112,6 +118,16 @@ func (f *shareFetcher) run() {
 	f.finish()
 }
 
+// killed reports whether f is killed.
+func (f *shareFetcher) killed() bool {
+	select {
+	case <-f.dying:
+		return true
+	default:
+		return false
+	}
+}
+
 // wants reports whether there is a partition to fetch, or one to forget.
 func (f *shareFetcher) wants() bool {
 	f.sc.mu.Lock()
@@ -125,9 +141,7 @@ func (f *shareFetcher) wants() bool {
 // renewing reports whether renews are pending: they go before the next
 // fetch, in a ShareAcknowledge (a ShareFetch carries no renew).
 func (f *shareFetcher) renewing() bool {
-	f.sc.mu.Lock()
-	defer f.sc.mu.Unlock()
-	return len(f.renews) > 0 && f.epoch > 0
+	return f.epoch > 0 && f.renewsPending.Load()
 }
 
 // shareAckLinger is how long an acknowledgement waits, while the fetch
@@ -191,7 +205,7 @@ func offer[T any](f *shareFetcher, out chan<- T, v T, lock time.Time) bool {
 	case <-f.lockTimer.C:
 		f.lockAt = time.Time{}
 		f.dropExpired()
-	case <-f.t.Dying():
+	case <-f.dying:
 	}
 	return false
 }
@@ -433,7 +447,7 @@ func (f *shareFetcher) failed(acks map[tidp][]ackRange, err error) {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-	case <-f.t.Dying():
+	case <-f.dying:
 	}
 }
 
