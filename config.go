@@ -307,7 +307,8 @@ type Config struct {
 	// Default DefaultMaxBufferedBytes; BENCHMARKS.md has the peak RSS and
 	// throughput of a sweep of it. Not used where sarama's partition
 	// consumer fetches: a Config.Version before Kafka 0.11, or SASL
-	// GSSAPI.
+	// GSSAPI. A share group's consumer (GroupProtocolShare) asks for half
+	// of it in each ShareFetch, unless Consumer.Fetch.Max is set.
 	MaxBufferedBytes int64
 
 	// BatchSize, when positive, sets the consumer to batches: it hands out

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -125,24 +126,27 @@ type shareConsumer struct {
 	errors     chan error // closed by closeChannels, at the end of the shutdown
 	errorsSink errorSink  // orders sendError with that close
 
-	mu       sync.Mutex                      // guards what follows, and every fetcher's acks
-	held     map[recordKey]*heldRecord       // the records acquired and not acknowledged yet
-	names    map[[16]byte]string             // topic names by ID, from the metadata
-	ids      map[string][16]byte             // topic IDs by name
-	leaders  map[TopicPartition]int32        // partition leaders, from the metadata
-	assigned map[TopicPartition]struct{}     // the member's assignment, names resolved
-	fetchers map[int32]*shareFetcher         // the fetch loops by leader broker
-	stats    map[TopicPartition]*shareCounts // per assigned partition, for Stats
-	pending  map[[16]byte][]int32            // the broker's last assignment, by topic ID
-	epoch    int32                           // the member epoch
-	beat     time.Duration                   // the heartbeat interval the coordinator last named; 0 before its first answer
+	mu       sync.Mutex                              // guards what follows, and every fetcher's acks
+	held     map[*sarama.ConsumerMessage]*heldRecord // the records acquired and not acknowledged yet, by their message
+	names    map[[16]byte]string                     // topic names by ID, from the metadata
+	ids      map[string][16]byte                     // topic IDs by name
+	leaders  map[TopicPartition]int32                // partition leaders, from the metadata
+	assigned map[TopicPartition]struct{}             // the member's assignment, names resolved
+	fetchers map[int32]*shareFetcher                 // the fetch loops by leader broker
+	stats    map[TopicPartition]*shareCounts         // per assigned partition, for Stats
+	pending  map[[16]byte][]int32                    // the broker's last assignment, by topic ID
+	epoch    int32                                   // the member epoch
+	beat     time.Duration                           // the heartbeat interval the coordinator last named; 0 before its first answer
 }
 
-// shareCounts are a partition's counts for Stats.
+// shareCounts are a partition's counts for Stats: handedOut and
+// lastHandedOut counted by the fetch loops without sc.mu, the others
+// under it.
 type shareCounts struct {
-	handedOut, acked uint64
-	lastHandedOut    int64
-	lastAcked        int64
+	handedOut     atomic.Uint64
+	lastHandedOut atomic.Int64
+	acked         uint64
+	lastAcked     int64
 }
 
 // Interrupt implements Consumer.
@@ -206,8 +210,7 @@ func (sc *shareConsumer) Messages() <-chan *sarama.ConsumerMessage {
 // Batches implements Consumer: with Config.BatchSize, the records
 // acquired by this member in batches, each of up to BatchSize records of
 // one partition in offset order, from one ShareFetch answer (BatchLinger
-// is not waited: no more records are fetched while some wait to be
-// handed out). A batch is handed out when the reader takes it, only while
+// is not waited: a batch is what one answer holds of a partition). A batch is handed out when the reader takes it, only while
 // the locks of all its records hold: the channel is unbuffered, whatever
 // ChannelBufferSize, and a record whose lock expired first is left out
 // (ErrShareLockExpired on Errors(), as for Messages). AckBatch ACCEPTs a
@@ -268,16 +271,16 @@ func (sc *shareConsumer) Stats() []PartitionStats {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	pending := make(map[TopicPartition]int)
-	for k, r := range sc.held {
-		if r.handedOut {
-			pending[TopicPartition{Topic: k.topic, Partition: k.partition}]++
+	for msg, r := range sc.held {
+		if r.handedOut.Load() {
+			pending[TopicPartition{Topic: msg.Topic, Partition: msg.Partition}]++
 		}
 	}
 	result := make([]PartitionStats, 0, len(sc.assigned))
 	for tp := range sc.assigned {
 		c := sc.counts(tp)
-		result = append(result, PartitionStats{TopicPartition: tp, Claimed: true, LastHandedOut: c.lastHandedOut, LastAcked: c.lastAcked,
-			HandedOut: c.handedOut, Acked: c.acked, Pending: pending[tp], Committed: -1})
+		result = append(result, PartitionStats{TopicPartition: tp, Claimed: true, LastHandedOut: c.lastHandedOut.Load(), LastAcked: c.lastAcked,
+			HandedOut: c.handedOut.Load(), Acked: c.acked, Pending: pending[tp], Committed: -1})
 	}
 	sort.Slice(result, func(i, j int) bool { return result[i].TopicPartition.less(result[j].TopicPartition) })
 	return result
@@ -287,7 +290,8 @@ func (sc *shareConsumer) Stats() []PartitionStats {
 func (sc *shareConsumer) counts(tp TopicPartition) *shareCounts {
 	c := sc.stats[tp]
 	if c == nil {
-		c = &shareCounts{lastHandedOut: -1, lastAcked: -1}
+		c = &shareCounts{lastAcked: -1}
+		c.lastHandedOut.Store(-1)
 		sc.stats[tp] = c
 	}
 	return c

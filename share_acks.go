@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -41,21 +42,17 @@ func ackName(typ int8) string {
 	return "gap"
 }
 
-// recordKey is a record of a partition.
-type recordKey struct {
-	topic     string
-	partition int32
-	offset    int64
-}
-
-// heldRecord is a record this member acquired and has not acknowledged.
+// heldRecord is a record this member acquired and has not acknowledged,
+// held (shareConsumer.held) by its message: the one delivery of it that
+// was handed out, or will be.
 type heldRecord struct {
 	msg       *sarama.ConsumerMessage
 	f         *shareFetcher // the fetch loop whose session acquired it
+	c         *shareCounts  // its partition's counts
 	topicID   [16]byte
-	delivery  int16     // the broker's delivery count
-	deadline  time.Time // when its acquisition lock expires, measured from the request's send
-	handedOut bool
+	delivery  int16       // the broker's delivery count
+	deadline  time.Time   // when its acquisition lock expires, measured from the request's send; guarded by sc.mu
+	handedOut atomic.Bool // set by the fetch loop before the send, unset when the send did not happen
 }
 
 // ackRange is a run of offsets of one partition acknowledged alike.
@@ -78,40 +75,46 @@ func (sc *shareConsumer) acknowledge(msg *sarama.ConsumerMessage, typ int8) {
 	if msg == nil {
 		return
 	}
-	key := recordKey{topic: msg.Topic, partition: msg.Partition, offset: msg.Offset}
 	sc.mu.Lock()
-	r, why := sc.holding(key, msg)
+	r, why := sc.holding(msg)
 	if why != "" {
 		sc.mu.Unlock()
 		sc.sendError(fmt.Errorf("%w: %s of %s/%d offset %d: %s", ErrShareAckRefused, ackName(typ), msg.Topic, msg.Partition, msg.Offset, why))
 		return
 	}
 	f := r.f
+	wake := len(f.acks) == 0 // else f was woken for the first of them
 	if typ == ackRenew {
-		f.renews[key] = r.topicID
+		f.renews[msg] = r.topicID
+		f.renewsPending.Store(true)
+		wake = true
 	} else {
-		delete(sc.held, key)
-		delete(f.renews, key)
+		delete(sc.held, msg)
+		if f.renewsPending.Load() {
+			delete(f.renews, msg)
+			f.renewsPending.Store(len(f.renews) > 0)
+		}
 		f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: typ})
-		c := sc.counts(TopicPartition{Topic: msg.Topic, Partition: msg.Partition})
-		c.acked++
-		c.lastAcked = max(c.lastAcked, msg.Offset)
+		r.c.acked++
+		r.c.lastAcked = max(r.c.lastAcked, msg.Offset)
 	}
 	sc.mu.Unlock()
-	poke(f.wake)
+	if wake {
+		poke(f.wake)
+	}
 }
 
-// holding returns the record held at key if it is msg's delivery,
-// handed out, its lock not expired; else why not. sc.mu is held.
-func (sc *shareConsumer) holding(key recordKey, msg *sarama.ConsumerMessage) (*heldRecord, string) {
-	r := sc.held[key]
+// holding returns the record held as msg, handed out, its lock not
+// expired; else why not. sc.mu is held.
+func (sc *shareConsumer) holding(msg *sarama.ConsumerMessage) (*heldRecord, string) {
+	r := sc.held[msg]
 	switch {
-	case r == nil || r.msg != msg:
+	case r == nil:
 		return nil, "not held by this consumer: acknowledged already, or its share session ended, or handed out by another delivery"
-	case !r.handedOut:
+	case !r.handedOut.Load():
 		return nil, "not handed out yet"
 	case !time.Now().Before(r.deadline):
-		delete(sc.held, key)
+		delete(sc.held, msg)
 		return nil, "its acquisition lock expired"
 	}
 	return r, ""
@@ -119,7 +122,7 @@ func (sc *shareConsumer) holding(key recordKey, msg *sarama.ConsumerMessage) (*h
 
 // renewal is a record to renew, with its topic ID.
 type renewal struct {
-	key recordKey
+	msg *sarama.ConsumerMessage
 	id  [16]byte
 }
 
@@ -127,27 +130,28 @@ type renewal struct {
 // holds, adding them to acks as ackRenew ranges. sc.mu is held.
 func (f *shareFetcher) takeRenews(acks map[tidp][]ackRange) []renewal {
 	var renews []renewal
-	for key, id := range f.renews {
-		if r := f.sc.held[key]; r != nil && r.f == f {
-			p := tidp{id, key.partition}
-			acks[p] = append(acks[p], ackRange{first: key.offset, last: key.offset, typ: ackRenew})
-			renews = append(renews, renewal{key: key, id: id})
+	for msg, id := range f.renews {
+		if r := f.sc.held[msg]; r != nil && r.f == f {
+			p := tidp{id, msg.Partition}
+			acks[p] = append(acks[p], ackRange{first: msg.Offset, last: msg.Offset, typ: ackRenew})
+			renews = append(renews, renewal{msg: msg, id: id})
 		}
 	}
 	clear(f.renews)
+	f.renewsPending.Store(false)
 	for p, as := range acks {
 		acks[p] = ackRanges(as)
 	}
 	return renews
 }
 
-// renewed moves the deadline of the records of keys still held by f to
+// renewed moves the deadline of the records of msgs still held by f to
 // until: their renew was answered.
-func (f *shareFetcher) renewed(keys []recordKey, until time.Time) {
+func (f *shareFetcher) renewed(msgs []*sarama.ConsumerMessage, until time.Time) {
 	f.sc.mu.Lock()
 	defer f.sc.mu.Unlock()
-	for _, key := range keys {
-		if r := f.sc.held[key]; r != nil && r.f == f {
+	for _, msg := range msgs {
+		if r := f.sc.held[msg]; r != nil && r.f == f {
 			r.deadline = until
 		}
 	}
@@ -157,7 +161,7 @@ func (f *shareFetcher) renewed(keys []recordKey, until time.Time) {
 func (sc *shareConsumer) deliveryCount(msg *sarama.ConsumerMessage) int {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if r := sc.held[recordKey{topic: msg.Topic, partition: msg.Partition, offset: msg.Offset}]; r != nil && r.msg == msg {
+	if r := sc.held[msg]; r != nil {
 		return int(r.delivery)
 	}
 	return 0
@@ -212,10 +216,10 @@ func ackRanges(as []ackRange) []ackRange {
 // handed out. It returns how many. sc.mu is held.
 func (sc *shareConsumer) releaseHeld(f *shareFetcher, all bool) int {
 	n := 0
-	for key, r := range sc.held {
-		if r.f == f && (all || !r.handedOut) {
-			delete(sc.held, key)
-			f.addAck(tidp{r.topicID, key.partition}, ackRange{first: key.offset, last: key.offset, typ: ackRelease})
+	for msg, r := range sc.held {
+		if r.f == f && (all || !r.handedOut.Load()) {
+			delete(sc.held, msg)
+			f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: ackRelease})
 			n++
 		}
 	}
@@ -227,13 +231,14 @@ func (sc *shareConsumer) releaseHeld(f *shareFetcher, all bool) int {
 // reports the acks lost. sc.mu is not held.
 func (sc *shareConsumer) dropHeld(f *shareFetcher, cause error) {
 	sc.mu.Lock()
-	for key, r := range sc.held {
+	for msg, r := range sc.held {
 		if r.f == f {
-			delete(sc.held, key)
+			delete(sc.held, msg)
 		}
 	}
 	lost := f.takeAcks()
 	clear(f.renews)
+	f.renewsPending.Store(false)
 	sc.mu.Unlock()
 	for p, ranges := range lost {
 		sc.reportRefused(p, ranges, cause)
@@ -247,7 +252,7 @@ func (sc *shareConsumer) handedOutHeld(f *shareFetcher) int {
 	defer sc.mu.Unlock()
 	n := 0
 	for _, r := range sc.held {
-		if r.f == f && r.handedOut {
+		if r.f == f && r.handedOut.Load() {
 			n++
 		}
 	}

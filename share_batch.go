@@ -5,7 +5,7 @@ package kafkaconsumer
 // (handOutBatch), beside the per-record one of share_fetch.go (handOut).
 // A batch is the run of records of one partition at the head of the
 // loop's queue, up to BatchSize: what one ShareFetch acquired of that
-// partition. It is handed out only while the locks of all its records
+// partition (the queue holds up to two answers: the loop fetches ahead). It is handed out only while the locks of all its records
 // hold, as a single record is: the Batches channel is unbuffered.
 
 import (
@@ -31,16 +31,17 @@ func (sc *shareConsumer) setChannels() {
 }
 
 // shareBatchLen returns how many records at the head of queue make the
-// next batch: those of the first record's partition, up to size.
+// next batch: those of the first record's partition and answer (the
+// records of one answer share their lock's deadline), up to size.
 func shareBatchLen(queue []*heldRecord, size int) int {
 	if len(queue) == 0 {
 		return 0
 	}
-	first := queue[0].msg
+	first := queue[0]
 	n := 1
 	for n < len(queue) && n < size {
-		msg := queue[n].msg
-		if msg.Partition != first.Partition || msg.Topic != first.Topic {
+		r := queue[n]
+		if r.msg.Partition != first.msg.Partition || r.msg.Topic != first.msg.Topic || !r.deadline.Equal(first.deadline) {
 			break
 		}
 		n++
@@ -60,8 +61,7 @@ func (f *shareFetcher) handOutBatch() {
 			deadline = r.deadline
 		}
 	}
-	left := time.Until(deadline)
-	if left <= 0 {
+	if !time.Now().Before(deadline) {
 		f.dropExpired()
 		return
 	}
@@ -71,23 +71,17 @@ func (f *shareFetcher) handOutBatch() {
 	}
 	b := &Batch{Topic: msgs[0].Topic, Partition: msgs[0].Partition, Messages: msgs}
 	f.markBatch(recs, true) // before the send: the receiver may ack at once
-	if !offer(f, f.sc.batches, b, left) {
+	if !offer(f, f.sc.batches, b, deadline) {
 		f.markBatch(recs, false)
 		return
 	}
 	f.queue = f.queue[len(recs):]
-	f.sc.mu.Lock()
-	c := f.sc.counts(TopicPartition{Topic: b.Topic, Partition: b.Partition})
-	c.handedOut += uint64(len(msgs))
-	c.lastHandedOut = max(c.lastHandedOut, msgs[len(msgs)-1].Offset)
-	f.sc.mu.Unlock()
+	f.count(recs[len(recs)-1], len(recs))
 }
 
 // markBatch marks the records of recs handed out, or not.
 func (f *shareFetcher) markBatch(recs []*heldRecord, out bool) {
-	f.sc.mu.Lock()
-	defer f.sc.mu.Unlock()
 	for _, r := range recs {
-		r.handedOut = out
+		r.handedOut.Store(out)
 	}
 }

@@ -46,7 +46,7 @@ func TestShareBatchAssembly(t *testing.T) {
 			if msg.Partition != b.Partition || msg.Topic != b.Topic {
 				t.Errorf("message %s/%d in a batch of %s/%d", msg.Topic, msg.Partition, b.Topic, b.Partition)
 			}
-			if r := sc.held[recordKey{"t", msg.Partition, msg.Offset}]; r == nil || !r.handedOut {
+			if r := sc.held[msg]; r == nil || !r.handedOut.Load() {
 				t.Errorf("%d/%d handed out in a batch but held as %+v", msg.Partition, msg.Offset, r)
 			}
 		}
@@ -56,8 +56,8 @@ func TestShareBatchAssembly(t *testing.T) {
 	if !reflect.DeepEqual(batches, want) {
 		t.Errorf("batches %v, want %v", batches, want)
 	}
-	if s := sc.counts(TopicPartition{Topic: "t", Partition: 1}); s.handedOut != 4 || s.lastHandedOut != 3 {
-		t.Errorf("partition 1 counted %d handed out, the last %d; want 4, 3", s.handedOut, s.lastHandedOut)
+	if s := sc.counts(TopicPartition{Topic: "t", Partition: 1}); s.handedOut.Load() != 4 || s.lastHandedOut.Load() != 3 {
+		t.Errorf("partition 1 counted %d handed out, the last %d; want 4, 3", s.handedOut.Load(), s.lastHandedOut.Load())
 	}
 }
 

@@ -42,7 +42,7 @@ func TestIntegrationShareGroupCloseInFlight(t *testing.T) {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
 		for _, r := range sc.held {
-			if !r.handedOut {
+			if !r.handedOut.Load() {
 				return true
 			}
 		}

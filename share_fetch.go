@@ -8,11 +8,14 @@ package kafkaconsumer
 // partitions that joined, the ones forgotten, and the pending
 // acknowledgements (piggy-backed); a session error makes the next request
 // open a new session, the records of the old one dropped (the broker
-// released them). It fetches only once every record of its last response
-// was handed out, so that it holds no more locks than it hands out; while
-// it waits to hand out, acknowledgements go in a ShareAcknowledge of
-// their own, shareAckLinger after the first of them, and renews at once.
-// At the shutdown it stops handing out, releases what it did not hand
+// released them). It fetches ahead while it hands out (share_ahead.go):
+// one ShareFetch in flight at most, sent once fewer than a fetch's worth
+// of records wait to be handed out and the oldest of them has more than
+// half its lock left, its answer taken between two hand-outs. With no
+// fetch in flight and records waiting to be handed out, acknowledgements
+// go in a ShareAcknowledge of their own, shareAckLinger after the first
+// of them, and renews at once. At the shutdown it stops handing out,
+// takes the answer of the fetch in flight, releases what it did not hand
 // out, waits for the acknowledgements of what it did (awaitAcks), and
 // closes the session with them (epoch -1).
 
@@ -22,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -40,13 +44,17 @@ const shareFinalTimeout = 5 * time.Second
 type shareFetcher struct {
 	sc     *shareConsumer
 	broker int32
-	t      tomb.Tomb     // its goroutine (run); killed and waited for by the manager
-	wake   chan struct{} // cap 1: acks pending, or the wanted partitions changed
+	t      tomb.Tomb       // its goroutine (run); killed and waited for by the manager
+	dying  <-chan struct{} // t.Dying(), taken once: tomb.v1 locks on each call
+	wake   chan struct{}   // cap 1: acks pending, or the wanted partitions changed
 
 	// Guarded by sc.mu:
-	want   map[tidp]struct{}      // the partitions to fetch, set by the manager
-	acks   map[tidp][]ackRange    // the acknowledgements to send
-	renews map[recordKey][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	want   map[tidp]struct{}                    // the partitions to fetch, set by the manager
+	acks   map[tidp][]ackRange                  // the acknowledgements to send
+	renews map[*sarama.ConsumerMessage][16]byte // the records to renew (their topic IDs), sent in a ShareAcknowledge
+	// renewsPending is whether renews is not empty, stored under sc.mu
+	// and read without it by the loop.
+	renewsPending atomic.Bool
 	// acksSince is when the first of the pending acks came.
 	acksSince time.Time
 
@@ -58,38 +66,66 @@ type shareFetcher struct {
 	backoff   time.Duration     // after a failed request; 0 after a success
 	lock      time.Duration     // the acquisition lock of the last ShareFetch answer
 	stopped   chan struct{}     // closed when it stopped handing out, at the shutdown
-	// lockTimer and ackTimer are offer's, stopped between offers: one
-	// of each for the fetcher's life, not two allocated per record.
+	fetching  bool              // a ShareFetch is in flight: its answer comes on answers
+	ask       int32             // the records the next ShareFetch asks for (nextAsk)
+	queuedAt  int               // the records queued when the fetch in flight was sent
+	starved   bool              // the queue ran empty while the fetch in flight was out
+	answers   chan *shareAnswer // cap 1: the answer of the fetch in flight, sent by its goroutine (sendFetch)
+	// request sends a request to the broker; nil: through the group
+	// transport's client (a fake in unit tests).
+	request func(context.Context, kmsg.Request) (kmsg.Response, error)
+	// lockTimer and ackTimer are offer's, one of each for the fetcher's
+	// life, not two allocated per record: lockTimer set to lockAt, the
+	// lock of what offer hands out, ackTimer to ackAt, when the pending
+	// acks are due; each left running between offers and set again only
+	// when that time changes (zero: not set).
 	lockTimer, ackTimer *time.Timer
+	lockAt, ackAt       time.Time
 }
 
 // newShareFetcher returns the fetch loop of broker, not started.
 func newShareFetcher(sc *shareConsumer, broker int32) *shareFetcher {
-	return &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
-		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[recordKey][16]byte),
+	f := &shareFetcher{sc: sc, broker: broker, wake: make(chan struct{}, 1),
+		want: make(map[tidp]struct{}), acks: make(map[tidp][]ackRange), renews: make(map[*sarama.ConsumerMessage][16]byte),
 		inSession: make(map[tidp]struct{}), expired: make(map[tidp]struct{}), stopped: make(chan struct{}),
-		lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
+		answers: make(chan *shareAnswer, 1), lockTimer: stoppedTimer(), ackTimer: stoppedTimer()}
+	f.ask = f.maxRecords()
+	f.dying = f.t.Dying()
+	return f
 }
 
-// run is the fetcher's goroutine: fetch and hand out until killed, then
-// the shutdown's steps (finish).
+// run is the fetcher's goroutine: fetch (ahead) and hand out until
+// killed, then the shutdown's steps (finish).
 func (f *shareFetcher) run() {
 	defer f.t.Done()
-	for f.t.Err() == tomb.ErrStillAlive {
+	for !f.killed() {
 		switch {
-		case f.renewing():
+		case !f.fetching && f.renewing():
 			f.acknowledge(false)
+			continue
+		case f.fetchAhead():
+			f.startFetch()
+		}
+		switch {
 		case len(f.queue) > 0 && f.sc.batches != nil:
 			f.handOutBatch()
 		case len(f.queue) > 0:
 			f.handOut()
-		case f.wants():
-			f.fetch()
 		default:
-			f.idle()
+			f.wait()
 		}
 	}
 	f.finish()
+}
+
+// killed reports whether f is killed.
+func (f *shareFetcher) killed() bool {
+	select {
+	case <-f.dying:
+		return true
+	default:
+		return false
+	}
 }
 
 // wants reports whether there is a partition to fetch, or one to forget.
@@ -105,44 +141,25 @@ func (f *shareFetcher) wants() bool {
 // renewing reports whether renews are pending: they go before the next
 // fetch, in a ShareAcknowledge (a ShareFetch carries no renew).
 func (f *shareFetcher) renewing() bool {
-	f.sc.mu.Lock()
-	defer f.sc.mu.Unlock()
-	return len(f.renews) > 0 && f.epoch > 0
+	return f.epoch > 0 && f.renewsPending.Load()
 }
-
-// idle waits for work: acks to send, partitions, or the end.
-func (f *shareFetcher) idle() {
-	select {
-	case <-f.wake:
-		f.acknowledge(false)
-	case <-f.t.Dying():
-	}
-}
-
-// shareFetchRecords is the fewest records a ShareFetch asks for
-// (MaxRecords, and BatchSize, the broker's unit of acquisition):
-// ChannelBufferSize when larger. The loop fetches again only once it
-// handed out the last answer, so this sets how often it waits a round
-// trip for the broker; the records stay locked for the acquisition lock
-// (30 s by default) while they wait to be handed out.
-const shareFetchRecords = 1000
 
 // shareAckLinger is how long an acknowledgement waits, while the fetch
-// loop hands out, for others to go in the same ShareAcknowledge; once
-// the loop handed out everything, the acks go with its next ShareFetch.
+// loop hands out with no fetch in flight, for others to go in the same
+// ShareAcknowledge; acks that come while a fetch is in flight go with the
+// next ShareFetch.
 const shareAckLinger = 50 * time.Millisecond
 
 // handOut hands out the first record of the queue, dropping those whose
 // lock expired, and sends the acks pending for shareAckLinger meanwhile.
 func (f *shareFetcher) handOut() {
 	r := f.queue[0]
-	left := time.Until(r.deadline)
-	if left <= 0 {
+	if !time.Now().Before(r.deadline) {
 		f.dropExpired()
 		return
 	}
 	f.markHandedOut(r, true) // before the send: the receiver may ack at once
-	if offer(f, f.sc.messages, r.msg, left) {
+	if offer(f, f.sc.messages, r.msg, r.deadline) {
 		f.handedOut(r)
 		return
 	}
@@ -150,32 +167,45 @@ func (f *shareFetcher) handOut() {
 }
 
 // offer sends v on out (Messages or Batches) and reports true, or
-// returns false: after left (the lock of what v holds; the records whose
-// lock expired are dropped), when acks came or fell due (sent when due),
-// or when f is killed.
-func offer[T any](f *shareFetcher, out chan<- T, v T, left time.Duration) bool {
+// returns false: at lock (the lock of what v holds; the records whose
+// lock expired are dropped), when the answer of the fetch in flight came
+// (taken), when acks came or fell due with no fetch in flight (sent when
+// due), or when f is killed.
+func offer[T any](f *shareFetcher, out chan<- T, v T, lock time.Time) bool {
 	select {
 	case out <- v: // the reader keeps up: no timer
 		return true
 	default:
 	}
-	f.lockTimer.Reset(left)
-	defer f.lockTimer.Stop()
+	if !lock.Equal(f.lockAt) {
+		f.lockTimer.Reset(time.Until(lock))
+		f.lockAt = lock
+	}
+	var wake <-chan struct{}
 	var ackDue <-chan time.Time
-	if due := f.ackDue(); !due.IsZero() {
-		f.ackTimer.Reset(time.Until(due))
-		defer f.ackTimer.Stop()
-		ackDue = f.ackTimer.C
+	if !f.fetching { // else the acks go with the next fetch
+		wake = f.wake
+		if due := f.ackDue(); !due.IsZero() {
+			if !due.Equal(f.ackAt) {
+				f.ackTimer.Reset(time.Until(due))
+				f.ackAt = due
+			}
+			ackDue = f.ackTimer.C
+		}
 	}
 	select {
 	case out <- v:
 		return true
-	case <-f.wake: // acks came: their linger starts
+	case a := <-f.answers:
+		f.take(a)
+	case <-wake: // acks came: their linger starts
 	case <-ackDue:
+		f.ackAt = time.Time{}
 		f.acknowledge(false)
 	case <-f.lockTimer.C:
+		f.lockAt = time.Time{}
 		f.dropExpired()
-	case <-f.t.Dying():
+	case <-f.dying:
 	}
 	return false
 }
@@ -191,7 +221,7 @@ func stoppedTimer() *time.Timer {
 // handedOut takes r, sent on Messages, off the queue.
 func (f *shareFetcher) handedOut(r *heldRecord) {
 	f.queue = f.queue[1:]
-	f.count(r)
+	f.count(r, 1)
 }
 
 // ackDue returns when the pending acks (or renews) are due: shareAckLinger
@@ -210,19 +240,15 @@ func (f *shareFetcher) ackDue() time.Time {
 
 // markHandedOut marks r handed out, or not.
 func (f *shareFetcher) markHandedOut(r *heldRecord, out bool) {
-	f.sc.mu.Lock()
-	r.handedOut = out
-	f.sc.mu.Unlock()
+	r.handedOut.Store(out)
 }
 
-// count counts r handed out, for Stats.
-func (f *shareFetcher) count(r *heldRecord) {
-	sc := f.sc
-	sc.mu.Lock()
-	c := sc.counts(TopicPartition{Topic: r.msg.Topic, Partition: r.msg.Partition})
-	c.handedOut++
-	c.lastHandedOut = max(c.lastHandedOut, r.msg.Offset)
-	sc.mu.Unlock()
+// count counts n records of r's partition handed out, up to r, for Stats.
+func (f *shareFetcher) count(r *heldRecord, n int) {
+	r.c.handedOut.Add(uint64(n))
+	for last := r.c.lastHandedOut.Load(); last < r.msg.Offset && !r.c.lastHandedOut.CompareAndSwap(last, r.msg.Offset); {
+		last = r.c.lastHandedOut.Load()
+	}
 }
 
 // dropExpired drops the queue's records whose lock expired, reporting
@@ -237,7 +263,7 @@ func (f *shareFetcher) dropExpired() {
 			kept = append(kept, r)
 			continue
 		}
-		delete(sc.held, recordKey{topic: r.msg.Topic, partition: r.msg.Partition, offset: r.msg.Offset})
+		delete(sc.held, r.msg)
 		dropped = append(dropped, r)
 	}
 	sc.mu.Unlock()
@@ -252,32 +278,24 @@ func (f *shareFetcher) dropExpired() {
 	}
 }
 
-// fetch sends one ShareFetch, with the pending acks, and takes its
-// answer.
-func (f *shareFetcher) fetch() {
-	sc := f.sc
-	req, acks := f.fetchRequest()
-	sent := time.Now()
-	// Not cut by the shutdown: the broker ends a share session when its
-	// connection closes (kgo sends ShareFetch and ShareAcknowledge on
-	// one), and the shutdown still sends the session's acks. A broker
-	// answers at MaxWaitMillis at the latest; shareFinalTimeout more
-	// bounds the shutdown's wait for a broker that hangs.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.MaxWaitMillis)*time.Millisecond+shareFinalTimeout)
-	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
-	cancel()
-	if err != nil {
-		f.failed(acks, fmt.Errorf("share fetch from broker %d: %w", f.broker, err))
+// take takes the answer a of the fetch that was in flight: its acquired
+// records are queued to hand out.
+func (f *shareFetcher) take(a *shareAnswer) {
+	f.fetching = false
+	req, acks, sent := a.req, a.acks, a.sent
+	if a.err != nil {
+		f.failed(acks, fmt.Errorf("share fetch from broker %d: %w", f.broker, a.err))
 		return
 	}
-	resp := kresp.(*kmsg.ShareFetchResponse)
+	resp := a.resp.(*kmsg.ShareFetchResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		f.failed(acks, fmt.Errorf("share fetch from broker %d: %w%s", f.broker, err, errorMessage(resp.ErrorMessage)))
 		return
 	}
 	f.backoff = 0
 	f.advance(req)
-	f.expired = make(map[tidp]struct{})
+	clear(f.expired)
+	queued := len(f.queue)
 	lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
 	f.lock = lock
 	for i := range resp.Topics {
@@ -286,6 +304,17 @@ func (f *shareFetcher) fetch() {
 			f.takePartition(tidp{t.TopicID, t.Partitions[j].Partition}, &t.Partitions[j], acks, sent.Add(lock))
 		}
 	}
+	if len(f.queue) > queued { // an answer with records sizes the next
+		f.ask = nextAsk(f.ask, f.maxRecords(), f.starved, f.queuedAt, queued)
+	}
+}
+
+// send sends req to f's broker and returns its answer.
+func (f *shareFetcher) send(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	if f.request != nil {
+		return f.request(ctx, req)
+	}
+	return f.sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
 }
 
 // fetchRequest builds the next ShareFetch and returns it with the acks it
@@ -298,11 +327,8 @@ func (f *shareFetcher) fetchRequest() (*kmsg.ShareFetchRequest, map[tidp][]ackRa
 	req.ShareSessionEpoch = f.epoch
 	req.MaxWaitMillis = int32(conf.Consumer.MaxWaitTime.Milliseconds())
 	req.MinBytes = conf.Consumer.Fetch.Min
-	req.MaxBytes = max(conf.Consumer.Fetch.Max, conf.Consumer.Fetch.Default)
-	if req.MaxBytes <= 0 {
-		req.MaxBytes = math.MaxInt32
-	}
-	req.MaxRecords = int32(max(conf.ChannelBufferSize, sc.config.BatchSize, shareFetchRecords))
+	req.MaxBytes = f.maxBytes()
+	req.MaxRecords = f.ask
 	req.BatchSize = req.MaxRecords
 	sc.mu.Lock()
 	want := make(map[tidp]struct{}, len(f.want))
@@ -421,7 +447,7 @@ func (f *shareFetcher) failed(acks map[tidp][]ackRange, err error) {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-	case <-f.t.Dying():
+	case <-f.dying:
 	}
 }
 
@@ -463,13 +489,19 @@ func (f *shareFetcher) takePartition(p tidp, rp *kmsg.ShareFetchResponseTopicPar
 }
 
 // queueAcquired holds and queues the messages of p in the acquired
-// ranges; the offsets of a range without a message are acknowledged as
-// gaps at once (the broker holds them acquired until then).
+// ranges, their records held from one slab; the offsets of a range
+// without a message are acknowledged as gaps at once (the broker holds
+// them acquired until then).
 func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acquired []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, deadline time.Time) {
 	sc := f.sc
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	i := 0
+	var c *shareCounts
+	if len(msgs) > 0 {
+		c = sc.counts(TopicPartition{Topic: msgs[0].Topic, Partition: p.partition})
+	}
+	slab := make([]heldRecord, len(msgs)) // at most one per message
+	i, used := 0, 0
 	for _, a := range acquired {
 		next := a.FirstOffset // the first offset of the range not accounted for
 		for ; i < len(msgs) && msgs[i].Offset <= a.LastOffset; i++ {
@@ -481,8 +513,10 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 				f.addAck(p, ackRange{first: next, last: m.Offset - 1, typ: ackGap})
 			}
 			next = m.Offset + 1
-			r := &heldRecord{msg: m, f: f, topicID: p.id, delivery: a.DeliveryCount, deadline: deadline}
-			sc.held[recordKey{topic: m.Topic, partition: m.Partition, offset: m.Offset}] = r
+			r := &slab[used]
+			used++
+			r.msg, r.f, r.c, r.topicID, r.delivery, r.deadline = m, f, c, p.id, a.DeliveryCount, deadline
+			sc.held[m] = r
 			f.queue = append(f.queue, r)
 		}
 		if next <= a.LastOffset {
@@ -499,8 +533,8 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 // broker releases what it acquired and was not acknowledged).
 func (f *shareFetcher) acknowledge(closing bool) {
 	sc := f.sc
-	if f.epoch == 0 {
-		return // no session: acks wait for one (none are pending: resetSession dropped them)
+	if f.epoch == 0 || f.fetching {
+		return // no session: acks wait for one (none are pending: resetSession dropped them); or they go with the next fetch
 	}
 	sc.mu.Lock()
 	acks := f.takeAcks()
@@ -539,7 +573,7 @@ func (f *shareFetcher) acknowledge(closing bool) {
 	}
 	ctx, cancel := f.requestContext(closing)
 	sent := time.Now()
-	kresp, err := sc.t.cl.Broker(int(f.broker)).Request(ctx, req)
+	kresp, err := f.send(ctx, req)
 	cancel()
 	if err == nil {
 		resp := kresp.(*kmsg.ShareAcknowledgeResponse)
@@ -571,11 +605,11 @@ func (f *shareFetcher) requestContext(closing bool) (context.Context, context.Ca
 
 // renewedOf returns the records of renews whose partition is not in
 // refused.
-func renewedOf(renews []renewal, refused map[tidp]bool) []recordKey {
-	var out []recordKey
+func renewedOf(renews []renewal, refused map[tidp]bool) []*sarama.ConsumerMessage {
+	var out []*sarama.ConsumerMessage
 	for _, r := range renews {
-		if !refused[tidp{r.id, r.key.partition}] {
-			out = append(out, r.key)
+		if !refused[tidp{r.id, r.msg.Partition}] {
+			out = append(out, r.msg)
 		}
 	}
 	return out
@@ -608,12 +642,15 @@ func (f *shareFetcher) takeAcknowledged(resp *kmsg.ShareAcknowledgeResponse, ack
 	return refused
 }
 
-// finish is the fetcher's shutdown: stop handing out (the queue is
-// released), wait for the acks of what was handed out (shutdownWait),
+// finish is the fetcher's shutdown: take the answer of the fetch in
+// flight, stop handing out (the queue is released), wait for the acks of what was handed out (shutdownWait),
 // release what is still not acknowledged, and close the session with the
 // acks.
 func (f *shareFetcher) finish() {
 	sc := f.sc
+	if f.fetching { // its answer comes within the request's timeout (sendFetch)
+		f.take(<-f.answers)
+	}
 	f.queue = nil
 	sc.mu.Lock()
 	sc.releaseHeld(f, false)
@@ -633,10 +670,13 @@ func (f *shareFetcher) awaitAcks() {
 	sc := f.sc
 	timer := time.NewTimer(sc.config.MaxProcessingTime)
 	defer timer.Stop()
-	for sc.handedOutHeld(f) > 0 {
+	for {
+		f.acknowledge(false) // what is pending: the next ack wakes f
+		if sc.handedOutHeld(f) == 0 {
+			return
+		}
 		select {
 		case <-f.wake:
-			f.acknowledge(false)
 		case <-timer.C:
 			return
 		case <-sc.cutWait:

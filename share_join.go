@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,7 +51,7 @@ func joinShare(ctx context.Context, args *joinArgs, hooks *testHooks) (Consumer,
 		cutWait:  make(chan struct{}),
 		refresh:  make(chan struct{}, 1),
 		errors:   make(chan error, cfg.ChannelBufferSize),
-		held:     make(map[recordKey]*heldRecord),
+		held:     make(map[*sarama.ConsumerMessage]*heldRecord),
 		fetchers: make(map[int32]*shareFetcher),
 		stats:    make(map[TopicPartition]*shareCounts),
 	}

@@ -301,9 +301,8 @@ func (sc *shareConsumer) takeBackUnread() {
 		select {
 		case msg := <-sc.messages:
 			sc.mu.Lock()
-			key := recordKey{topic: msg.Topic, partition: msg.Partition, offset: msg.Offset}
-			if r := sc.held[key]; r != nil && r.msg == msg {
-				delete(sc.held, key)
+			if r := sc.held[msg]; r != nil {
+				delete(sc.held, msg)
 				r.f.addAck(tidp{r.topicID, msg.Partition}, ackRange{first: msg.Offset, last: msg.Offset, typ: ackRelease})
 				poke(r.f.wake)
 			}

@@ -5,6 +5,7 @@ package kafkaconsumer
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func newUnitShareConsumer() *shareConsumer {
 	config.Config = config.saramaConfig()
 	return &shareConsumer{config: config, group: "g", memberID: "m", log: newLogger(nil, "g", "m"),
 		messages: make(chan *sarama.ConsumerMessage, 10), errors: make(chan error, 10),
-		held: make(map[recordKey]*heldRecord), names: map[[16]byte]string{{1}: "t"},
+		held: make(map[*sarama.ConsumerMessage]*heldRecord), names: map[[16]byte]string{{1}: "t"},
 		stats: make(map[TopicPartition]*shareCounts), refresh: make(chan struct{}, 1)}
 }
 
@@ -127,7 +128,7 @@ func TestShareQueueAcquired(t *testing.T) {
 	if !reflect.DeepEqual(queued, []int64{11, 13, 14}) {
 		t.Errorf("queued %v, want 11, 13, 14 (10 and 20 not acquired)", queued)
 	}
-	if r := sc.held[recordKey{"t", 0, 14}]; r == nil || r.delivery != 3 {
+	if r := sc.held[msgs[3]]; r == nil || r.delivery != 3 {
 		t.Errorf("the record at 14 held as %+v, want delivery count 3", r)
 	}
 	if got, want := f.takeAcks()[p], []ackRange{{12, 12, ackGap}, {15, 19, ackGap}}; !reflect.DeepEqual(got, want) {
@@ -229,5 +230,57 @@ func TestShareHeartbeatAtTheBrokersInterval(t *testing.T) {
 	sc.takeHeartbeat(resp)
 	if got := sc.interval(0); got != time.Second {
 		t.Errorf("after an answer naming 1s: next heartbeat in %s, want 1s", got)
+	}
+}
+
+// TestShareFetchBytes: a ShareFetch asks for Consumer.Fetch.Max bytes
+// when set, else half of MaxBufferedBytes (two answers may wait to be
+// handed out: the loop fetches ahead), else no bound; Fetch.Default at
+// least. Sarama's 1 MiB default held an answer to a few thousand records
+// of 100 bytes, well below what the fetch asks for.
+func TestShareFetchBytes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fetchMax int32
+		buffered int64
+		want     int32
+	}{
+		{0, DefaultMaxBufferedBytes, DefaultMaxBufferedBytes / 2},
+		{2 << 20, DefaultMaxBufferedBytes, 2 << 20},
+		{0, 0, math.MaxInt32},
+		{0, 1 << 20, 1 << 20}, // Fetch.Default, 1 MiB
+	}
+	for _, c := range cases {
+		sc := newUnitShareConsumer()
+		sc.config.MaxBufferedBytes = c.buffered
+		sc.config.Config.Consumer.Fetch.Max = c.fetchMax
+		f := newShareFetcher(sc, 0)
+		f.want = map[tidp]struct{}{{[16]byte{1}, 0}: {}}
+		req, _ := f.fetchRequest()
+		if req.MaxBytes != c.want {
+			t.Errorf("Fetch.Max %d, MaxBufferedBytes %d: MaxBytes %d, want %d", c.fetchMax, c.buffered, req.MaxBytes, c.want)
+		}
+	}
+}
+
+// TestShareQueueAcquiredAllocs: queueing an answer's records allocates
+// per answer, not per record (the records held come from one slab).
+func TestShareQueueAcquiredAllocs(t *testing.T) {
+	sc := newUnitShareConsumer()
+	f := newShareFetcher(sc, 0)
+	p := tidp{[16]byte{1}, 0}
+	msgs := make([]*sarama.ConsumerMessage, 1000)
+	for i := range msgs {
+		msgs[i] = &sarama.ConsumerMessage{Topic: "t", Partition: 0, Offset: int64(i)}
+	}
+	acquired := []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 999, DeliveryCount: 1}}
+	deadline := time.Now().Add(time.Minute)
+	allocs := testing.AllocsPerRun(10, func() {
+		clear(sc.held)
+		f.queue = f.queue[:0]
+		f.queueAcquired(p, msgs, acquired, deadline)
+	})
+	if allocs > 20 {
+		t.Errorf("queueing 1,000 acquired records: %.0f allocations, want at most 20", allocs)
 	}
 }
