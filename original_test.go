@@ -276,9 +276,10 @@ func (op *originalPartition) run(t testing.TB) {
 		}
 	}
 	defer func() {
-		if err := o.instance.ReleasePartition(op.tp.Topic, op.tp.Partition); err != nil {
+		if err := o.release(op.tp); err != nil {
 			t.Errorf("original %s: release %s/%d: %s", o.id, op.tp.Topic, op.tp.Partition, err)
 		}
+		o.rec.note("original:"+o.id[len(o.id)-4:], "p%d released", op.tp.Partition)
 	}()
 	if internalTopics[op.tp.Topic] {
 		<-op.stop // claimed; its messages are no concern of the tests
@@ -291,8 +292,12 @@ func (op *originalPartition) run(t testing.TB) {
 		<-op.stop
 		return
 	}
-	defer pom.Close() // commits the last mark
-	next, _ := pom.NextOffset()
+	defer func() {
+		err := pom.Close() // commits the last mark
+		o.rec.note("original:"+o.id[len(o.id)-4:], "p%d closed its offset manager (%v)", op.tp.Partition, err)
+	}()
+	next, metadata := pom.NextOffset()
+	committed := next
 	switch {
 	case next < 0:
 		next = sarama.OffsetOldest
@@ -305,11 +310,13 @@ func (op *originalPartition) run(t testing.TB) {
 		<-op.stop
 		return
 	}
+	who := "original:" + o.id[len(o.id)-4:]
+	o.rec.note(who, "p%d starts at %d (committed %d %q)", op.tp.Partition, next, committed, metadata)
 	consumed := false
 	for {
 		select {
 		case msg := <-pc.Messages():
-			o.rec.record("original:"+o.id[len(o.id)-4:], msg)
+			o.rec.record(who, msg)
 			pom.MarkOffset(msg.Offset, "") // the original's convention: the last processed
 			consumed = true
 		case <-op.stop:
@@ -317,17 +324,39 @@ func (op *originalPartition) run(t testing.TB) {
 			if consumed && o.releaseWait > 0 {
 				time.Sleep(o.releaseWait) // simulates the original's MaxProcessingTime pause, not synchronisation
 			}
+			mark, _ := pom.NextOffset()
+			o.rec.note(who, "p%d stops, marked %d", op.tp.Partition, mark)
 			return
 		}
 	}
 }
 
+// release releases the instance's claim of tp. A request that fails on
+// the connection (ZooKeeper slow to answer on a loaded machine, the
+// session still alive) is tried again for up to a session timeout: the
+// tests are of the hand-offs between the libraries, not of the
+// original's handling of a lost connection.
+func (o *originalInstance) release(tp TopicPartition) error {
+	deadline := time.Now().Add(DefaultZookeeperTimeout)
+	for {
+		err := o.instance.ReleasePartition(tp.Topic, tp.Partition)
+		if err == nil || errors.Is(err, kazoo.ErrPartitionNotClaimed) || time.Now().After(deadline) {
+			return err
+		}
+		<-time.After(100 * time.Millisecond) // a retry delay, not synchronisation
+	}
+}
+
 // recorder records the messages that the instances of a mixed group
-// processed.
+// processed, each with the step of the test it was processed in, and the
+// instances' starts and ends of partitions, so that a failure can name
+// who processed each copy of a duplicate, and from which start.
 type recorder struct {
-	mu    sync.Mutex
-	count map[string]int      // "topic/partition/offset" -> times processed
-	by    map[string][]string // "topic/partition/offset" -> who processed it
+	mu     sync.Mutex
+	step   string              // the step running now (setStep)
+	count  map[string]int      // "topic/partition/offset" -> times processed
+	by     map[string][]string // "topic/partition/offset" -> who processed it, in which step
+	events []string            // the instances' starts and ends of partitions (note)
 }
 
 func newRecorder() *recorder {
@@ -338,12 +367,89 @@ func messageKey(topic string, partition int32, offset int64) string {
 	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
 }
 
+// setStep names the step that the messages recorded from now on are
+// processed in.
+func (r *recorder) setStep(step string) {
+	r.mu.Lock()
+	r.step = step
+	r.mu.Unlock()
+}
+
 func (r *recorder) record(who string, msg *sarama.ConsumerMessage) {
 	key := messageKey(msg.Topic, msg.Partition, msg.Offset)
 	r.mu.Lock()
 	r.count[key]++
-	r.by[key] = append(r.by[key], who)
+	r.by[key] = append(r.by[key], who+" in "+strconv.Quote(r.step))
 	r.mu.Unlock()
+}
+
+// note records an event of an instance (a partition's start or end), with
+// the step it happened in.
+func (r *recorder) note(who, format string, args ...any) {
+	r.mu.Lock()
+	r.events = append(r.events, fmt.Sprintf("%s in %q: %s", who, r.step, fmt.Sprintf(format, args...)))
+	r.mu.Unlock()
+}
+
+// noted returns the events of partition (as note wrote them, "p<N> "
+// after the instance and step), and those of no partition ("p* ").
+func (r *recorder) noted(partition int32) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var result []string
+	tag := fmt.Sprintf(": p%d ", partition)
+	for _, e := range r.events {
+		if strings.Contains(e, tag) || strings.Contains(e, ": p* ") {
+			result = append(result, e)
+		}
+	}
+	return result
+}
+
+// duplicateRanges describes the messages of topic processed more than
+// once as runs of consecutive offsets of a partition processed by the
+// same instances in the same steps: "p3 120-171 (52): original:ab12 in
+// "+port", port:cd34 in "-original"".
+func (r *recorder) duplicateRanges(topic string) []string {
+	r.mu.Lock()
+	type dup struct {
+		partition int32
+		offset    int64
+		by        string
+	}
+	var dups []dup
+	for key, n := range r.count {
+		if n < 2 {
+			continue
+		}
+		var partition int32
+		var offset int64
+		rest, ok := strings.CutPrefix(key, topic+"/")
+		if !ok {
+			continue
+		}
+		if _, err := fmt.Sscanf(rest, "%d/%d", &partition, &offset); err != nil {
+			continue
+		}
+		dups = append(dups, dup{partition, offset, strings.Join(r.by[key], ", ")})
+	}
+	r.mu.Unlock()
+	sort.Slice(dups, func(i, j int) bool {
+		if dups[i].partition != dups[j].partition {
+			return dups[i].partition < dups[j].partition
+		}
+		return dups[i].offset < dups[j].offset
+	})
+	var result []string
+	for i := 0; i < len(dups); {
+		j := i + 1
+		for j < len(dups) && dups[j].partition == dups[i].partition && dups[j].offset == dups[j-1].offset+1 && dups[j].by == dups[i].by {
+			j++
+		}
+		result = append(result, fmt.Sprintf("p%d %d-%d (%d): %s", dups[i].partition, dups[i].offset, dups[j-1].offset, j-i, dups[i].by))
+		i = j
+	}
+	return result
 }
 
 // missed returns the first max of produced that were never processed.
@@ -356,20 +462,6 @@ func (r *recorder) missed(produced []string, max int) []string {
 			result = append(result, key)
 		}
 	}
-	return result
-}
-
-// duplicated describes the messages processed more than once, and by whom.
-func (r *recorder) duplicated() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var result []string
-	for key, n := range r.count {
-		if n > 1 {
-			result = append(result, fmt.Sprintf("%s by %s", key, strings.Join(r.by[key], ", ")))
-		}
-	}
-	sort.Strings(result)
 	return result
 }
 
@@ -387,4 +479,35 @@ func (r *recorder) check(produced []string) (missing, duplicates int) {
 		}
 	}
 	return missing, duplicates
+}
+
+// TestRecorderDuplicateRanges checks the diagnosis of a failed mixed
+// test: duplicates gathered into runs of a partition processed by the
+// same instances in the same steps.
+func TestRecorderDuplicateRanges(t *testing.T) {
+	t.Parallel()
+	r := newRecorder()
+	process := func(who string, partition int32, from, to int64) {
+		for offset := from; offset <= to; offset++ {
+			r.record(who, &sarama.ConsumerMessage{Topic: "t", Partition: partition, Offset: offset})
+		}
+	}
+	r.setStep("one")
+	process("original:a", 1, 10, 20)
+	process("original:a", 2, 5, 5)
+	r.setStep("two")
+	process("port:b", 1, 12, 14)
+	process("port:b", 1, 16, 20)
+	process("port:b", 2, 5, 6)
+	got := strings.Join(r.duplicateRanges("t"), "; ")
+	want := `p1 12-14 (3): original:a in "one", port:b in "two"; p1 16-20 (5): original:a in "one", port:b in "two"; p2 5-5 (1): original:a in "one", port:b in "two"`
+	if got != want {
+		t.Errorf("duplicateRanges = %s\nwant %s", got, want)
+	}
+	r.note("original:a", "p1 starts at %d", 10)
+	r.note("port:b", "p* a warning")
+	r.note("port:b", "p2 starts at %d", 5)
+	if got, want := strings.Join(r.noted(1), "; "), `original:a in "two": p1 starts at 10; port:b in "two": p* a warning`; got != want {
+		t.Errorf("noted(1) = %s, want %s", got, want)
+	}
 }
