@@ -2,6 +2,7 @@ package kafkaconsumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -113,11 +114,13 @@ func (g *mixedGroup) startOriginal19() *originalInstance {
 }
 
 // portInstance is an instance of the port that processes and acks every
-// message it receives, recording it.
+// message it receives, recording it, and notes the errors it reports
+// (takeError).
 type portInstance struct {
 	name   string // for the record: "port:" and the end of its instance ID
 	c      Consumer
-	done   chan struct{} // closed when Messages is closed
+	rec    *recorder
+	done   chan struct{} // closed when Messages and Errors are closed
 	closed sync.Once
 }
 
@@ -135,15 +138,27 @@ func (g *mixedGroup) startPortWith(config *Config) *portInstance {
 	}
 	log := &recordLog{rec: g.rec, who: new(atomic.Pointer[string]), partition: -1}
 	config.Logger = slog.New(log)
-	p := &portInstance{c: join(g.t, g.name, g.sub.port(), config), done: make(chan struct{})}
+	p := &portInstance{c: join(g.t, g.name, g.sub.port(), config), rec: g.rec, done: make(chan struct{})}
 	p.name = "port:" + p.c.(*consumerManager).instance.ID[len(p.c.(*consumerManager).instance.ID)-4:]
 	log.who.Store(&p.name)
-	go func() {
-		defer close(p.done)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { // owned by close, which waits for done
+		defer readers.Done()
 		for msg := range p.c.Messages() {
 			g.rec.record(p.name, msg)
 			p.c.Ack(msg)
 		}
+	}()
+	go func() { // owned by close, which waits for done
+		defer readers.Done()
+		for err := range p.c.Errors() {
+			p.takeError(err)
+		}
+	}()
+	go func() { // owned by close, which waits for done
+		readers.Wait()
+		close(p.done)
 	}()
 	g.t.Cleanup(func() { p.close(g.t) }) // on failure; a no-op after close
 	g.ports = append(g.ports, p)
@@ -209,14 +224,53 @@ func (g *mixedGroup) closePort(p *portInstance) {
 	g.ports = slices.DeleteFunc(g.ports, func(q *portInstance) bool { return q == p })
 }
 
+// close closes the port. Close's errors other than ErrCommitTimeout
+// fail the test; a final commit that timed out is noted (takeError).
 func (p *portInstance) close(t testing.TB) {
 	t.Helper()
 	p.closed.Do(func() {
-		if err := p.c.Close(); err != nil {
-			t.Errorf("Close() = %s", err)
+		for _, err := range leafErrors(p.c.Close()) {
+			if !p.takeError(err) {
+				t.Errorf("Close() = %s", err)
+			}
 		}
 		<-p.done
 	})
+}
+
+// takeError notes an error the port reported, under its partition if it
+// names one, and records a final commit of the partition that timed out
+// (ErrCommitTimeout), whose re-delivery the test excuses (recorder.check).
+// It reports whether err is such a timeout.
+func (p *portInstance) takeError(err error) (commitTimedOut bool) {
+	var ce *sarama.ConsumerError
+	if !errors.As(err, &ce) {
+		p.rec.note(p.name, "p* error: %s", err)
+		return false
+	}
+	p.rec.note(p.name, "p%d error: %s", ce.Partition, err)
+	if !errors.Is(err, ErrCommitTimeout) {
+		return false
+	}
+	p.rec.commitTimedOut(p.name, ce.Topic, ce.Partition)
+	return true
+}
+
+// leafErrors returns the errors that err joins (errors.Join, at any
+// depth), or err alone; none for nil.
+func leafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var result []error
+	for _, e := range joined.Unwrap() {
+		result = append(result, leafErrors(e)...)
+	}
+	return result
 }
 
 // expected returns the owner that every partition of the group should
@@ -445,19 +499,25 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 			g.step("-port (all originals)", func() { g.closePort(p2) })
 
 			produced := prod.finish()
-			var missing, duplicates int
+			var missing, duplicates, excused int
 			if !poll(60*time.Second, func() bool {
-				missing, duplicates = g.rec.check(produced)
+				missing, duplicates, excused = g.rec.check(produced)
 				return missing == 0
 			}) {
 				t.Errorf("%d of %d messages were never processed", missing, len(produced))
 			}
 			o3.close(t)
 			o4.close(t)
-			t.Logf("%s: %d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
-				sub.name, len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
-			if duplicates > g.fromOriginal {
-				t.Errorf("%d duplicates for %d moves away from an original; want at most one each", duplicates, g.fromOriginal)
+			t.Logf("%s: %d messages, %d duplicates (%d after a final commit that timed out), %d partitions moved away from an original; steps (time to settle): %s",
+				sub.name, len(produced), duplicates, excused, g.fromOriginal, strings.Join(g.steps, ", "))
+			// docs/upgrading.md: one duplicate per move away from an
+			// original, and, after a port's final commit that Kafka did
+			// not confirm in time (ErrCommitTimeout), what it processed
+			// after the last commit that Kafka applied.
+			if duplicates-excused > g.fromOriginal {
+				t.Errorf("%d duplicates for %d moves away from an original (%d more excused after a final commit that timed out); want at most one each", duplicates-excused, g.fromOriginal, excused)
+				g.logDuplicates()
+			} else if excused > 0 {
 				g.logDuplicates()
 			}
 		})
@@ -548,7 +608,7 @@ func TestMixedGroupOnSarama19(t *testing.T) {
 	g.step("-port (last processed)", func() { g.closePort(l2) })
 	produced := prod.finish()
 	if !poll(60*time.Second, func() bool {
-		missing, _ := g.rec.check(produced)
+		missing, _, _ := g.rec.check(produced)
 		return missing == 0
 	}) {
 		t.Fatalf("messages never processed: %s", strings.Join(g.rec.missed(produced, 10), ", "))
@@ -569,19 +629,21 @@ func TestMixedGroupOnSarama19(t *testing.T) {
 	g.step("-port (all originals)", func() { g.closePort(l4) })
 	produced = append(produced, prod.finish()...)
 
-	var missing, duplicates int
+	var missing, duplicates, excused int
 	if !poll(60*time.Second, func() bool {
-		missing, duplicates = g.rec.check(produced)
+		missing, duplicates, excused = g.rec.check(produced)
 		return missing == 0
 	}) {
 		t.Errorf("%d of %d messages were never processed: %s", missing, len(produced), strings.Join(g.rec.missed(produced, 10), ", "))
 	}
 	o3.close(t)
 	o4.close(t)
-	t.Logf("%d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
-		len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
-	if duplicates > 0 {
-		t.Errorf("%d duplicates; want none (each side reads the other's commits in their convention)", duplicates)
+	t.Logf("%d messages, %d duplicates (%d after a final commit that timed out), %d partitions moved away from an original; steps (time to settle): %s",
+		len(produced), duplicates, excused, g.fromOriginal, strings.Join(g.steps, ", "))
+	if duplicates > excused {
+		t.Errorf("%d duplicates (%d more excused after a final commit that timed out); want none (each side reads the other's commits in their convention)", duplicates-excused, excused)
+		g.logDuplicates()
+	} else if excused > 0 {
 		g.logDuplicates()
 	}
 }
