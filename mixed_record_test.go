@@ -207,17 +207,23 @@ func (r *recorder) check(produced []string) (missing, duplicates, excused int) {
 	return missing, duplicates, excused
 }
 
+// recordRange returns a function that records the messages of topic "t"
+// from offset from to offset to, both included, as processed by who.
+func recordRange(r *recorder) func(who string, partition int32, from, to int64) {
+	return func(who string, partition int32, from, to int64) {
+		for offset := from; offset <= to; offset++ {
+			r.record(who, &sarama.ConsumerMessage{Topic: "t", Partition: partition, Offset: offset})
+		}
+	}
+}
+
 // TestRecorderDuplicateRanges checks the diagnosis of a failed mixed
 // test: duplicates gathered into runs of a partition processed by the
 // same instances in the same steps.
 func TestRecorderDuplicateRanges(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	process := func(who string, partition int32, from, to int64) {
-		for offset := from; offset <= to; offset++ {
-			r.record(who, &sarama.ConsumerMessage{Topic: "t", Partition: partition, Offset: offset})
-		}
-	}
+	process := recordRange(r)
 	r.setStep("one")
 	process("original:a", 1, 10, 20)
 	process("original:a", 2, 5, 5)
@@ -246,11 +252,7 @@ func TestRecorderDuplicateRanges(t *testing.T) {
 func TestRecorderExcusesRedeliveries(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
-	process := func(who string, partition int32, from, to int64) {
-		for offset := from; offset <= to; offset++ {
-			r.record(who, &sarama.ConsumerMessage{Topic: "t", Partition: partition, Offset: offset})
-		}
-	}
+	process := recordRange(r)
 	var produced []string
 	for partition := int32(0); partition < 2; partition++ {
 		for offset := int64(0); offset <= 20; offset++ {
