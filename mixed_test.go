@@ -1,12 +1,15 @@
 package kafkaconsumer
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,8 +83,9 @@ type mixedGroup struct {
 
 	owners map[TopicPartition]string // at the end of the last step
 	// fromOriginal counts the moves of partitions of topic from an original
-	// instance to another instance, each of which may cost a duplicate:
-	// the original commits the offset of the last message it processed.
+	// instance to another instance between the ends of two steps, for
+	// the log; the bound of duplicates counts the hand-offs
+	// (recorder.handOff), those within a step too.
 	fromOriginal int
 	steps        []string        // each step and its time to settle
 	ports        []*portInstance // the running ports
@@ -110,11 +114,13 @@ func (g *mixedGroup) startOriginal19() *originalInstance {
 }
 
 // portInstance is an instance of the port that processes and acks every
-// message it receives, recording it.
+// message it receives, recording it, and notes the errors it reports
+// (takeError).
 type portInstance struct {
 	name   string // for the record: "port:" and the end of its instance ID
 	c      Consumer
-	done   chan struct{} // closed when Messages is closed
+	rec    *recorder
+	done   chan struct{} // closed when Messages and Errors are closed
 	closed sync.Once
 }
 
@@ -124,16 +130,35 @@ func (g *mixedGroup) startPort() *portInstance {
 }
 
 // startPortWith starts a port with config (nil for the tests' default).
+// Its log lines of partitions go to the record's events (recordLog).
 func (g *mixedGroup) startPortWith(config *Config) *portInstance {
 	g.t.Helper()
-	p := &portInstance{c: join(g.t, g.name, g.sub.port(), config), done: make(chan struct{})}
+	if config == nil {
+		config = testConfig()
+	}
+	log := &recordLog{rec: g.rec, who: new(atomic.Pointer[string]), partition: -1}
+	config.Logger = slog.New(log)
+	p := &portInstance{c: join(g.t, g.name, g.sub.port(), config), rec: g.rec, done: make(chan struct{})}
 	p.name = "port:" + p.c.(*consumerManager).instance.ID[len(p.c.(*consumerManager).instance.ID)-4:]
-	go func() {
-		defer close(p.done)
+	log.who.Store(&p.name)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { // owned by close, which waits for done
+		defer readers.Done()
 		for msg := range p.c.Messages() {
 			g.rec.record(p.name, msg)
 			p.c.Ack(msg)
 		}
+	}()
+	go func() { // owned by close, which waits for done
+		defer readers.Done()
+		for err := range p.c.Errors() {
+			p.takeError(err)
+		}
+	}()
+	go func() { // owned by close, which waits for done
+		readers.Wait()
+		close(p.done)
 	}()
 	g.t.Cleanup(func() { p.close(g.t) }) // on failure; a no-op after close
 	g.ports = append(g.ports, p)
@@ -146,14 +171,53 @@ func (g *mixedGroup) closePort(p *portInstance) {
 	g.ports = slices.DeleteFunc(g.ports, func(q *portInstance) bool { return q == p })
 }
 
+// close closes the port. Close's errors other than ErrCommitTimeout
+// fail the test; a final commit that timed out is noted (takeError).
 func (p *portInstance) close(t testing.TB) {
 	t.Helper()
 	p.closed.Do(func() {
-		if err := p.c.Close(); err != nil {
-			t.Errorf("Close() = %s", err)
+		for _, err := range leafErrors(p.c.Close()) {
+			if !p.takeError(err) {
+				t.Errorf("Close() = %s", err)
+			}
 		}
 		<-p.done
 	})
+}
+
+// takeError notes an error the port reported, under its partition if it
+// names one, and records a final commit of the partition that timed out
+// (ErrCommitTimeout), whose re-delivery the test excuses
+// (recorder.redelivers). It reports whether err is such a timeout.
+func (p *portInstance) takeError(err error) (commitTimedOut bool) {
+	var ce *sarama.ConsumerError
+	if !errors.As(err, &ce) {
+		p.rec.note(p.name, "p* error: %s", err)
+		return false
+	}
+	p.rec.note(p.name, "p%d error: %s", ce.Partition, err)
+	if !errors.Is(err, ErrCommitTimeout) {
+		return false
+	}
+	p.rec.redelivers(p.name, ce.Topic, ce.Partition)
+	return true
+}
+
+// leafErrors returns the errors that err joins (errors.Join, at any
+// depth), or err alone; none for nil.
+func leafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var result []error
+	for _, e := range joined.Unwrap() {
+		result = append(result, leafErrors(e)...)
+	}
+	return result
 }
 
 // expected returns the owner that every partition of the group should
@@ -244,6 +308,7 @@ func (g *mixedGroup) short(id string) string {
 func (g *mixedGroup) step(name string, action func()) {
 	g.t.Helper()
 	start := time.Now()
+	g.rec.setStep(name)
 	action()
 	var (
 		last   string
@@ -282,8 +347,9 @@ func (g *mixedGroup) step(name string, action func()) {
 type producer struct {
 	mu       sync.Mutex
 	produced []string
-	stop     chan struct{}
-	done     chan struct{}
+	stop     chan struct{} // closed by finish, once (stopOnce)
+	stopOnce sync.Once
+	done     chan struct{} // closed by the producing goroutine when it returns
 }
 
 func startProducer(t testing.TB, client sarama.Client, topic string) *producer {
@@ -293,6 +359,9 @@ func startProducer(t testing.TB, client sarama.Client, topic string) *producer {
 		t.Fatal(err)
 	}
 	p := &producer{stop: make(chan struct{}), done: make(chan struct{})}
+	// A test that fails before finish (a step's Fatal) must not leave the
+	// goroutine behind: its next report would come after the test ended.
+	t.Cleanup(func() { p.finish() })
 	go func() {
 		defer close(p.done)
 		defer sp.Close()
@@ -322,9 +391,10 @@ func startProducer(t testing.TB, client sarama.Client, topic string) *producer {
 	return p
 }
 
-// finish stops the producer and returns the keys of what it produced.
+// finish stops the producer and returns the keys of what it produced; it
+// may be called again.
 func (p *producer) finish() []string {
-	close(p.stop)
+	p.stopOnce.Do(func() { close(p.stop) })
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -376,21 +446,57 @@ func TestMixedGroupUpgradeAndRollback(t *testing.T) {
 			g.step("-port (all originals)", func() { g.closePort(p2) })
 
 			produced := prod.finish()
-			var missing, duplicates int
+			var missing, duplicates, excused int
 			if !poll(60*time.Second, func() bool {
-				missing, duplicates = g.rec.check(produced)
+				missing, duplicates, excused = g.rec.check(produced)
 				return missing == 0
 			}) {
 				t.Errorf("%d of %d messages were never processed", missing, len(produced))
 			}
+			// Before o3 and o4 close: their last hand-offs have no next
+			// owner.
+			handOffs := g.rec.handedOff(topic)
 			o3.close(t)
 			o4.close(t)
-			t.Logf("%s: %d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
-				sub.name, len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
-			if duplicates > g.fromOriginal {
-				t.Errorf("%d duplicates for %d moves away from an original; want at most one each", duplicates, g.fromOriginal)
+			t.Logf("%s: %d messages, %d duplicates (%d excused: after a stop that left them to the next owner), %d partitions moved away from an original between steps, %d hand-offs by an original that processed some; steps (time to settle): %s",
+				sub.name, len(produced), duplicates, excused, g.fromOriginal, handOffs, strings.Join(g.steps, ", "))
+			// docs/upgrading.md: one duplicate per move away from an
+			// original, and what a port's stop left to the next owner
+			// as documented (its final commit not confirmed in time:
+			// ErrCommitTimeout; acks not in within MaxProcessingTime; a
+			// claim lost with the session). The moves are the
+			// hand-offs: those within a step count too (in the first
+			// one, o1 may process messages of the partitions that go to
+			// o2 before o2 registers).
+			if duplicates-excused > handOffs {
+				t.Errorf("%d duplicates for %d hand-offs by an original (%d more excused: after a stop that left them to the next owner); want at most one each", duplicates-excused, handOffs, excused)
+				g.logDuplicates()
+			} else if excused > 0 {
+				g.logDuplicates()
 			}
 		})
+	}
+}
+
+// logDuplicates logs the duplicates of the topic as runs of offsets (who
+// processed each copy, in which step), and the events of each partition
+// that has some: where each instance started it, what the originals
+// marked, when they released it.
+func (g *mixedGroup) logDuplicates() {
+	g.t.Helper()
+	ranges := g.rec.duplicateRanges(g.topic)
+	partitions := make(map[int32]bool)
+	for _, r := range ranges {
+		g.t.Logf("duplicated: %s", r)
+		var p int32
+		if _, err := fmt.Sscanf(r, "p%d ", &p); err == nil {
+			partitions[p] = true
+		}
+	}
+	for p := range partitions {
+		for _, e := range g.rec.noted(p) {
+			g.t.Logf("p%d: %s", p, e)
+		}
 	}
 }
 
@@ -456,7 +562,7 @@ func TestMixedGroupOnSarama19(t *testing.T) {
 	g.step("-port (last processed)", func() { g.closePort(l2) })
 	produced := prod.finish()
 	if !poll(60*time.Second, func() bool {
-		missing, _ := g.rec.check(produced)
+		missing, _, _ := g.rec.check(produced)
 		return missing == 0
 	}) {
 		t.Fatalf("messages never processed: %s", strings.Join(g.rec.missed(produced, 10), ", "))
@@ -477,20 +583,22 @@ func TestMixedGroupOnSarama19(t *testing.T) {
 	g.step("-port (all originals)", func() { g.closePort(l4) })
 	produced = append(produced, prod.finish()...)
 
-	var missing, duplicates int
+	var missing, duplicates, excused int
 	if !poll(60*time.Second, func() bool {
-		missing, duplicates = g.rec.check(produced)
+		missing, duplicates, excused = g.rec.check(produced)
 		return missing == 0
 	}) {
 		t.Errorf("%d of %d messages were never processed: %s", missing, len(produced), strings.Join(g.rec.missed(produced, 10), ", "))
 	}
 	o3.close(t)
 	o4.close(t)
-	t.Logf("%d messages, %d duplicates, %d partitions moved away from an original; steps (time to settle): %s",
-		len(produced), duplicates, g.fromOriginal, strings.Join(g.steps, ", "))
-	if duplicates > 0 {
-		t.Errorf("%d duplicates; want none (each side reads the other's commits in their convention): %s",
-			duplicates, strings.Join(g.rec.duplicated(), "; "))
+	t.Logf("%d messages, %d duplicates (%d excused: after a stop that left them to the next owner), %d partitions moved away from an original; steps (time to settle): %s",
+		len(produced), duplicates, excused, g.fromOriginal, strings.Join(g.steps, ", "))
+	if duplicates > excused {
+		t.Errorf("%d duplicates (%d more excused: after a stop that left them to the next owner); want none (each side reads the other's commits in their convention)", duplicates-excused, excused)
+		g.logDuplicates()
+	} else if excused > 0 {
+		g.logDuplicates()
 	}
 }
 

@@ -3,11 +3,8 @@ package kafkaconsumer
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"regexp"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -276,9 +273,10 @@ func (op *originalPartition) run(t testing.TB) {
 		}
 	}
 	defer func() {
-		if err := o.instance.ReleasePartition(op.tp.Topic, op.tp.Partition); err != nil {
+		if err := o.release(op.tp); err != nil {
 			t.Errorf("original %s: release %s/%d: %s", o.id, op.tp.Topic, op.tp.Partition, err)
 		}
+		o.rec.note("original:"+o.id[len(o.id)-4:], "p%d released", op.tp.Partition)
 	}()
 	if internalTopics[op.tp.Topic] {
 		<-op.stop // claimed; its messages are no concern of the tests
@@ -291,8 +289,12 @@ func (op *originalPartition) run(t testing.TB) {
 		<-op.stop
 		return
 	}
-	defer pom.Close() // commits the last mark
-	next, _ := pom.NextOffset()
+	defer func() {
+		err := pom.Close() // commits the last mark
+		o.rec.note("original:"+o.id[len(o.id)-4:], "p%d closed its offset manager (%v)", op.tp.Partition, err)
+	}()
+	next, metadata := pom.NextOffset()
+	committed := next
 	switch {
 	case next < 0:
 		next = sarama.OffsetOldest
@@ -305,11 +307,13 @@ func (op *originalPartition) run(t testing.TB) {
 		<-op.stop
 		return
 	}
+	who := "original:" + o.id[len(o.id)-4:]
+	o.rec.note(who, "p%d starts at %d (committed %d %q)", op.tp.Partition, next, committed, metadata)
 	consumed := false
 	for {
 		select {
 		case msg := <-pc.Messages():
-			o.rec.record("original:"+o.id[len(o.id)-4:], msg)
+			o.rec.record(who, msg)
 			pom.MarkOffset(msg.Offset, "") // the original's convention: the last processed
 			consumed = true
 		case <-op.stop:
@@ -317,74 +321,28 @@ func (op *originalPartition) run(t testing.TB) {
 			if consumed && o.releaseWait > 0 {
 				time.Sleep(o.releaseWait) // simulates the original's MaxProcessingTime pause, not synchronisation
 			}
+			mark, _ := pom.NextOffset()
+			o.rec.note(who, "p%d stops, marked %d", op.tp.Partition, mark)
+			if consumed && !o.sarama19 {
+				o.rec.handOff(op.tp.Topic)
+			}
 			return
 		}
 	}
 }
 
-// recorder records the messages that the instances of a mixed group
-// processed.
-type recorder struct {
-	mu    sync.Mutex
-	count map[string]int      // "topic/partition/offset" -> times processed
-	by    map[string][]string // "topic/partition/offset" -> who processed it
-}
-
-func newRecorder() *recorder {
-	return &recorder{count: make(map[string]int), by: make(map[string][]string)}
-}
-
-func messageKey(topic string, partition int32, offset int64) string {
-	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
-}
-
-func (r *recorder) record(who string, msg *sarama.ConsumerMessage) {
-	key := messageKey(msg.Topic, msg.Partition, msg.Offset)
-	r.mu.Lock()
-	r.count[key]++
-	r.by[key] = append(r.by[key], who)
-	r.mu.Unlock()
-}
-
-// missed returns the first max of produced that were never processed.
-func (r *recorder) missed(produced []string, max int) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var result []string
-	for _, key := range produced {
-		if r.count[key] == 0 && len(result) < max {
-			result = append(result, key)
+// release releases the instance's claim of tp. A request that fails on
+// the connection (ZooKeeper slow to answer on a loaded machine, the
+// session still alive) is tried again for up to a session timeout: the
+// tests are of the hand-offs between the libraries, not of the
+// original's handling of a lost connection.
+func (o *originalInstance) release(tp TopicPartition) error {
+	deadline := time.Now().Add(DefaultZookeeperTimeout)
+	for {
+		err := o.instance.ReleasePartition(tp.Topic, tp.Partition)
+		if err == nil || errors.Is(err, kazoo.ErrPartitionNotClaimed) || time.Now().After(deadline) {
+			return err
 		}
+		<-time.After(100 * time.Millisecond) // a retry delay, not synchronisation
 	}
-	return result
-}
-
-// duplicated describes the messages processed more than once, and by whom.
-func (r *recorder) duplicated() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var result []string
-	for key, n := range r.count {
-		if n > 1 {
-			result = append(result, fmt.Sprintf("%s by %s", key, strings.Join(r.by[key], ", ")))
-		}
-	}
-	sort.Strings(result)
-	return result
-}
-
-// check returns how many of the produced messages were not processed, and
-// how many times messages were processed more than once.
-func (r *recorder) check(produced []string) (missing, duplicates int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, key := range produced {
-		switch n := r.count[key]; {
-		case n == 0:
-			missing++
-		case n > 1:
-			duplicates += n - 1
-		}
-	}
-	return missing, duplicates
 }
