@@ -489,9 +489,11 @@ func (f *shareFetcher) takePartition(p tidp, rp *kmsg.ShareFetchResponseTopicPar
 }
 
 // queueAcquired holds and queues the messages of p in the acquired
-// ranges, their records held from one slab; the offsets of a range
-// without a message are acknowledged as gaps at once (the broker holds
-// them acquired until then).
+// ranges, their records allocated in chunks of fetch.SlabChunk, as the
+// decoder allocates the messages (a record kept keeps its chunk alive,
+// not the answer's); the offsets of a range without a message are
+// acknowledged as gaps at once (the broker holds them acquired until
+// then).
 func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acquired []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, deadline time.Time) {
 	sc := f.sc
 	sc.mu.Lock()
@@ -500,8 +502,8 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 	if len(msgs) > 0 {
 		c = sc.counts(TopicPartition{Topic: msgs[0].Topic, Partition: p.partition})
 	}
-	slab := make([]heldRecord, len(msgs)) // at most one per message
-	i, used := 0, 0
+	var chunk []heldRecord // what is left of the chunk being filled
+	i := 0
 	for _, a := range acquired {
 		next := a.FirstOffset // the first offset of the range not accounted for
 		for ; i < len(msgs) && msgs[i].Offset <= a.LastOffset; i++ {
@@ -513,8 +515,11 @@ func (f *shareFetcher) queueAcquired(p tidp, msgs []*sarama.ConsumerMessage, acq
 				f.addAck(p, ackRange{first: next, last: m.Offset - 1, typ: ackGap})
 			}
 			next = m.Offset + 1
-			r := &slab[used]
-			used++
+			if len(chunk) == 0 {
+				chunk = make([]heldRecord, min(len(msgs)-i, fetch.SlabChunk))
+			}
+			r := &chunk[0]
+			chunk = chunk[1:]
 			r.msg, r.f, r.c, r.topicID, r.delivery, r.deadline = m, f, c, p.id, a.DeliveryCount, deadline
 			sc.held[m] = r
 			f.queue = append(f.queue, r)

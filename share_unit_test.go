@@ -264,7 +264,7 @@ func TestShareFetchBytes(t *testing.T) {
 }
 
 // TestShareQueueAcquiredAllocs: queueing an answer's records allocates
-// per answer, not per record (the records held come from one slab).
+// per chunk of records, not per record.
 func TestShareQueueAcquiredAllocs(t *testing.T) {
 	sc := newUnitShareConsumer()
 	f := newShareFetcher(sc, 0)
