@@ -134,22 +134,41 @@ func createLedTopic(t *testing.T, cluster *testcluster.Cluster, topic string, pa
 	})
 }
 
-// faultClient returns a sarama client of peers, closed at the test's end.
+// faultClient returns a sarama client of peers (faultClientConfig),
+// closed at the test's end.
 func faultClient(t *testing.T, peers []string) sarama.Client {
 	t.Helper()
-	config := sarama.NewConfig()
-	config.Version = testKafkaVersion()
-	config.Net.ReadTimeout = 5 * time.Second
-	config.Admin.Timeout = 30 * time.Second // 48 partitions on a loaded machine
-	config.Producer.Return.Successes = true
-	config.Producer.Partitioner = sarama.NewManualPartitioner
-	config.Producer.Flush.MaxMessages = 4 // record batches of at most 4 messages
-	client, err := sarama.NewClient(peers, config)
+	client, err := sarama.NewClient(peers, faultClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	return client
+}
+
+// faultClientConfig is faultClient's configuration: a producer of
+// small record batches to chosen partitions, and an admin.
+func faultClientConfig() *sarama.Config {
+	config := sarama.NewConfig()
+	config.Version = testKafkaVersion()
+	config.Admin.Timeout = 30 * time.Second // 48 partitions on a loaded machine
+	config.Net.ReadTimeout = config.Admin.Timeout + 10*time.Second
+	config.Producer.Return.Successes = true
+	config.Producer.Partitioner = sarama.NewManualPartitioner
+	config.Producer.Flush.MaxMessages = 4 // record batches of at most 4 messages
+	return config
+}
+
+// TestFaultClientWaitsForTheAdminTimeout: faultClient's admin requests
+// ask the controller to answer within Admin.Timeout; its connections
+// wait longer than that for the answer, or a creation the controller is
+// still at on a loaded machine fails with an i/o timeout.
+func TestFaultClientWaitsForTheAdminTimeout(t *testing.T) {
+	t.Parallel()
+	config := faultClientConfig()
+	if config.Net.ReadTimeout <= config.Admin.Timeout {
+		t.Errorf("faultClient's Net.ReadTimeout is %s, not longer than its Admin.Timeout %s", config.Net.ReadTimeout, config.Admin.Timeout)
+	}
 }
 
 // produceEach writes n messages of size bytes to each of topic's
